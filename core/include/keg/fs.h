@@ -1,0 +1,161 @@
+/* fs.h -- POSIX file-system semantics over a metadata engine and an object store.
+ *
+ * DESIGN
+ * core/fs is what the FUSE mounter (and the CLI tools) call.  It has no FUSE
+ * types: requests carry a struct keg_ctx (caller uid/gid/groups/pid) and inode
+ * numbers (the root is KEG_ROOT_INO == FUSE_ROOT_ID).  Namespace ops are thin
+ * calls into the engine (one engine op each); the data path is here:
+ *
+ *   write -> per-inode write buffer (slices of a chunk, cut into blocks)
+ *         -> blocks encoded (CRC32C, codec) and put to the object store
+ *         -> slice references committed to the engine on flush/fsync/release
+ *   read  -> chunk slice list (engine) -> visible segments -> blocks
+ *            (object store, CRC-verified) -> bytes; holes read as zeros
+ *
+ * Durability (docs/durability.md): when close() (flush) returns, the data is in
+ * the object store and the slices are committed; fsync() additionally makes
+ * both durable (object store sync + engine sync).
+ *
+ * An inode that loses its last link while open here stays readable and
+ * writable through its open handles; it is purged at the last release.
+ *
+ * Every function returns 0 (or a count) or -errno, with the errno values
+ * that the corresponding system call documents.
+ */
+#ifndef KEG_FS_H
+#define KEG_FS_H
+
+#include <stdint.h>
+#include <sys/statvfs.h>
+#include <sys/types.h>
+
+#include "keg/keg.h"
+#include "keg/meta.h"
+#include "keg/obj.h"
+
+struct keg_fs;
+struct keg_fh;      /* an open file */
+struct keg_dh;      /* an open directory */
+
+struct keg_fs_conf {
+    const char *meta_url;          /* BORROWED during keg_fs_new */
+    const char *mountpoint;        /* for the session record, may be NULL */
+    int         read_only;
+    int         no_session;        /* tools: no session, no background threads */
+    uint64_t    buffer_size;       /* write-buffer budget in bytes (default 300 MiB) */
+    uint64_t    block_cache_size;  /* decoded-block memory cache (default 256 MiB) */
+    unsigned    heartbeat_sec;     /* session heartbeat period (default 10) */
+    unsigned    session_timeout;   /* a session older than this is stale (default 60) */
+    /* Object-store credentials overriding the stored ones (e.g. from the
+     * AWS_* environment).  NULL: use the volume's settings. */
+    const char *access_key;
+    const char *secret_key;
+    const char *session_token;
+};
+
+/* Open the volume at conf->meta_url: engine, format, object stack, session,
+ * background workers.  -ENOENT if the volume is not formatted.
+ * OWNERSHIP: close with keg_fs_free(), which flushes every open file, ends
+ * the session and closes the stack. */
+int  keg_fs_new(const struct keg_fs_conf *conf, struct keg_fs **out);
+void keg_fs_free(struct keg_fs *fs);
+
+const struct keg_format *keg_fs_format(struct keg_fs *fs);
+struct keg_meta *keg_fs_meta(struct keg_fs *fs);
+struct keg_obj  *keg_fs_obj(struct keg_fs *fs);
+
+/* setattr: KEG_SET_* from meta.h plus: */
+#define KEG_FS_SET_SIZE (1u << 16)     /* truncate to in->size */
+
+/*--- namespace ---*/
+int keg_fs_lookup(struct keg_fs *fs, const struct keg_ctx *c, uint64_t parent, const char *name,
+                  struct keg_attr *out);
+/* fh may be NULL; with a file open for writing the size includes buffered data. */
+int keg_fs_getattr(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, struct keg_attr *out);
+int keg_fs_setattr(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, unsigned set,
+                   const struct keg_attr *in, struct keg_attr *out);
+/* mode includes the S_IFMT type (regular, fifo, socket, char, block); the umask
+ * is already applied by the caller.  */
+int keg_fs_mknod(struct keg_fs *fs, const struct keg_ctx *c, uint64_t parent, const char *name,
+                 uint32_t mode, uint64_t rdev, struct keg_attr *out);
+int keg_fs_mkdir(struct keg_fs *fs, const struct keg_ctx *c, uint64_t parent, const char *name,
+                 uint32_t mode, struct keg_attr *out);
+int keg_fs_symlink(struct keg_fs *fs, const struct keg_ctx *c, uint64_t parent, const char *name,
+                   const char *target, struct keg_attr *out);
+int keg_fs_link(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, uint64_t newparent,
+                const char *newname, struct keg_attr *out);
+int keg_fs_unlink(struct keg_fs *fs, const struct keg_ctx *c, uint64_t parent, const char *name);
+int keg_fs_rmdir(struct keg_fs *fs, const struct keg_ctx *c, uint64_t parent, const char *name);
+int keg_fs_rename(struct keg_fs *fs, const struct keg_ctx *c, uint64_t parent, const char *name,
+                  uint64_t newparent, const char *newname, unsigned flags);
+/* Copies the target into buf (NUL-terminated if it fits); returns its length. */
+ssize_t keg_fs_readlink(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, char *buf,
+                        size_t size);
+
+/*--- files ---*/
+/* flags: open(2) flags.  *keep_cache = 1 when the file did not change since
+ * this mount last saw it (the kernel may keep its page cache).  O_TRUNC is
+ * applied here. */
+int keg_fs_open(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, int flags,
+                struct keg_fh **fh, int *keep_cache);
+int keg_fs_create(struct keg_fs *fs, const struct keg_ctx *c, uint64_t parent, const char *name,
+                  uint32_t mode, int flags, struct keg_attr *out, struct keg_fh **fh);
+uint64_t keg_fh_ino(const struct keg_fh *fh);
+ssize_t keg_fs_read(struct keg_fs *fs, struct keg_fh *fh, uint64_t off, void *buf, size_t size);
+ssize_t keg_fs_write(struct keg_fs *fs, struct keg_fh *fh, uint64_t off, const void *buf,
+                     size_t size);
+/* close(2) of one descriptor: commits buffered data, drops the POSIX locks
+ * of lock_owner.  Returns the deferred write error, if any. */
+int keg_fs_flush(struct keg_fs *fs, struct keg_fh *fh, uint64_t lock_owner);
+int keg_fs_fsync(struct keg_fs *fs, struct keg_fh *fh, int datasync);
+/* Last close: commits, drops flock of the handle, frees fh (INVALIDATES fh). */
+int keg_fs_release(struct keg_fs *fs, struct keg_fh *fh);
+/* mode: 0, FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE|KEEP_SIZE, FALLOC_FL_ZERO_RANGE. */
+int keg_fs_fallocate(struct keg_fs *fs, const struct keg_ctx *c, struct keg_fh *fh, int mode,
+                     uint64_t off, uint64_t len);
+/* Shares slices: no data is copied.  Returns bytes copied. */
+ssize_t keg_fs_copy_range(struct keg_fs *fs, const struct keg_ctx *c, struct keg_fh *in,
+                          uint64_t off_in, struct keg_fh *out, uint64_t off_out, size_t len,
+                          int flags);
+/* SEEK_DATA / SEEK_HOLE (others: -EINVAL).  Returns the offset, -ENXIO. */
+int64_t keg_fs_lseek(struct keg_fs *fs, struct keg_fh *fh, uint64_t off, int whence);
+
+/*--- directories ---*/
+int keg_fs_opendir(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, struct keg_dh **dh);
+/* Deliver entries starting at offset off ("." is 0, ".." is 1, then stored
+ * entries).  fill() is called per entry with the offset of the NEXT entry;
+ * when it returns non-zero the entry was not taken and readdir returns 0;
+ * the next call with that entry's offset resumes there without re-reading
+ * the directory.  With plus, attr is complete (fill takes a kernel reference
+ * for every entry it accepts, except "." and ".."); otherwise only ino and mode
+ * are set.  Never holds more than one batch (512 entries) in memory. */
+typedef int keg_fs_fill_fn(void *arg, const char *name, const struct keg_attr *attr,
+                           uint64_t next_off);
+int keg_fs_readdir(struct keg_fs *fs, const struct keg_ctx *c, struct keg_dh *dh, uint64_t off,
+                   int plus, keg_fs_fill_fn *fill, void *arg);
+int keg_fs_releasedir(struct keg_fs *fs, struct keg_dh *dh);   /* INVALIDATES dh */
+
+/*--- other ---*/
+int keg_fs_statfs(struct keg_fs *fs, struct statvfs *st);
+ssize_t keg_fs_getxattr(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino,
+                        const char *name, void *buf, size_t size);
+int keg_fs_setxattr(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, const char *name,
+                    const void *val, size_t len, int flags);
+ssize_t keg_fs_listxattr(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, char *buf,
+                         size_t size);
+int keg_fs_removexattr(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino,
+                       const char *name);
+/* POSIX locks.  setlk with wait=1 blocks (polling the engine) until granted
+ * or interrupted (-EINTR via keg_fs_interrupt). */
+int keg_fs_getlk(struct keg_fs *fs, struct keg_fh *fh, uint64_t owner, struct keg_plock *lk);
+int keg_fs_setlk(struct keg_fs *fs, struct keg_fh *fh, uint64_t owner,
+                 const struct keg_plock *lk, int wait);
+/* op: LOCK_SH, LOCK_EX, LOCK_UN, optionally | LOCK_NB. */
+int keg_fs_flock(struct keg_fs *fs, struct keg_fh *fh, uint64_t owner, int op);
+
+/* Inspection for `kegfs info`: calls cb for every slice reference of every
+ * chunk of ino (after flushing buffered data of this mount). */
+typedef int keg_fs_info_cb(void *arg, uint32_t indx, const struct keg_slice *s);
+int keg_fs_chunks(struct keg_fs *fs, uint64_t ino, keg_fs_info_cb *cb, void *arg);
+
+#endif

@@ -1,0 +1,359 @@
+/* meta.h -- the metadata engine interface (struct keg_meta_ops) and its wrappers.
+ *
+ * DESIGN
+ * A metadata engine stores the namespace (inodes, directory entries, symlink
+ * targets, xattrs), the chunk -> slice lists of every file, counters, sessions,
+ * locks and the deferred-deletion queue of one volume.  Engines are selected by
+ * the META_URL scheme (sqlite3://, redis://, ...) through a registry
+ * (keg_meta_register/keg_meta_find), and every engine passes the same contract
+ * suite (tests/unit/test_meta_contract.c).
+ *
+ * Every mutating op is ATOMIC: it fully happens or not at all, also when other
+ * mounters of the same volume mutate concurrently.  POSIX rules that need the
+ * state being changed (EEXIST, ENOTEMPTY, setgid inheritance, rename replacing,
+ * link counts, quota) are enforced inside the op, never by a separate read
+ * first.  Permission checks (rwx, sticky bit) are done by the kernel
+ * (default_permissions) and by core/fs, not by engines.
+ *
+ * Conventions for every op:
+ *  - Returns 0 (or a count >= 0 where stated) or -errno.  Common errors:
+ *    -ENOENT (no such inode/entry), -ENOTDIR, -EISDIR, -EEXIST, -ENOTEMPTY,
+ *    -ENOSPC (capacity or inode quota, or the engine itself is full),
+ *    -EIO (engine unreachable after bounded retries, or corrupt record),
+ *    -ENOMEM.
+ *  - Out-params are written only on success unless stated.
+ *  - Thread-safety: every op may be called from many threads at once on one
+ *    instance; the engine does its own locking / connection pooling.
+ *  - Times are set by the engine from the mounter's clock (keg_now_ns()).
+ *  - "touch parent" means parent mtime = ctime = now.
+ *
+ * The session: open() leaves the instance without a session; session_begin()
+ * registers one and later ops that need one (locks, unlinked-but-open inodes)
+ * use it implicitly.  Tools (format, status, info, dump) run without a session.
+ */
+#ifndef KEG_META_H
+#define KEG_META_H
+
+#include <errno.h>
+#include <stdint.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "keg/keg.h"
+
+/*----------------------------------------------------------------------------
+ * Records
+ *--------------------------------------------------------------------------*/
+
+/* Attributes of one inode. */
+struct keg_attr {
+    uint64_t ino;
+    uint32_t mode;          /* st_mode including S_IFMT type bits */
+    uint32_t uid;
+    uint32_t gid;
+    uint32_t nlink;
+    uint64_t size;          /* regular: bytes; symlink: target length; dir: 4096 */
+    uint64_t rdev;          /* char/block devices */
+    uint64_t parent;        /* directories: parent ino; others: 0 */
+    int64_t  atime, mtime, ctime;            /* seconds since the epoch */
+    uint32_t atimensec, mtimensec, ctimensec;
+};
+
+/* One slice reference inside a chunk: bytes [off, off+len) of slice `id`
+ * (whose whole size is `size`) appear at position `pos` of the chunk.
+ * id == 0 is a hole: the range reads as zeros.  Later entries in a chunk's
+ * list shadow earlier ones where they overlap. */
+struct keg_slice {
+    uint64_t id;
+    uint32_t size;          /* total bytes of the slice object set */
+    uint32_t off;           /* offset into the slice */
+    uint32_t len;           /* bytes used */
+    uint32_t pos;           /* position within the chunk */
+};
+
+/* A slice reference addressed to a chunk of a file (for write_slices). */
+struct keg_chunk_slice {
+    uint32_t         indx;  /* chunk index = file offset / KEG_CHUNK_SIZE */
+    struct keg_slice s;
+};
+
+/* A slice whose blocks must be deleted from the object store. */
+struct keg_del_slice {
+    uint64_t id;
+    uint32_t size;
+};
+
+/* A directory entry as returned by readdir. */
+struct keg_dirent {
+    const char      *name;  /* BORROWS: valid only during the callback */
+    uint64_t         ino;
+    uint32_t         type;  /* S_IFMT bits of the child's mode */
+    struct keg_attr *attr;  /* full attributes when readdir(plus=1), else NULL */
+};
+
+/* A POSIX byte-range lock (end is inclusive; UINT64_MAX = to EOF). */
+struct keg_plock {
+    uint32_t type;          /* F_RDLCK, F_WRLCK, F_UNLCK */
+    uint64_t start;
+    uint64_t end;
+    uint32_t pid;           /* for getlk reports */
+};
+
+/* One registered mounter. */
+struct keg_session_info {
+    uint64_t sid;
+    int64_t  heartbeat;     /* seconds since the epoch of the last heartbeat */
+    const char *info;       /* BORROWS: "host=... pid=... mountpoint=... version=..." */
+};
+
+/* Volume settings written at format time.  See docs/internals/META.md. */
+struct keg_format {
+    char     name[64];          /* volume name: [a-z0-9][a-z0-9-]{2,62} */
+    char     uuid[40];
+    char     storage[16];       /* "file", "s3", "mem" */
+    char     bucket[1024];      /* directory or endpoint URL */
+    char     access_key[256];   /* secret: never logged */
+    char     secret_key[256];   /* secret: never logged */
+    char     session_token[2048];
+    char     region[64];
+    char     compress[8];       /* "none", "lz4", "zstd" */
+    uint32_t block_size;        /* bytes, power of two, 64 KiB .. 16 MiB */
+    uint64_t capacity;          /* bytes; 0 = unlimited */
+    uint64_t inodes;            /* inode quota; 0 = unlimited */
+    uint32_t trash_days;        /* 0 = no trash */
+    uint32_t meta_version;      /* schema version of the engine */
+    int64_t  created;           /* seconds since the epoch */
+};
+
+/* Encode / decode keg_format as "key=value\n" lines (values percent-escaped).
+ * keg_format_encode: OWNERSHIP caller keg_free()s *out.  Returns 0 or -errno.
+ * keg_format_decode: unknown keys are ignored; returns 0 or -EINVAL. */
+int keg_format_encode(const struct keg_format *f, char **out);
+int keg_format_decode(const char *text, struct keg_format *f);
+/* 0 if name is a valid volume name, else -EINVAL. */
+int keg_format_check_name(const char *name);
+
+/*----------------------------------------------------------------------------
+ * The ops vtable
+ *--------------------------------------------------------------------------*/
+
+struct keg_meta;
+typedef int keg_meta_dirent_cb(void *arg, const struct keg_dirent *de);
+typedef int keg_meta_session_cb(void *arg, const struct keg_session_info *s);
+
+/* setattr mask bits */
+#define KEG_SET_MODE       (1u << 0)
+#define KEG_SET_UID        (1u << 1)
+#define KEG_SET_GID        (1u << 2)
+#define KEG_SET_ATIME      (1u << 3)   /* from in->atime/atimensec */
+#define KEG_SET_MTIME      (1u << 4)
+#define KEG_SET_ATIME_NOW  (1u << 5)
+#define KEG_SET_MTIME_NOW  (1u << 6)
+#define KEG_SET_CTIME      (1u << 7)   /* from in->ctime (used by load) */
+
+/* rename flags (same values as Linux) */
+#define KEG_RENAME_NOREPLACE (1u << 0)
+#define KEG_RENAME_EXCHANGE  (1u << 1)
+
+/* write_slices flags */
+#define KEG_WS_SHARE   (1u << 0)   /* slices already exist: add references (copy_file_range) */
+#define KEG_WS_NOMTIME (1u << 1)   /* do not touch mtime/ctime (fallocate KEEP_SIZE of nothing) */
+
+/* id kinds for alloc_ids */
+#define KEG_ID_INODE 0
+#define KEG_ID_SLICE 1
+
+/* unlink/rename results: what happened to the inode that lost its last link */
+struct keg_unlinked {
+    uint64_t ino;           /* 0: no inode lost its last link */
+    uint32_t mode;
+    uint64_t size;
+};
+
+/* engine capabilities */
+#define KEG_META_CAP_TXN       (1u << 0)   /* ops are transactions */
+#define KEG_META_CAP_SHARED    (1u << 1)   /* several mounters on several machines */
+
+struct keg_meta_ops {
+    const char *name;           /* "sqlite3", "redis", ... also the URL scheme */
+    unsigned    version;        /* bump when appending ops */
+    unsigned    caps;           /* KEG_META_CAP_* */
+    size_t      priv_size;      /* bytes of private state, zeroed, at m->priv */
+    const char *const *schemes; /* NULL-terminated URL schemes served (NULL: just name) */
+
+    /* Connect to the engine named by url.  Must not create anything.
+     * Returns 0, -EINVAL (malformed url; message logged), -EIO/-ECONNREFUSED
+     * (unreachable: message names the address, never the password). */
+    int  (*open)(struct keg_meta *m, const char *url);
+    /* Must not fail; frees everything (ends no session: see session_end). */
+    void (*close)(struct keg_meta *m);
+
+    /* --- volume --- */
+    /* Write the format and create the root directory (mode 0777 & ~umask as
+     * given in root_mode, owner uid/gid of the caller).  -EEXIST if a volume is
+     * already formatted here and !force; with force only the settings are
+     * replaced (data is kept). */
+    int  (*format_init)(struct keg_meta *m, const struct keg_format *f, uint32_t root_mode,
+                        uint32_t uid, uint32_t gid, int force);
+    /* -ENOENT: not formatted. */
+    int  (*format_load)(struct keg_meta *m, struct keg_format *f);
+    /* Remove every record of the volume (CSI DeleteVolume).  Object data is
+     * the caller's job (list + delete).  Idempotent. */
+    int  (*destroy)(struct keg_meta *m);
+    /* Reserve n consecutive ids of kind KEG_ID_*; *first is the first one. */
+    int  (*alloc_ids)(struct keg_meta *m, int kind, uint32_t n, uint64_t *first);
+    /* Space and inodes in use (as charged by the ops below). */
+    int  (*statfs)(struct keg_meta *m, uint64_t *used_bytes, uint64_t *used_inodes);
+
+    /* --- sessions --- */
+    int  (*session_begin)(struct keg_meta *m, const char *info, uint64_t *sid);
+    int  (*session_heartbeat)(struct keg_meta *m);
+    /* Release this session's locks and purge its unlinked-but-open inodes. */
+    int  (*session_end)(struct keg_meta *m);
+    int  (*session_list)(struct keg_meta *m, keg_meta_session_cb *cb, void *arg);
+    /* For every session whose heartbeat is older than max_age seconds: release
+     * its locks, purge its pending inodes, remove it.  *cleaned = sessions removed. */
+    int  (*session_clean_stale)(struct keg_meta *m, int64_t max_age, uint32_t *cleaned);
+
+    /* --- namespace --- */
+    int  (*lookup)(struct keg_meta *m, uint64_t parent, const char *name, struct keg_attr *out);
+    int  (*getattr)(struct keg_meta *m, uint64_t ino, struct keg_attr *out);
+    /* Apply the KEG_SET_* fields of in; ctime = now on any change.  Does not
+     * change size (see truncate).  Returns the new attributes. */
+    int  (*setattr)(struct keg_meta *m, uint64_t ino, unsigned set, const struct keg_attr *in,
+                    struct keg_attr *out);
+    /* Create parent/name as inode `ino` (from alloc_ids) of type/mode `mode`
+     * (umask already applied), owner uid/gid.  Directories get nlink 2 and raise
+     * parent's nlink; symlinks store `target`.  If the parent has S_ISGID the
+     * child's gid is the parent's, and a child directory inherits S_ISGID.
+     * Touches parent.  -EEXIST, -ENOTDIR, -ENOENT (parent gone or unlinked),
+     * -ENOSPC (inode quota). */
+    int  (*mknod)(struct keg_meta *m, uint64_t parent, const char *name, uint64_t ino,
+                  uint32_t mode, uint32_t uid, uint32_t gid, uint64_t rdev, const char *target,
+                  struct keg_attr *out);
+    /* New name newparent/newname for ino.  -EPERM for directories, -EEXIST,
+     * -EMLINK past 65000 links.  ino's ctime and newparent's mtime/ctime = now. */
+    int  (*link)(struct keg_meta *m, uint64_t ino, uint64_t newparent, const char *newname,
+                 struct keg_attr *out);
+    /* Remove a non-directory entry.  If that was the inode's last link, the
+     * inode is kept as "pending" under this session and reported in *gone; the
+     * caller purges it (purge) once no handle of it is open.  Without a session
+     * the inode is purged at once.  -EISDIR for directories. */
+    int  (*unlink)(struct keg_meta *m, uint64_t parent, const char *name, struct keg_unlinked *gone);
+    /* Remove an empty directory.  -ENOTEMPTY, -ENOTDIR, -EBUSY for the root. */
+    int  (*rmdir)(struct keg_meta *m, uint64_t parent, const char *name);
+    /* rename(2)/renameat2(2) semantics incl. KEG_RENAME_NOREPLACE/EXCHANGE:
+     * replacing a file (its last link -> *gone as for unlink) or an empty
+     * directory (-ENOTEMPTY otherwise); -EISDIR/-ENOTDIR for type mismatch;
+     * -EINVAL when moving a directory into its own subtree; same-inode rename
+     * is a successful no-op.  Fixes ".." link counts and parent pointers.
+     * *moved gets the attributes of the moved inode. */
+    int  (*rename)(struct keg_meta *m, uint64_t parent, const char *name, uint64_t newparent,
+                   const char *newname, unsigned flags, struct keg_attr *moved,
+                   struct keg_unlinked *gone);
+    /* Entries of directory ino with name > after (byte order; after == NULL:
+     * from the start), in increasing name order, at most max of them; "." and
+     * ".." are not stored.  cb returning non-zero stops early (not an error).
+     * Returns the number of entries delivered, or -errno.  -ENOTDIR. */
+    int  (*readdir)(struct keg_meta *m, uint64_t ino, const char *after, uint32_t max, int plus,
+                    keg_meta_dirent_cb *cb, void *arg);
+    /* Copies the target (not NUL-terminated) into buf; returns its length. */
+    ssize_t (*readlink)(struct keg_meta *m, uint64_t ino, char *buf, size_t size);
+    /* Drop a pending (unlinked) inode: its slices lose a reference (slices
+     * left with none go to the deletion queue) and its records go.  Idempotent. */
+    int  (*purge)(struct keg_meta *m, uint64_t ino);
+
+    /* --- data --- */
+    /* The slice list of chunk indx of ino, oldest first.  An absent chunk is
+     * an empty list (*n = 0, *out = NULL).
+     * OWNERSHIP: caller frees *out with keg_free(). */
+    int  (*read_chunk)(struct keg_meta *m, uint64_t ino, uint32_t indx, struct keg_slice **out,
+                       size_t *n);
+    /* Append n slice references (in order) to their chunks and set
+     * size = max(size, min_size).  Charges capacity for the growth (-ENOSPC).
+     * mtime = ctime = now unless KEG_WS_NOMTIME.  With KEG_WS_SHARE each
+     * non-hole slice gains a reference, and -EAGAIN is returned if one of them
+     * no longer exists.  *nslices (may be NULL) = longest resulting list, to
+     * trigger compaction.  -EISDIR, -EPERM for non-regular files. */
+    int  (*write_slices)(struct keg_meta *m, uint64_t ino, size_t n,
+                         const struct keg_chunk_slice *cs, uint64_t min_size, unsigned flags,
+                         uint32_t *nslices, struct keg_attr *out);
+    /* Set the size.  Shrinking drops whole chunks past the end (their slices
+     * lose a reference) and covers the tail of the last chunk with a hole, so
+     * that growing later reads zeros.  mtime = ctime = now.  -ENOSPC on growth
+     * past capacity. */
+    int  (*truncate)(struct keg_meta *m, uint64_t ino, uint64_t size, struct keg_attr *out);
+    /* Replace the first nold entries of chunk indx by `repl` (one slice),
+     * provided they are still exactly old[0..nold) (else -EAGAIN: someone
+     * rewrote the chunk; entries appended after them are kept).  The old
+     * slices lose a reference.  Used by compaction. */
+    int  (*compact_chunk)(struct keg_meta *m, uint64_t ino, uint32_t indx,
+                          const struct keg_slice *old, size_t nold, const struct keg_slice *repl);
+    /* Up to max slices whose blocks can be deleted.  Returns the count.
+     * The entries stay queued until delq_ack(). */
+    int  (*delq_peek)(struct keg_meta *m, struct keg_del_slice *out, uint32_t max);
+    int  (*delq_ack)(struct keg_meta *m, const struct keg_del_slice *done, uint32_t n);
+
+    /* --- extended attributes --- */
+    /* Returns the value length; with size == 0 only the length.  -ENODATA,
+     * -ERANGE (buf too small). */
+    ssize_t (*getxattr)(struct keg_meta *m, uint64_t ino, const char *name, void *buf, size_t size);
+    /* flags: XATTR_CREATE (-EEXIST) / XATTR_REPLACE (-ENODATA).  ctime = now. */
+    int  (*setxattr)(struct keg_meta *m, uint64_t ino, const char *name, const void *val,
+                     size_t len, int flags);
+    /* NUL-separated names; returns total length; size == 0: length only; -ERANGE. */
+    ssize_t (*listxattr)(struct keg_meta *m, uint64_t ino, char *buf, size_t size);
+    int  (*removexattr)(struct keg_meta *m, uint64_t ino, const char *name); /* -ENODATA */
+
+    /* --- locks (owned by this session + owner) --- */
+    /* flock: type F_RDLCK/F_WRLCK/F_UNLCK.  -EAGAIN on conflict (caller waits). */
+    int  (*flock)(struct keg_meta *m, uint64_t ino, uint64_t owner, uint32_t type);
+    /* First lock of another owner conflicting with *lk; lk->type = F_UNLCK if none. */
+    int  (*getlk)(struct keg_meta *m, uint64_t ino, uint64_t owner, struct keg_plock *lk);
+    /* Set or clear (F_UNLCK) a byte-range lock, merging/splitting this owner's
+     * ranges as POSIX requires.  -EAGAIN on conflict. */
+    int  (*setlk)(struct keg_meta *m, uint64_t ino, uint64_t owner, const struct keg_plock *lk);
+
+    /* Make committed metadata durable (fsync of the engine's log), optional. */
+    int  (*sync)(struct keg_meta *m);
+};
+
+struct keg_meta {
+    const struct keg_meta_ops *ops;     /* MUST be first */
+    void                      *priv;    /* ops->priv_size bytes, owned by the core */
+    char                      *url;     /* as given (contains secrets: never log it) */
+    char                      *url_redacted;  /* for logs and status */
+};
+
+/*----------------------------------------------------------------------------
+ * Registry and open/close
+ *--------------------------------------------------------------------------*/
+
+/* Register an engine (at most 16).  Built-in engines are registered by
+ * keg_meta_find on first use. */
+int keg_meta_register(const struct keg_meta_ops *ops);
+/* The engine serving this URL scheme, or NULL. */
+const struct keg_meta_ops *keg_meta_find(const char *scheme);
+
+/* Open the engine for url.  -EINVAL with a clear log line for an unknown scheme
+ * or malformed url.  OWNERSHIP: caller closes with keg_meta_close(). */
+int  keg_meta_open(const char *url, struct keg_meta **out);
+void keg_meta_close(struct keg_meta *m);
+
+/* Wrappers: use these, never m->ops->x directly.  An op that an engine leaves
+ * NULL returns -ENOSYS. */
+#define KEG_META_CALL(m, op, ...) \
+    ((m)->ops->op ? (m)->ops->op((m), __VA_ARGS__) : -ENOSYS)
+#define KEG_META_CALL0(m, op) \
+    ((m)->ops->op ? (m)->ops->op((m)) : -ENOSYS)
+
+/* Helpers shared by engines (core/meta/meta.c). */
+/* Fill ts fields now. */
+void keg_attr_set_now(int64_t *sec, uint32_t *nsec);
+/* Bytes charged for a file of this size (4 KiB rounding). */
+static inline uint64_t keg_meta_charge(uint64_t size)
+{
+    return (size + 4095) & ~(uint64_t)4095;
+}
+
+#endif

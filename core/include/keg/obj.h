@@ -1,0 +1,184 @@
+/* obj.h -- the object store interface (struct keg_obj_ops), its wrappers and registry.
+ *
+ * DESIGN
+ * An object store maps keys ("<volume>/chunks/...") to immutable byte strings.
+ * Stores stack (curl connection filters / s3backer): a cache layer is a store
+ * whose `inner` is the next layer down and whose unimplemented ops pass through
+ * (keg_obj_def_*).  Backends: file (a local directory), s3, mem (tests) and
+ * faulty (wraps any store and injects errors/latency/corruption by seed).
+ * The stack is assembled in one place (core/stack.c).
+ *
+ * Every op may be called from many threads at once on one instance.
+ * Returns 0 / a byte count >= 0, or -errno:
+ *   -ENOENT     the key does not exist (get/head only; del never returns it)
+ *   -EACCES     credentials rejected (403)          -- not retried
+ *   -EINVAL     request rejected (400)              -- not retried
+ *   -EAGAIN     throttled / 5xx after retries ran out
+ *   -ETIMEDOUT  no answer within the deadline
+ *   -EIO        anything else (message in the log, never secrets)
+ *   -ENOSPC     the store is full
+ */
+#ifndef KEG_OBJ_H
+#define KEG_OBJ_H
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "keg/keg.h"
+
+struct keg_obj;
+
+/* Configuration for opening a store.  Strings are BORROWED during open(). */
+struct keg_obj_conf {
+    const char *bucket;          /* file: absolute directory; s3: endpoint URL incl. bucket */
+    const char *access_key;      /* s3 */
+    const char *secret_key;      /* s3 */
+    const char *session_token;   /* s3, optional */
+    const char *region;          /* s3, optional ("us-east-1") */
+    const char *ca_file;         /* s3, optional CA bundle */
+    int         insecure;        /* s3: skip TLS verification */
+    unsigned    concurrency;     /* s3: connection pool size (default 16) */
+    unsigned    retry_deadline_ms; /* s3: total time retries may take (default 60000) */
+    int         fsync;           /* file: fsync each object before rename */
+    /* faulty: */
+    uint64_t    seed;
+    double      err_prob;        /* probability of a transient -EIO/-EAGAIN per op */
+    double      corrupt_prob;    /* probability that a get flips a byte */
+    unsigned    delay_ms;        /* added latency per op */
+};
+
+typedef int keg_obj_list_cb(void *arg, const char *key, uint64_t size);
+
+#define KEG_OBJ_CAP_RANGE_GET (1u << 0)
+#define KEG_OBJ_CAP_LIST      (1u << 1)
+#define KEG_OBJ_CAP_DURABLE   (1u << 2)   /* a successful put is durable on return */
+
+struct keg_obj_ops {
+    const char *name;            /* "file", "s3", "mem", "faulty", "cache_mem", ... */
+    unsigned    version;
+    unsigned    caps;            /* KEG_OBJ_CAP_* */
+    size_t      priv_size;       /* zeroed bytes at o->priv */
+
+    /* Open with conf.  For layers, o->inner is set before open().
+     * Returns 0 or -errno (message logged). */
+    int     (*open)(struct keg_obj *o, const struct keg_obj_conf *conf);
+    /* Must not fail; frees everything private (not o->inner). */
+    void    (*close)(struct keg_obj *o);
+    /* Read [off, off+len) of key into buf.  Returns bytes read (< len only at
+     * the end of the object), -ENOENT if the key does not exist. */
+    ssize_t (*get)(struct keg_obj *o, const char *key, uint64_t off, void *buf, size_t len);
+    /* Store the whole object (atomically: readers see old or new, never part). */
+    int     (*put)(struct keg_obj *o, const char *key, const void *buf, size_t len);
+    /* Delete; a missing key is success. */
+    int     (*del)(struct keg_obj *o, const char *key);
+    /* Size of key, -ENOENT. */
+    int     (*head)(struct keg_obj *o, const char *key, uint64_t *size);
+    /* Every key starting with prefix, in byte order; cb returning non-zero
+     * stops (returned).  Optional (NULL: -ENOSYS). */
+    int     (*list)(struct keg_obj *o, const char *prefix, keg_obj_list_cb *cb, void *arg);
+    /* Make every put that returned durable (file: syncfs).  Optional. */
+    int     (*sync)(struct keg_obj *o);
+};
+
+struct keg_obj {
+    const struct keg_obj_ops *ops;   /* MUST be first */
+    struct keg_obj           *inner; /* next layer down, or NULL */
+    void                     *priv;  /* ops->priv_size bytes, owned by the core */
+};
+
+/* Registry: backends by name ("file", "s3", "mem", "faulty"). */
+int keg_obj_register(const struct keg_obj_ops *ops);
+const struct keg_obj_ops *keg_obj_find(const char *name);
+
+/* Open the store `name` with conf, on top of inner (NULL for a bottom store;
+ * TAKES inner: it is closed with the new store, and on failure).
+ * OWNERSHIP: caller closes with keg_obj_close(), which closes the whole stack. */
+int  keg_obj_open(const char *name, const struct keg_obj_conf *conf, struct keg_obj *inner,
+                  struct keg_obj **out);
+void keg_obj_close(struct keg_obj *o);
+
+/* Pass-through defaults for layers (call o->inner). */
+ssize_t keg_obj_def_get(struct keg_obj *o, const char *key, uint64_t off, void *buf, size_t len);
+int     keg_obj_def_put(struct keg_obj *o, const char *key, const void *buf, size_t len);
+int     keg_obj_def_del(struct keg_obj *o, const char *key);
+int     keg_obj_def_head(struct keg_obj *o, const char *key, uint64_t *size);
+int     keg_obj_def_list(struct keg_obj *o, const char *prefix, keg_obj_list_cb *cb, void *arg);
+int     keg_obj_def_sync(struct keg_obj *o);
+
+/* Checked wrappers: the rest of the code calls these, never o->ops->x. */
+static inline ssize_t keg_obj_get(struct keg_obj *o, const char *key, uint64_t off, void *buf,
+                                  size_t len)
+{
+    ssize_t n = o->ops->get(o, key, off, buf, len);
+    KEG_ASSERT(n < 0 ? n >= -4095 : (size_t)n <= len);
+    return n;
+}
+static inline int keg_obj_put(struct keg_obj *o, const char *key, const void *buf, size_t len)
+{
+    int rc = o->ops->put(o, key, buf, len);
+    KEG_ASSERT(rc <= 0 && rc >= -4095);
+    return rc;
+}
+static inline int keg_obj_del(struct keg_obj *o, const char *key)
+{
+    int rc = o->ops->del(o, key);
+    KEG_ASSERT(rc <= 0 && rc != -ENOENT);
+    return rc;
+}
+static inline int keg_obj_head(struct keg_obj *o, const char *key, uint64_t *size)
+{
+    return o->ops->head ? o->ops->head(o, key, size) : -ENOSYS;
+}
+static inline int keg_obj_list(struct keg_obj *o, const char *prefix, keg_obj_list_cb *cb,
+                               void *arg)
+{
+    return o->ops->list ? o->ops->list(o, prefix, cb, arg) : -ENOSYS;
+}
+static inline int keg_obj_sync(struct keg_obj *o)
+{
+    return o->ops->sync ? o->ops->sync(o) : 0;
+}
+
+/*----------------------------------------------------------------------------
+ * Blocks: the encoding of file data in objects (core/obj/block.c)
+ *
+ * A block object is a 16-byte header followed by the payload:
+ *   0  u32 magic "KEGB" (0x4247454b little-endian)
+ *   4  u8  version (1)
+ *   5  u8  codec (0 none, 1 lz4, 2 zstd)
+ *   6  u16 reserved (0)
+ *   8  u32 raw length (bytes of file data)
+ *  12  u32 CRC32C of the raw bytes
+ *  16  payload (raw bytes, or compressed)
+ * All integers little-endian.  See docs/internals/OBJSTORE.md.
+ *--------------------------------------------------------------------------*/
+
+#define KEG_BLOCK_HDR 16
+#define KEG_CODEC_NONE 0
+#define KEG_CODEC_LZ4  1
+#define KEG_CODEC_ZSTD 2
+
+uint32_t keg_crc32c(uint32_t crc, const void *buf, size_t len);
+/* "none"/"lz4"/"zstd" -> KEG_CODEC_*, or -EINVAL. */
+int keg_codec_parse(const char *name);
+/* Largest encoded size for raw_len bytes with codec. */
+size_t keg_block_bound(int codec, size_t raw_len);
+/* Encode raw into out (capacity keg_block_bound()).  *out_len = object size. */
+int keg_block_encode(int codec, const void *raw, size_t raw_len, void *out, size_t out_cap,
+                     size_t *out_len);
+/* Verify and decode an object into raw (capacity raw_cap >= raw length).
+ * Returns the raw length, or -EIO (bad magic, CRC mismatch, truncated,
+ * undecodable: the caller logs the key). */
+ssize_t keg_block_decode(const void *obj, size_t obj_len, void *raw, size_t raw_cap);
+
+/* Object key of block `indx` (of length blen) of slice id in volume vol:
+ * "<vol>/chunks/<id/1e6>/<id/1e3>/<id>_<indx>_<blen>".  Returns snprintf's. */
+int keg_block_key(char *buf, size_t size, const char *vol, uint64_t id, uint32_t indx,
+                  uint32_t blen);
+/* Parse a key made by keg_block_key (after the "<vol>/chunks/" prefix
+ * is stripped or not).  Returns 0 or -EINVAL. */
+int keg_block_key_parse(const char *key, uint64_t *id, uint32_t *indx, uint32_t *blen);
+
+#endif
