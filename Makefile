@@ -1,0 +1,53 @@
+# KegFS -- the two quick-start commands:
+#   make run    install what is missing, build, format and mount the embedded default volume
+#   make test   install what is missing, build (plain and ASan+UBSan), start the real servers
+#               the tests need on 127.0.0.1 (Redis, Ceph S3 gateway), run every test
+# Others: make build, make umount, make test-long, make bench, make clean.
+
+BUILD      ?= build
+ASAN_BUILD ?= build-asan
+JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
+CMAKE_FLAGS ?=
+
+.PHONY: all deps deps-test build build-asan run umount test test-unit test-long bench clean
+
+all: build
+
+deps:
+	@scripts/install-deps.sh run
+
+deps-test:
+	@scripts/install-deps.sh test
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKEG_WERROR=ON $(CMAKE_FLAGS)
+
+build: deps $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j$(JOBS)
+
+$(ASAN_BUILD)/CMakeCache.txt:
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DKEG_WERROR=ON -DKEG_SANITIZE=ON $(CMAKE_FLAGS)
+
+build-asan: deps $(ASAN_BUILD)/CMakeCache.txt
+	cmake --build $(ASAN_BUILD) -j$(JOBS)
+
+run: build
+	@scripts/run.sh $(BUILD)/mounter/kegfs
+
+umount:
+	@$(BUILD)/mounter/kegfs umount $(CURDIR)/var/mnt
+
+test: deps-test build build-asan
+	@scripts/test.sh --build $(BUILD) --asan-build $(ASAN_BUILD)
+
+test-unit: build build-asan
+	@scripts/test.sh --build $(BUILD) --asan-build $(ASAN_BUILD) --unit-only
+
+test-long: deps-test build build-asan
+	@scripts/test.sh --build $(BUILD) --asan-build $(ASAN_BUILD) --long
+
+bench: deps-test build
+	@bench/run.sh $(BUILD)
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

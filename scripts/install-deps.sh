@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# install-deps.sh -- install the Debian packages KegFS needs that are missing.
+#
+#   scripts/install-deps.sh run    build + mount the embedded default (SQLite + local directory)
+#   scripts/install-deps.sh test   everything `make test` needs (Redis, Ceph S3 gateway, tools)
+#
+# Installs only what dpkg does not already have; runs `apt-get update` once, only
+# when something is missing.  Needs root (or sudo) when something is missing.
+set -euo pipefail
+
+RUN_PKGS=(
+  build-essential cmake pkg-config git ca-certificates
+  fuse3 libfuse3-dev
+  libsqlite3-dev sqlite3
+  libhiredis-dev
+  libcurl4-openssl-dev libssl-dev
+  libyaml-dev
+  liblz4-dev libzstd-dev
+  protobuf-c-compiler libprotobuf-c-dev libgrpc-dev libprotobuf-dev protobuf-compiler
+  libcmocka-dev
+)
+TEST_PKGS=(
+  redis-server redis-tools
+  radosgw ceph-mon ceph-osd ceph-common
+  attr acl util-linux procps psmisc curl xxd
+  python3 python3-grpcio python3-grpc-tools
+)
+
+want=("${RUN_PKGS[@]}")
+if [ "${1:-run}" = "test" ]; then
+  want+=("${TEST_PKGS[@]}")
+fi
+
+missing=()
+for p in "${want[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+SUDO=""
+if [ "$(id -u)" != 0 ]; then
+  command -v sudo >/dev/null || { echo "install-deps: need root to install: ${missing[*]}" >&2; exit 1; }
+  SUDO=sudo
+fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

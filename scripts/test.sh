@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# test.sh -- everything `make test` runs, in order:
+#   1. unit tests (cmocka, ctest) in the plain build and under ASan+UBSan
+#   2. a real redis-server on 127.0.0.1: engine contract suite + Redis-specific tests
+#   3. a real Ceph S3 gateway on 127.0.0.1 (checks SigV4): object-store contract + live S3 tests
+#   4. real FUSE mounts: the mount suite on sqlite+file and on redis+s3
+#   5. the CSI driver: conformance client and the local e2e over csi.sock
+# Servers are stopped on exit.  The last line is "N passed, M failed".
+#
+# Options: --build DIR --asan-build DIR --unit-only --long
+set -uo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+cd "$top"
+BUILD=build
+ASAN=build-asan
+UNIT_ONLY=0
+LONG=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --build) BUILD=$2; shift ;;
+    --asan-build) ASAN=$2; shift ;;
+    --unit-only) UNIT_ONLY=1 ;;
+    --long) LONG=1 ;;
+    *) echo "test.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+TMP=${KEG_TEST_TMP:-$top/var/test}
+mkdir -p "$TMP"
+export KEG_TEST_TMP=$TMP
+REDIS_PORT=${KEG_TEST_REDIS_PORT:-6390}
+PASSED=0
+FAILED=0
+SKIPPED=0
+FAILED_STAGES=()
+started_redis=0
+started_s3=0
+
+cleanup() {
+  [ $started_s3 = 1 ] && scripts/s3-server.sh stop >/dev/null 2>&1
+  [ $started_redis = 1 ] && scripts/redis-server.sh stop "$REDIS_PORT" "$TMP/redis" >/dev/null 2>&1
+}
+trap cleanup EXIT
+
+# count LOGFILE: add the counts printed by ctest / our runners to the totals
+count() {
+  local log=$1 p f s
+  if grep -qE '^[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$log"; then
+    local line total
+    line=$(grep -E '^[0-9]+% tests passed' "$log" | tail -1)
+    f=$(echo "$line" | sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\1/')
+    total=$(echo "$line" | sed -E 's/.* failed out of ([0-9]+).*/\1/')
+    s=$(grep -cE '\*\*\*Skipped|Not Run' "$log" || true)
+    p=$((total - f - s))
+  elif grep -qE '^([A-Za-z]+: )?[0-9]+ passed, [0-9]+ failed' "$log"; then
+    local line
+    line=$(grep -E '^([A-Za-z]+: )?[0-9]+ passed, [0-9]+ failed' "$log" | tail -1)
+    p=$(echo "$line" | sed -E 's/^([A-Za-z]+: )?([0-9]+) passed.*/\2/')
+    f=$(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')
+    s=$(echo "$line" | grep -oE '[0-9]+ skipped' | grep -oE '[0-9]+' || echo 0)
+  else
+    p=0; f=0; s=0
+  fi
+  PASSED=$((PASSED + p)); FAILED=$((FAILED + f)); SKIPPED=$((SKIPPED + ${s:-0}))
+}
+
+# stage NAME CMD...: run, tee to a log, count, remember failures
+stage() {
+  local name=$1; shift
+  local log="$TMP/stage-$name.log"
+  echo
+  echo "=== $name: $*"
+  local t0=$SECONDS
+  "$@" 2>&1 | tee "$log"
+  local rc=${PIPESTATUS[0]}
+  count "$log"
+  if [ "$rc" != 0 ]; then
+    FAILED_STAGES+=("$name")
+    # a stage that failed without printing any count still counts as one failure
+    grep -qE 'tests passed|[0-9]+ passed, [0-9]+ failed' "$log" || FAILED=$((FAILED + 1))
+  fi
+  echo "=== $name: rc=$rc in $((SECONDS - t0)) s"
+}
+
+stage unit ctest --test-dir "$BUILD" --output-on-failure -j2 -L unit
+stage unit-asan env ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --test-dir "$ASAN" --output-on-failure -j2 -L unit
+
+if [ $UNIT_ONLY = 0 ]; then
+  # --- Redis ---
+  if scripts/redis-server.sh start "$REDIS_PORT" "$TMP/redis"; then
+    started_redis=1
+    export KEG_TEST_REDIS_URL="redis://127.0.0.1:$REDIS_PORT/0"
+    stage redis-contract env "KEG_TEST_META_URL_FMT=redis://127.0.0.1:$REDIS_PORT/0?ns=%s" \
+      "$BUILD/tests/test_meta_contract"
+    stage redis-engine "$BUILD/tests/test_meta_redis"
+  else
+    FAILED_STAGES+=("redis-start"); FAILED=$((FAILED + 1))
+  fi
+
+  # --- S3 (Ceph gateway) ---
+  if scripts/s3-server.sh start; then
+    started_s3=1
+    eval "$(scripts/s3-server.sh env)"
+    stage s3-contract "$BUILD/tests/test_obj_contract"
+    stage s3-live "$BUILD/tests/test_obj_s3_live"
+  else
+    FAILED_STAGES+=("s3-start"); FAILED=$((FAILED + 1))
+  fi
+
+  # --- real FUSE mounts ---
+  mt_long=()
+  [ $LONG = 1 ] && mt_long=(--long)
+  stage mount-sqlite-file tests/mount/run-tests.sh --kegfs "$BUILD/mounter/kegfs" \
+    --meta sqlite --storage file "${mt_long[@]}"
+  if [ $started_redis = 1 ] && [ $started_s3 = 1 ]; then
+    stage mount-redis-s3 tests/mount/run-tests.sh --kegfs "$BUILD/mounter/kegfs" \
+      --meta redis --storage s3 "${mt_long[@]}"
+  fi
+
+  # --- CSI ---
+  if [ -x e2e/conformance/run.sh ]; then
+    stage csi-conformance e2e/conformance/run.sh "$BUILD"
+  fi
+  if [ -x e2e/local-e2e.sh ]; then
+    stage csi-e2e e2e/local-e2e.sh "$BUILD"
+  fi
+fi
+
+echo
+if [ ${#FAILED_STAGES[@]} -gt 0 ]; then
+  echo "FAILED stages: ${FAILED_STAGES[*]}"
+fi
+if [ "$SKIPPED" -gt 0 ]; then
+  echo "$PASSED passed, $FAILED failed, $SKIPPED skipped"
+else
+  echo "$PASSED passed, $FAILED failed"
+fi
+[ "$FAILED" = 0 ] && [ ${#FAILED_STAGES[@]} = 0 ]
