@@ -83,6 +83,7 @@ stage() {
   echo "=== $name: rc=$rc in $((SECONDS - t0)) s"
 }
 
+stage checksrc scripts/checksrc.sh
 stage unit ctest --test-dir "$BUILD" --output-on-failure -j2 -L unit
 stage unit-asan env ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir "$ASAN" --output-on-failure -j2 -L unit
