@@ -1,0 +1,306 @@
+/* test_obj_block.c -- block objects: codec round trips, corruption, keys. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "keg/obj.h"
+
+static const int codecs[] = {KEG_CODEC_NONE, KEG_CODEC_LZ4, KEG_CODEC_ZSTD};
+static const size_t sizes[] = {0, 1, 4095, 4u << 20};
+
+static void fill_random(unsigned char *p, size_t n, uint64_t seed)
+{
+    uint64_t x = seed | 1;
+    for (size_t i = 0; i < n; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        p[i] = (unsigned char)(x >> 32);
+    }
+}
+
+/* Compressible: short words, repeated. */
+static void fill_text(unsigned char *p, size_t n)
+{
+    static const char words[] = "kegfs stores file data in immutable blocks ";
+    for (size_t i = 0; i < n; i++)
+        p[i] = (unsigned char)words[(i + i / 1000) % (sizeof(words) - 1)];
+}
+
+static void encode_ok(int codec, const unsigned char *raw, size_t n, unsigned char **obj,
+                      size_t *olen)
+{
+    size_t cap = keg_block_bound(codec, n);
+    assert_true(cap >= KEG_BLOCK_HDR + n);
+    *obj = malloc(cap);
+    assert_non_null(*obj);
+    assert_int_equal(keg_block_encode(codec, raw, n, *obj, cap, olen), 0);
+    assert_true(*olen >= KEG_BLOCK_HDR && *olen <= cap);
+}
+
+static void roundtrip(int codec, const unsigned char *raw, size_t n, int expect_codec)
+{
+    unsigned char *obj, *out = malloc(n + 1);
+    size_t olen;
+    assert_non_null(out);
+    encode_ok(codec, raw, n, &obj, &olen);
+    assert_int_equal(obj[5], expect_codec);
+    if (expect_codec == KEG_CODEC_NONE)
+        assert_int_equal(olen, KEG_BLOCK_HDR + n);
+    else
+        assert_true(olen < KEG_BLOCK_HDR + n);
+    assert_int_equal(keg_block_decode(obj, olen, out, n), (ssize_t)n);
+    if (n)
+        assert_memory_equal(out, raw, n);
+    /* A larger output buffer is fine too. */
+    assert_int_equal(keg_block_decode(obj, olen, out, n + 1), (ssize_t)n);
+    free(obj);
+    free(out);
+}
+
+static void test_roundtrip_all(void **state)
+{
+    unsigned char *rnd = malloc(4u << 20), *txt = malloc(4u << 20);
+    (void)state;
+    assert_non_null(rnd);
+    assert_non_null(txt);
+    fill_random(rnd, 4u << 20, 42);
+    fill_text(txt, 4u << 20);
+    for (size_t c = 0; c < sizeof(codecs) / sizeof(codecs[0]); c++) {
+        for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
+            size_t n = sizes[s];
+            /* Incompressible data is always stored as codec none. */
+            roundtrip(codecs[c], rnd, n, KEG_CODEC_NONE);
+            /* Text compresses once there is enough of it. */
+            roundtrip(codecs[c], txt, n, n >= 4095 ? codecs[c] : KEG_CODEC_NONE);
+        }
+    }
+    free(rnd);
+    free(txt);
+}
+
+static void test_header_layout(void **state)
+{
+    unsigned char obj[KEG_BLOCK_HDR + 9];
+    size_t olen;
+    (void)state;
+    assert_int_equal(keg_block_encode(KEG_CODEC_ZSTD, "123456789", 9, obj, sizeof(obj), &olen), 0);
+    assert_int_equal(olen, KEG_BLOCK_HDR + 9);
+    assert_memory_equal(obj, "KEGB", 4);
+    assert_int_equal(obj[4], 1);
+    assert_int_equal(obj[5], KEG_CODEC_NONE);     /* 9 bytes do not compress */
+    assert_int_equal(obj[6] | obj[7], 0);
+    assert_int_equal(obj[8] | obj[9] << 8 | obj[10] << 16 | (uint32_t)obj[11] << 24, 9);
+    assert_int_equal(obj[12] | obj[13] << 8 | obj[14] << 16 | (uint32_t)obj[15] << 24,
+                     0xE3069283u);
+    assert_memory_equal(obj + KEG_BLOCK_HDR, "123456789", 9);
+}
+
+static void test_encode_errors(void **state)
+{
+    unsigned char obj[64];
+    size_t olen = 123;
+    (void)state;
+    assert_int_equal(keg_block_encode(7, "abc", 3, obj, sizeof(obj), &olen), -EINVAL);
+    assert_int_equal(olen, 0);
+    assert_int_equal(keg_block_encode(KEG_CODEC_NONE, "abc", 3, obj, KEG_BLOCK_HDR + 2, &olen),
+                     -EINVAL);
+    assert_int_equal(keg_codec_parse("none"), KEG_CODEC_NONE);
+    assert_int_equal(keg_codec_parse("lz4"), KEG_CODEC_LZ4);
+    assert_int_equal(keg_codec_parse("zstd"), KEG_CODEC_ZSTD);
+    assert_int_equal(keg_codec_parse("gzip"), -EINVAL);
+    assert_int_equal(keg_codec_parse(""), -EINVAL);
+    assert_int_equal(keg_codec_parse(NULL), -EINVAL);
+}
+
+/* A damaged object must decode to -EIO, or (compressed codecs only: a flip in
+ * a bit the decoder ignores) to exactly the original bytes -- never to wrong
+ * bytes.  Returns 1 if it decoded (a neutral change). */
+static int damaged(const unsigned char *obj, size_t olen, const unsigned char *raw, size_t n,
+                   unsigned char *out, int strict)
+{
+    ssize_t r = keg_block_decode(obj, olen, out, n + 64);
+    if (r == -EIO)
+        return 0;
+    if (strict)
+        fail_msg("damaged codec-none block decoded (%zd)", r);
+    assert_int_equal(r, (ssize_t)n);
+    assert_memory_equal(out, raw, n);
+    return 1;
+}
+
+/* Every single-byte flip, every truncation and bad header field. */
+static void corrupt_all(int codec, const unsigned char *raw, size_t n, int expect_codec)
+{
+    unsigned char *obj, *bad, *out = malloc(n + 64);
+    size_t olen;
+    assert_non_null(out);
+    encode_ok(codec, raw, n, &obj, &olen);
+    assert_int_equal(obj[5], expect_codec);
+    bad = malloc(olen + 1);
+    assert_non_null(bad);
+
+    /* Byte flips (every byte for small objects, a stride for large ones); the
+     * header and, for codec none, every byte must be caught. */
+    int strict = expect_codec == KEG_CODEC_NONE;
+    size_t stride = olen > 4096 ? olen / 997 : 1, tried = 0, neutral = 0;
+    for (size_t i = 0; i < olen; i += stride) {
+        for (int bit = 0; bit < 8; bit += 3) {
+            memcpy(bad, obj, olen);
+            bad[i] ^= (unsigned char)(1u << bit);
+            neutral += (size_t)damaged(bad, olen, raw, n, out, strict || i < KEG_BLOCK_HDR);
+            tried++;
+        }
+    }
+    assert_true(neutral * 20 <= tried);
+    /* Truncation at every length (stride for large) and one extra byte. */
+    for (size_t l = 0; l < olen; l += stride)
+        assert_int_equal(keg_block_decode(obj, l, out, n + 64), -EIO);
+    memcpy(bad, obj, olen);
+    bad[olen] = 0;
+    damaged(bad, olen + 1, raw, n, out, strict);
+    /* Output buffer too small. */
+    if (n)
+        assert_int_equal(keg_block_decode(obj, olen, out, n - 1), -EIO);
+    /* Unknown codec, version, reserved bits. */
+    memcpy(bad, obj, olen);
+    bad[5] = 3;
+    assert_int_equal(keg_block_decode(bad, olen, out, n + 64), -EIO);
+    memcpy(bad, obj, olen);
+    bad[4] = 2;
+    assert_int_equal(keg_block_decode(bad, olen, out, n + 64), -EIO);
+    memcpy(bad, obj, olen);
+    bad[7] = 1;
+    assert_int_equal(keg_block_decode(bad, olen, out, n + 64), -EIO);
+    /* A raw length that lies (larger and smaller) with a consistent-looking rest. */
+    memcpy(bad, obj, olen);
+    bad[8] = (unsigned char)(bad[8] + 1);
+    assert_int_equal(keg_block_decode(bad, olen, out, n + 64), -EIO);
+    memcpy(bad, obj, olen);
+    bad[11] = 0xff;
+    assert_int_equal(keg_block_decode(bad, olen, out, n + 64), -EIO);
+    free(bad);
+    free(obj);
+    free(out);
+}
+
+static void test_corruption(void **state)
+{
+    size_t n = 64 << 10;
+    unsigned char *rnd = malloc(n), *txt = malloc(n);
+    (void)state;
+    assert_non_null(rnd);
+    assert_non_null(txt);
+    fill_random(rnd, n, 7);
+    fill_text(txt, n);
+    corrupt_all(KEG_CODEC_NONE, rnd, 1000, KEG_CODEC_NONE);
+    corrupt_all(KEG_CODEC_NONE, rnd, 1, KEG_CODEC_NONE);
+    corrupt_all(KEG_CODEC_LZ4, txt, 5000, KEG_CODEC_LZ4);
+    corrupt_all(KEG_CODEC_ZSTD, txt, 5000, KEG_CODEC_ZSTD);
+    corrupt_all(KEG_CODEC_LZ4, txt, n, KEG_CODEC_LZ4);
+    corrupt_all(KEG_CODEC_ZSTD, txt, n, KEG_CODEC_ZSTD);
+    /* Swapping the codec byte of a compressed block. */
+    {
+        unsigned char *obj, out[5000];
+        size_t olen;
+        encode_ok(KEG_CODEC_LZ4, txt, 5000, &obj, &olen);
+        obj[5] = KEG_CODEC_ZSTD;
+        assert_int_equal(keg_block_decode(obj, olen, out, sizeof(out)), -EIO);
+        obj[5] = KEG_CODEC_NONE;
+        assert_int_equal(keg_block_decode(obj, olen, out, sizeof(out)), -EIO);
+        free(obj);
+    }
+    /* Garbage and empty inputs. */
+    {
+        unsigned char out[16];
+        assert_int_equal(keg_block_decode(NULL, 0, out, sizeof(out)), -EIO);
+        assert_int_equal(keg_block_decode("", 0, out, sizeof(out)), -EIO);
+        assert_int_equal(keg_block_decode(rnd, 4096, out, sizeof(out)), -EIO);
+    }
+    /* An empty block claiming a compressed codec is invalid. */
+    {
+        unsigned char obj[KEG_BLOCK_HDR], out[1];
+        size_t olen;
+        assert_int_equal(keg_block_encode(KEG_CODEC_NONE, "", 0, obj, sizeof(obj), &olen), 0);
+        assert_int_equal(keg_block_decode(obj, olen, out, 0), 0);
+        obj[5] = KEG_CODEC_LZ4;
+        assert_int_equal(keg_block_decode(obj, olen, out, sizeof(out)), -EIO);
+    }
+    free(rnd);
+    free(txt);
+}
+
+static void test_keys(void **state)
+{
+    char buf[256];
+    uint64_t id;
+    uint32_t indx, blen;
+    (void)state;
+
+    assert_int_equal(keg_block_key(buf, sizeof(buf), "vol1", 1234567890ull, 3, 4194304),
+                     (int)strlen("vol1/chunks/1234/1234567/1234567890_3_4194304"));
+    assert_string_equal(buf, "vol1/chunks/1234/1234567/1234567890_3_4194304");
+    keg_block_key(buf, sizeof(buf), "v", 5, 0, 1);
+    assert_string_equal(buf, "v/chunks/0/0/5_0_1");
+    /* Truncation returns the full length, like snprintf. */
+    assert_int_equal(keg_block_key(buf, 4, "v", 5, 0, 1), (int)strlen("v/chunks/0/0/5_0_1"));
+
+    assert_int_equal(keg_block_key_parse("vol1/chunks/1234/1234567/1234567890_3_4194304", &id,
+                                         &indx, &blen), 0);
+    assert_true(id == 1234567890ull);
+    assert_int_equal(indx, 3);
+    assert_int_equal(blen, 4194304);
+    assert_int_equal(keg_block_key_parse("1234/1234567/1234567890_3_4194304", &id, &indx, &blen),
+                     0);
+    assert_true(id == 1234567890ull);
+    assert_int_equal(keg_block_key_parse("18446744073709551615_4294967295_4294967295", &id,
+                                         &indx, &blen), 0);
+    assert_true(id == UINT64_MAX);
+    assert_int_equal(indx, UINT32_MAX);
+    assert_int_equal(blen, UINT32_MAX);
+
+    /* Round trip over a spread of ids. */
+    for (uint64_t i = 0; i < 64; i++) {
+        uint64_t want = i * 999999937ull + i;
+        keg_block_key(buf, sizeof(buf), "vv", want, (uint32_t)i, (uint32_t)(i * 7));
+        assert_int_equal(keg_block_key_parse(buf, &id, &indx, &blen), 0);
+        assert_true(id == want);
+        assert_int_equal(indx, i);
+        assert_int_equal(blen, i * 7);
+    }
+
+    static const char *bad[] = {
+        "", "v/chunks/0/0/5_0", "v/chunks/0/0/5_0_1_2", "v/chunks/0/0/5__1", "v/chunks/0/0/_0_1",
+        "v/chunks/0/0/5_0_1x", "v/chunks/0/0/-5_0_1", "v/chunks/0/0/+5_0_1",
+        "v/chunks/0/0/05_0_1", "v/chunks/0/0/5_4294967296_1", "v/chunks/0/0/5_0_4294967296",
+        "18446744073709551616_0_1", "v/chunks/0/1/5_0_1", "v/chunks/1/0/5_0_1",
+        "v/chunks/0/0/", "0/5_0_1", "v/chunks/0/0/5 _0_1", "v/chunks/0/0/5_0_ 1",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        id = 9;
+        indx = 9;
+        blen = 9;
+        if (keg_block_key_parse(bad[i], &id, &indx, &blen) != -EINVAL)
+            fail_msg("accepted bad key \"%s\"", bad[i]);
+        assert_true(id == 0 && indx == 0 && blen == 0);
+    }
+    assert_int_equal(keg_block_key_parse(NULL, &id, &indx, &blen), -EINVAL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_roundtrip_all),
+        cmocka_unit_test(test_header_layout),
+        cmocka_unit_test(test_encode_errors),
+        cmocka_unit_test(test_corruption),
+        cmocka_unit_test(test_keys),
+    };
+    return cmocka_run_group_tests_name("obj_block", tests, NULL, NULL);
+}
