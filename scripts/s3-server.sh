@@ -1,0 +1,240 @@
+#!/bin/bash
+# s3-server.sh -- a throw-away single-node Ceph cluster with an S3 gateway (radosgw),
+# for the S3 object store's live tests and benchmarks.  It checks SigV4 signatures.
+#
+#   scripts/s3-server.sh start [DIR]   start (idempotent); returns once S3 answers
+#   scripts/s3-server.sh env   [DIR]   print "export KEG_TEST_S3_*=..." for the tests
+#   scripts/s3-server.sh stop  [DIR]   kill every daemon and remove DIR (memstore = RAM)
+#   scripts/s3-server.sh restart-gw [DIR]   kill -9 radosgw and start it again (tests)
+#   scripts/s3-server.sh kill-gw [DIR] / start-gw [DIR]   the two halves of restart-gw
+#
+# DIR defaults to $KEG_S3_DIR or /tmp/kegfs-s3.  Ports: $KEG_S3_PORT (7480) for S3,
+# $KEG_S3_MON_PORT (6789) for the monitor; everything binds 127.0.0.1.
+# Layout: one ceph-mon, one ceph-osd with the memstore backend (8 GiB device,
+# RAM only), radosgw with beast (tcp_nodelay=1: without it small GETs take ~44 ms);
+# "auth * required = none", so there are no keyrings.  Every daemon runs in the
+# foreground as a child of a setsid'd subshell of this script; pids in DIR/pids.
+# A user with a random access key/secret is created on first start (DIR/credentials,
+# mode 0600) and a bucket "kegtest" is created with curl --aws-sigv4.
+# Needs (Debian 12): radosgw ceph-mon ceph-osd ceph-common curl.
+set -euo pipefail
+
+cmd=${1:-}
+DIR=${2:-${KEG_S3_DIR:-/tmp/kegfs-s3}}
+PORT=${KEG_S3_PORT:-7480}
+MON_PORT=${KEG_S3_MON_PORT:-6789}
+BUCKET=${KEG_S3_BUCKET_NAME:-kegtest}
+CONF=$DIR/ceph.conf
+CEPH=(ceph -c "$CONF" --connect-timeout 10)
+
+die() { echo "s3-server: $*" >&2; exit 1; }
+
+alive() {   # alive NAME: the daemon recorded under DIR/pids/NAME runs
+    local f=$DIR/pids/$1
+    [[ -f $f ]] && kill -0 "$(cat "$f")" 2>/dev/null
+}
+
+s3_answers() {
+    local code
+    code=$(curl -s -o /dev/null -m 5 -w '%{http_code}' "http://127.0.0.1:$PORT/" || true)
+    [[ $code =~ ^[2-4][0-9][0-9]$ ]]
+}
+
+log_tail() {
+    for f in "$DIR"/log/*.log; do
+        [[ -f $f ]] || continue
+        echo "---- $f (last 25 lines)" >&2
+        tail -n 25 "$f" >&2
+    done
+}
+
+spawn() {   # spawn NAME CMD...: run CMD in the foreground of a detached session
+    local name=$1; shift
+    setsid "$@" >>"$DIR/log/$name.out" 2>&1 < /dev/null &
+    echo $! > "$DIR/pids/$name"
+}
+
+wait_for() {   # wait_for SECONDS WHAT CMD...
+    local secs=$1 what=$2; shift 2
+    local end=$((SECONDS + secs))
+    until "$@" >/dev/null 2>&1; do
+        if ((SECONDS >= end)); then
+            echo "s3-server: timed out after ${secs}s waiting for $what" >&2
+            log_tail
+            exit 1
+        fi
+        sleep 0.5
+    done
+}
+
+write_conf() {
+    cat > "$CONF" <<EOF
+[global]
+fsid = $(cat "$DIR/fsid")
+mon host = v1:127.0.0.1:$MON_PORT
+mon initial members = a
+public addr = 127.0.0.1
+cluster addr = 127.0.0.1
+ms bind msgr2 = false
+ms bind ipv4 = true
+auth cluster required = none
+auth service required = none
+auth client required = none
+auth supported = none
+keyring = /dev/null
+run dir = $DIR/run
+admin socket = $DIR/run/\$name.asok
+log file = $DIR/log/\$name.log
+pid file = $DIR/run/\$name.pid
+crash dir = $DIR/crash
+osd pool default size = 1
+osd pool default min size = 1
+osd pool default pg num = 8
+osd pool default pgp num = 8
+osd pool default pg autoscale mode = off
+osd crush chooseleaf type = 0
+mon allow pool size one = true
+mon allow pool delete = true
+mon max pg per osd = 1000
+mon warn on pool no redundancy = false
+mon data avail warn = 1
+mon data avail crit = 0
+
+[mon]
+mon data = $DIR/mon/ceph-\$id
+
+[osd]
+osd data = $DIR/osd/ceph-\$id
+osd objectstore = memstore
+memstore device bytes = 8589934592
+osd max object name len = 460
+osd max object namespace len = 64
+
+[client.rgw.a]
+rgw frontends = beast endpoint=127.0.0.1:$PORT tcp_nodelay=1
+rgw data = $DIR/rgw
+rgw gc obj min wait = 10
+rgw gc processor period = 10
+rgw gc processor max time = 10
+rgw dns name = localhost
+EOF
+}
+
+start_gw() {
+    alive rgw && return 0
+    spawn rgw radosgw -c "$CONF" -n client.rgw.a -f
+    wait_for 60 "radosgw on 127.0.0.1:$PORT" s3_answers
+}
+
+do_start() {
+    for b in ceph-mon ceph-osd radosgw radosgw-admin monmaptool curl; do
+        command -v "$b" >/dev/null || die "$b not found (apt-get install radosgw ceph-mon ceph-osd ceph-common curl)"
+    done
+    if alive mon && alive osd && alive rgw && s3_answers; then
+        echo "s3-server: already running in $DIR (http://127.0.0.1:$PORT)"
+        return 0
+    fi
+    if [[ -d $DIR && ! -f $DIR/fsid ]]; then
+        die "$DIR exists but is not an s3-server directory"
+    fi
+    local fresh=0
+    if ! alive mon; then
+        # memstore keeps no data across an OSD restart: a half-dead cluster is rebuilt.
+        do_stop quiet
+        fresh=1
+    fi
+    mkdir -p "$DIR"/{run,log,mon,osd/ceph-0,rgw,crash,pids}
+    chmod 700 "$DIR"
+    if ((fresh)); then
+        cat /proc/sys/kernel/random/uuid > "$DIR/fsid"
+        write_conf
+        monmaptool --create --fsid "$(cat "$DIR/fsid")" --addv a "[v1:127.0.0.1:$MON_PORT]" \
+            "$DIR/monmap" >/dev/null
+        ceph-mon -c "$CONF" --mkfs -i a --monmap "$DIR/monmap" >>"$DIR/log/mkfs.out" 2>&1 ||
+            { log_tail; die "ceph-mon --mkfs failed"; }
+        spawn mon ceph-mon -c "$CONF" -i a -f
+        wait_for 30 "the monitor" "${CEPH[@]}" mon stat
+
+        local uuid
+        uuid=$(cat /proc/sys/kernel/random/uuid)
+        "${CEPH[@]}" osd new "$uuid" >/dev/null
+        ceph-osd -c "$CONF" -i 0 --mkfs --osd-uuid "$uuid" >>"$DIR/log/mkfs.out" 2>&1 ||
+            { log_tail; die "ceph-osd --mkfs failed"; }
+    fi
+    if ! alive osd; then
+        spawn osd ceph-osd -c "$CONF" -i 0 -f
+        wait_for 60 "the OSD to come up" bash -c \
+            "${CEPH[*]} osd dump 2>/dev/null | grep -q '^osd.0 up'"
+    fi
+    start_gw
+
+    if [[ ! -f $DIR/credentials ]]; then
+        local ak sk
+        ak=KEG$(head -c 256 /dev/urandom | tr -dc 'A-Z0-9' | head -c 17)
+        sk=$(head -c 512 /dev/urandom | tr -dc 'A-Za-z0-9' | head -c 40)
+        radosgw-admin -c "$CONF" -n client.admin user create --uid=kegtest \
+            --display-name="KegFS tests" --access-key="$ak" --secret="$sk" >/dev/null ||
+            { log_tail; die "radosgw-admin user create failed"; }
+        (umask 077; printf 'AK=%s\nSK=%s\n' "$ak" "$sk" > "$DIR/credentials")
+    fi
+    # shellcheck disable=SC1091
+    . "$DIR/credentials"
+    local code end=$((SECONDS + 30))
+    while :; do
+        code=$(curl -s -o "$DIR/log/mkbucket.out" -w '%{http_code}' -m 10 -X PUT \
+            --aws-sigv4 "aws:amz:us-east-1:s3" --user "$AK:$SK" \
+            -H 'x-amz-content-sha256: UNSIGNED-PAYLOAD' \
+            "http://127.0.0.1:$PORT/$BUCKET" || true)
+        [[ $code == 200 || $code == 409 ]] && break
+        if ((SECONDS >= end)); then
+            cat "$DIR/log/mkbucket.out" >&2 || true
+            die "creating bucket $BUCKET failed (HTTP $code)"
+        fi
+        sleep 1   # the user may take a moment to reach the gateway's cache
+    done
+    echo "s3-server: up in $DIR: http://127.0.0.1:$PORT/$BUCKET"
+}
+
+do_stop() {
+    local quiet=${1:-}
+    [[ -d $DIR ]] || return 0
+    [[ -f $DIR/fsid || ! -e $DIR ]] || die "$DIR is not an s3-server directory; not removing it"
+    for n in rgw osd mon; do
+        local f=$DIR/pids/$n
+        [[ -f $f ]] || continue
+        local pid
+        pid=$(cat "$f")
+        if kill -0 "$pid" 2>/dev/null; then
+            kill "$pid" 2>/dev/null || true
+            for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+            kill -9 "$pid" 2>/dev/null || true
+        fi
+        rm -f "$f"
+    done
+    rm -rf "$DIR"
+    [[ -n $quiet ]] || echo "s3-server: stopped, $DIR removed"
+}
+
+do_env() {
+    [[ -f $DIR/credentials ]] || die "not started (no $DIR/credentials)"
+    # shellcheck disable=SC1091
+    . "$DIR/credentials"
+    echo "export KEG_TEST_S3_BUCKET=http://127.0.0.1:$PORT/$BUCKET KEG_TEST_S3_ACCESS_KEY=$AK KEG_TEST_S3_SECRET_KEY=$SK KEG_S3_DIR=$DIR"
+}
+
+kill_gw() {
+    local f=$DIR/pids/rgw
+    [[ -f $f ]] || return 0
+    kill -9 "$(cat "$f")" 2>/dev/null || true
+    rm -f "$f"
+}
+
+case $cmd in
+    start) do_start ;;
+    stop) do_stop ;;
+    env) do_env ;;
+    kill-gw) kill_gw ;;
+    start-gw) start_gw ;;
+    restart-gw) kill_gw; start_gw ;;
+    *) echo "usage: $0 start|stop|env|restart-gw|kill-gw|start-gw [DIR]" >&2; exit 2 ;;
+esac
