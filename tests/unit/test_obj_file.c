@@ -1,0 +1,221 @@
+/* test_obj_file.c -- "file" store specifics beyond the contract suite:
+ * configuration errors, key validation, layout on disk, temp files, ENOSPC. */
+#define _GNU_SOURCE 1
+#include <dirent.h>
+#include <errno.h>
+#include <ftw.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "keg/log.h"
+#include "keg/obj.h"
+
+struct ffx {
+    char dir[64];
+    struct keg_obj *o;
+};
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static int setup(void **state)
+{
+    struct ffx *fx = calloc(1, sizeof(*fx));
+    struct keg_obj_conf conf = {0};
+    if (!fx)
+        return -1;
+    snprintf(fx->dir, sizeof(fx->dir), "/tmp/keg-objfile-XXXXXX");
+    if (!mkdtemp(fx->dir))
+        return -1;
+    conf.bucket = fx->dir;
+    if (keg_obj_open("file", &conf, NULL, &fx->o) < 0)
+        return -1;
+    *state = fx;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct ffx *fx = *state;
+    keg_obj_close(fx->o);
+    nftw(fx->dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    free(fx);
+    return 0;
+}
+
+static void test_open_errors(void **state)
+{
+    struct keg_obj_conf conf = {0};
+    struct keg_obj *o = (void *)1;
+    (void)state;
+    conf.bucket = "relative/dir";
+    assert_int_equal(keg_obj_open("file", &conf, NULL, &o), -EINVAL);
+    assert_null(o);
+    conf.bucket = NULL;
+    assert_int_equal(keg_obj_open("file", &conf, NULL, &o), -EINVAL);
+    conf.bucket = "/nonexistent/keg-test-dir";
+    assert_int_equal(keg_obj_open("file", &conf, NULL, &o), -ENOENT);
+    assert_null(o);
+    conf.bucket = "/etc/hostname";
+    assert_int_equal(keg_obj_open("file", &conf, NULL, &o), -ENOTDIR);
+    /* file:// URL form and trailing slashes are accepted. */
+    conf.bucket = "file:///tmp/";
+    assert_int_equal(keg_obj_open("file", &conf, NULL, &o), 0);
+    keg_obj_close(o);
+}
+
+static void test_bad_keys(void **state)
+{
+    struct ffx *fx = *state;
+    static const char *bad[] = {"", "/abs", "..", "../x", "a/../b", "a/..", ".", "a/./b", "a//b",
+                                "a/", ".tmp.x", "a/.tmp.y"};
+    unsigned char buf[4];
+    uint64_t size;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        if (keg_obj_put(fx->o, bad[i], "x", 1) != -EINVAL)
+            fail_msg("put accepted \"%s\"", bad[i]);
+        assert_int_equal(keg_obj_get(fx->o, bad[i], 0, buf, sizeof(buf)), -EINVAL);
+        assert_int_equal(keg_obj_head(fx->o, bad[i], &size), -EINVAL);
+        assert_int_equal(keg_obj_del(fx->o, bad[i]), -EINVAL);
+    }
+    /* Names that merely contain dots are fine. */
+    assert_int_equal(keg_obj_put(fx->o, "a..b/.c/x.tmp.", "x", 1), 0);
+    assert_int_equal(keg_obj_get(fx->o, "a..b/.c/x.tmp.", 0, buf, sizeof(buf)), 1);
+}
+
+static int count_cb(void *arg, const char *key, uint64_t size)
+{
+    (void)size;
+    if (strstr(key, ".tmp."))
+        return -EBADMSG;
+    (*(int *)arg)++;
+    return 0;
+}
+
+static void test_layout_and_temp_files(void **state)
+{
+    struct ffx *fx = *state;
+    char path[256];
+    struct stat st;
+    int seen = 0;
+
+    assert_int_equal(keg_obj_put(fx->o, "v/chunks/0/0/5_0_3", "abc", 3), 0);
+    snprintf(path, sizeof(path), "%s/v/chunks/0/0/5_0_3", fx->dir);
+    assert_int_equal(stat(path, &st), 0);
+    assert_true(S_ISREG(st.st_mode) && st.st_size == 3);
+    snprintf(path, sizeof(path), "%s/v/chunks/0", fx->dir);
+    assert_int_equal(stat(path, &st), 0);
+    assert_true(S_ISDIR(st.st_mode));
+    /* No temp file is left behind. */
+    snprintf(path, sizeof(path), "%s/v/chunks/0/0", fx->dir);
+    DIR *d = opendir(path);
+    struct dirent *de;
+    assert_non_null(d);
+    while ((de = readdir(d)) != NULL)
+        assert_true(strncmp(de->d_name, ".tmp.", 5) != 0);
+    closedir(d);
+    /* A stray temp file (a crash mid-put) is invisible to list. */
+    snprintf(path, sizeof(path), "%s/v/chunks/0/0/.tmp.5_0_4.AbCdEf", fx->dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("partial", f);
+    fclose(f);
+    assert_int_equal(keg_obj_list(fx->o, "", count_cb, &seen), 0);
+    assert_int_equal(seen, 1);
+    assert_int_equal(keg_obj_get(fx->o, "v/chunks/0/0/5_0_4", 0, path, 8), -ENOENT);
+}
+
+static void test_list_skips_temp(void **state)
+{
+    struct ffx *fx = *state;
+    char path[256];
+    int n = 0;
+    assert_int_equal(keg_obj_put(fx->o, "d/k1", "1", 1), 0);
+    snprintf(path, sizeof(path), "%s/d/.tmp.k2.XyZ123", fx->dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fclose(f);
+    assert_int_equal(keg_obj_list(fx->o, "", count_cb, &n), 0);
+    assert_int_equal(n, 1);
+    /* A directory where an object is expected reads as missing. */
+    assert_int_equal(keg_obj_put(fx->o, "dir/sub/x", "1", 1), 0);
+    unsigned char buf[4];
+    uint64_t size;
+    assert_int_equal(keg_obj_get(fx->o, "dir/sub", 0, buf, sizeof(buf)), -ENOENT);
+    assert_int_equal(keg_obj_head(fx->o, "dir/sub", &size), -ENOENT);
+    assert_int_equal(keg_obj_del(fx->o, "dir/sub"), 0);
+    assert_int_equal(keg_obj_get(fx->o, "dir/sub/x", 0, buf, sizeof(buf)), 1);
+}
+
+/* ENOSPC: needs a tiny tmpfs, so root (and permission to mount); skipped otherwise. */
+static void test_enospc(void **state)
+{
+    char dir[64] = "/tmp/keg-objfull-XXXXXX";
+    struct keg_obj_conf conf = {0};
+    struct keg_obj *o = NULL;
+    unsigned char *big = calloc(1, 2u << 20);
+    int n = 0;
+    (void)state;
+
+    assert_non_null(big);
+    if (geteuid() != 0) {
+        free(big);
+        skip();
+    }
+    assert_non_null(mkdtemp(dir));
+    if (mount("kegtest", dir, "tmpfs", 0, "size=1m") < 0) {
+        rmdir(dir);
+        free(big);
+        skip();
+    }
+    conf.bucket = dir;
+    assert_int_equal(keg_obj_open("file", &conf, NULL, &o), 0);
+    assert_int_equal(keg_obj_put(o, "a/small", "x", 1), 0);
+    assert_int_equal(keg_obj_put(o, "a/big", big, 2u << 20), -ENOSPC);
+    /* The failed put left no temp file and no object. */
+    assert_int_equal(keg_obj_list(o, "", count_cb, &n), 0);
+    assert_int_equal(n, 1);
+    char path[128];
+    snprintf(path, sizeof(path), "%s/a", dir);
+    DIR *d = opendir(path);
+    struct dirent *de;
+    int entries = 0;
+    assert_non_null(d);
+    while ((de = readdir(d)) != NULL)
+        entries += de->d_name[0] != '.';
+    closedir(d);
+    assert_int_equal(entries, 1);
+    /* Space is usable again afterwards. */
+    assert_int_equal(keg_obj_put(o, "a/after", big, 100000), 0);
+    keg_obj_close(o);
+    umount2(dir, MNT_DETACH);
+    rmdir(dir);
+    free(big);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_open_errors),
+        cmocka_unit_test_setup_teardown(test_bad_keys, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_layout_and_temp_files, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_list_skips_temp, setup, teardown),
+        cmocka_unit_test(test_enospc),
+    };
+    keg_log_set_level(LOG_CRIT);
+    return cmocka_run_group_tests_name("obj_file", tests, NULL, NULL);
+}
