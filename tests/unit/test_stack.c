@@ -1,0 +1,113 @@
+/* test_stack.c -- keg_stack_open: storage selection, credentials, KEG_FAULTY. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "keg/log.h"
+#include "keg/stack.h"
+
+static void fmt_init(struct keg_format *f, const char *storage, const char *bucket)
+{
+    memset(f, 0, sizeof(*f));
+    snprintf(f->name, sizeof(f->name), "vol1");
+    snprintf(f->storage, sizeof(f->storage), "%s", storage);
+    snprintf(f->bucket, sizeof(f->bucket), "%s", bucket);
+}
+
+static void test_mem_and_file(void **state)
+{
+    struct keg_format f;
+    struct keg_obj *o = NULL;
+    char dir[] = "/tmp/keg-stack-XXXXXX", path[128];
+    unsigned char buf[8];
+    (void)state;
+
+    unsetenv("KEG_FAULTY");
+    fmt_init(&f, "mem", "anything");
+    assert_int_equal(keg_stack_open(&f, NULL, &o), 0);
+    assert_string_equal(o->ops->name, "mem");
+    assert_null(o->inner);
+    keg_obj_close(o);
+
+    assert_non_null(mkdtemp(dir));
+    fmt_init(&f, "file", dir);
+    assert_int_equal(keg_stack_open(&f, NULL, &o), 0);
+    assert_string_equal(o->ops->name, "file");
+    assert_int_equal(keg_obj_put(o, "vol1/x", "hello", 5), 0);
+    assert_int_equal(keg_obj_get(o, "vol1/x", 0, buf, sizeof(buf)), 5);
+    keg_obj_close(o);
+    snprintf(path, sizeof(path), "%s/vol1/x", dir);
+    assert_int_equal(unlink(path), 0);
+    snprintf(path, sizeof(path), "%s/vol1", dir);
+    assert_int_equal(rmdir(path), 0);
+    assert_int_equal(rmdir(dir), 0);
+}
+
+static void test_errors(void **state)
+{
+    struct keg_format f;
+    struct keg_obj *o = (void *)1;
+    (void)state;
+    unsetenv("KEG_FAULTY");
+    fmt_init(&f, "ftp", "x");
+    assert_int_equal(keg_stack_open(&f, NULL, &o), -EINVAL);
+    assert_null(o);
+    fmt_init(&f, "file", "/nonexistent/keg-stack");
+    assert_int_equal(keg_stack_open(&f, NULL, &o), -ENOENT);
+    assert_null(o);
+    if (!keg_obj_find("s3")) {
+        fmt_init(&f, "s3", "http://127.0.0.1:1/b");
+        assert_int_equal(keg_stack_open(&f, NULL, &o), -ENOTSUP);
+    }
+}
+
+static void test_faulty_env(void **state)
+{
+    struct keg_format f;
+    struct keg_obj *o = NULL;
+    static const char *bad[] = {"seed", "seed=x", "err=2", "corrupt=-1", "delay=1s", "bogus=1",
+                                "err=0.5,,seed=1", "=1"};
+    (void)state;
+
+    fmt_init(&f, "mem", "b");
+    setenv("KEG_FAULTY", "seed=5,err=1,corrupt=0,delay=0", 1);
+    assert_int_equal(keg_stack_open(&f, NULL, &o), 0);
+    assert_string_equal(o->ops->name, "faulty");
+    assert_non_null(o->inner);
+    assert_string_equal(o->inner->ops->name, "mem");
+    int rc = keg_obj_put(o, "k", "v", 1);
+    assert_true(rc == -EIO || rc == -EAGAIN);
+    keg_obj_close(o);
+
+    setenv("KEG_FAULTY", "err=0", 1);
+    assert_int_equal(keg_stack_open(&f, NULL, &o), 0);
+    assert_int_equal(keg_obj_put(o, "k", "v", 1), 0);
+    keg_obj_close(o);
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        setenv("KEG_FAULTY", bad[i], 1);
+        o = (void *)1;
+        if (keg_stack_open(&f, NULL, &o) != -EINVAL)
+            fail_msg("KEG_FAULTY=\"%s\" accepted", bad[i]);
+        assert_null(o);
+    }
+    unsetenv("KEG_FAULTY");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_mem_and_file),
+        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_faulty_env),
+    };
+    keg_log_set_level(LOG_CRIT);
+    return cmocka_run_group_tests_name("stack", tests, NULL, NULL);
+}
