@@ -1,0 +1,869 @@
+/* cmd_mount.c -- `kegfs mount`: option parsing, pre-mount checks, daemonising and the FUSE session.
+ *
+ * DESIGN
+ * Options come from three places, applied in this order (later wins):
+ *   1. --config FILE (YAML mapping; keys are the long option names),
+ *   2. the command line, in order; -o takes FUSE mount options and also any
+ *      kegfs long option as key[=value] (attr_cache=2, read_only), which is
+ *      how the CSI driver passes mountOptions.
+ * Everything that can be checked before mounting is checked in the calling
+ * process, so a bad META_URL, an unformatted volume or a bad mount point
+ * fail with a clear message and nothing changed.
+ *
+ * Background mode (-d): the process forks; the child detaches (setsid, stdio
+ * to /dev/null, logs to a file), opens the volume, mounts and reports over a
+ * pipe: "OK" once fuse_session_mount() succeeded, or "ERR <message>".  The
+ * parent returns 0 only when it got "OK" AND statfs(mountpoint) says FUSE.
+ *
+ * While mounted, a state file (mnt_state_write) records pid and META_URL for
+ * `kegfs umount` (waits for the pid) and `kegfs info` (opens the volume).
+ * Exit: a signal (SIGTERM/SIGINT/SIGHUP) or an external unmount ends the loop;
+ * then fuse_session_unmount() and keg_fs_free(), which flushes every open file.
+ */
+#define _GNU_SOURCE         /* pipe2 */
+#define FUSE_USE_VERSION 314
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <fuse_lowlevel.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <yaml.h>
+
+#define KEG_LOG_TAG "mount"
+#include "keg/fs.h"
+#include "keg/log.h"
+#include "keg/mem.h"
+#include "keg/meta.h"
+#include "keg/url.h"
+
+#include "mnt_i.h"
+
+#define MNT_FUSE_SUPER_MAGIC 0x65735546
+
+enum {
+    OPT_ATTR_CACHE = 0x3001, OPT_ENTRY_CACHE, OPT_DIR_ENTRY_CACHE, OPT_READ_ONLY, OPT_BUFFER_SIZE,
+    OPT_CACHE_SIZE, OPT_CONFIG, OPT_BACKGROUND, OPT_FUSE_OPTS, OPT_NO_ALLOW_OTHER,
+};
+
+struct mount_opts {
+    int      background;
+    double   attr_cache, entry_cache, dir_entry_cache;   /* seconds */
+    int      read_only;
+    uint64_t buffer_mib;       /* 0: core default */
+    uint64_t cache_mib;        /* 0: core default */
+    int      no_allow_other;
+    char    *fuse_opts;        /* comma-joined -o values; OWNERSHIP: keg_free */
+    char    *log_file;         /* OWNERSHIP: keg_free */
+    char    *config;           /* OWNERSHIP: keg_free */
+};
+
+static const struct option longopts[] = {
+    {"background", no_argument, NULL, OPT_BACKGROUND},
+    {"options", required_argument, NULL, OPT_FUSE_OPTS},
+    {"attr-cache", required_argument, NULL, OPT_ATTR_CACHE},
+    {"entry-cache", required_argument, NULL, OPT_ENTRY_CACHE},
+    {"dir-entry-cache", required_argument, NULL, OPT_DIR_ENTRY_CACHE},
+    {"read-only", no_argument, NULL, OPT_READ_ONLY},
+    {"buffer-size", required_argument, NULL, OPT_BUFFER_SIZE},
+    {"cache-size", required_argument, NULL, OPT_CACHE_SIZE},
+    {"no-allow-other", no_argument, NULL, OPT_NO_ALLOW_OTHER},
+    {"config", required_argument, NULL, OPT_CONFIG},
+    MNT_COMMON_LONGOPTS,
+    {NULL, 0, NULL, 0},
+};
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+        "Usage: kegfs mount [OPTIONS] META_URL MOUNTPOINT\n"
+        "\n"
+        "Mount the volume at META_URL on the empty directory MOUNTPOINT.  Runs in the\n"
+        "foreground (logging to stderr) unless -d is given.\n"
+        "\n"
+        "Options:\n"
+        "  -d, --background         detach; return once the mount is live\n"
+        "  -o OPT[,OPT...]          FUSE mount options (allow_other, ro, debug, ...) or\n"
+        "                           kegfs options as name=value (attr_cache=2)\n"
+        "      --attr-cache SEC     kernel attribute cache timeout (default 1)\n"
+        "      --entry-cache SEC    kernel file-name cache timeout, also for\n"
+        "                           negative lookups (default 1)\n"
+        "      --dir-entry-cache SEC kernel directory-name cache timeout (default 1)\n"
+        "      --read-only          mount read-only\n"
+        "      --buffer-size MiB    write-buffer budget (default 300)\n"
+        "      --cache-size MiB     decoded-block memory cache (default 256)\n"
+        "      --no-allow-other     do not add allow_other (added by default for root)\n"
+        "      --config FILE        YAML file of defaults (keys: long option names)\n"
+        MNT_COMMON_HELP
+        "\n"
+        "With -d the log goes to --log-file, default /var/log/kegfs/NAME-HASH.log\n"
+        "(root) or $KEGFS_RUN_DIR/logs/ (others).\n"
+        "Exit status: 0 mounted (and, in the foreground, cleanly unmounted later),\n"
+        "1 error, 2 usage error.\n");
+}
+
+/*----- option handling -----*/
+
+static int append_fuse_opts(struct mount_opts *o, const char *s)
+{
+    char *n = o->fuse_opts ? keg_asprintf("%s,%s", o->fuse_opts, s) : keg_strdup(s);
+    if (!n)
+        return -ENOMEM;
+    keg_free(o->fuse_opts);
+    o->fuse_opts = n;
+    return 0;
+}
+
+static int parse_bool(const char *v, int *out)
+{
+    if (!v || !strcmp(v, "true") || !strcmp(v, "yes") || !strcmp(v, "on") || !strcmp(v, "1")) {
+        *out = 1;
+        return 0;
+    }
+    if (!strcmp(v, "false") || !strcmp(v, "no") || !strcmp(v, "off") || !strcmp(v, "0")) {
+        *out = 0;
+        return 0;
+    }
+    return -EINVAL;
+}
+
+/* Apply option `id` with value v (NULL for a flag given without value).
+ * `src` names where it came from, for messages.  Returns 0 or 2 (usage). */
+static int apply_opt(struct mount_opts *o, int id, const char *name, const char *v,
+                     const char *src)
+{
+    int rc = 0;
+    int b = 0;
+    uint64_t u = 0;
+    switch (id) {
+    case OPT_BACKGROUND: rc = parse_bool(v, &o->background); break;
+    case OPT_READ_ONLY: rc = parse_bool(v, &o->read_only); break;
+    case OPT_NO_ALLOW_OTHER: rc = parse_bool(v, &o->no_allow_other); break;
+    case OPT_ATTR_CACHE: rc = mnt_parse_seconds(v, &o->attr_cache); break;
+    case OPT_ENTRY_CACHE: rc = mnt_parse_seconds(v, &o->entry_cache); break;
+    case OPT_DIR_ENTRY_CACHE: rc = mnt_parse_seconds(v, &o->dir_entry_cache); break;
+    case OPT_BUFFER_SIZE:
+        rc = mnt_parse_u64(v, &u);
+        if (!rc && (u < 16 || u > (1u << 20)))
+            rc = -ERANGE;
+        o->buffer_mib = u;
+        break;
+    case OPT_CACHE_SIZE:
+        rc = mnt_parse_u64(v, &u);
+        o->cache_mib = u;
+        break;
+    case OPT_FUSE_OPTS:
+        rc = v ? append_fuse_opts(o, v) : -EINVAL;
+        break;
+    case MNT_OPT_LOG_FILE:
+        keg_free(o->log_file);
+        o->log_file = v ? keg_strdup(v) : NULL;
+        rc = o->log_file ? 0 : -EINVAL;
+        break;
+    case OPT_CONFIG:
+        keg_free(o->config);
+        o->config = v ? keg_strdup(v) : NULL;
+        rc = o->config ? 0 : -EINVAL;
+        break;
+    case 'v':
+    case MNT_OPT_DEBUG:
+    case MNT_OPT_QUIET:
+        rc = parse_bool(v, &b);
+        if (!rc && b)
+            mnt_common_opt(id, NULL);
+        break;
+    default:
+        rc = -EINVAL;
+    }
+    if (rc) {
+        if (v)
+            mnt_error("%s: invalid value '%s' for %s", src, v, name);
+        else
+            mnt_error("%s: %s needs a value", src, name);
+        return 2;
+    }
+    return 0;
+}
+
+/* Long option by name; '_' and '-' are the same.  NULL if unknown. */
+static const struct option *find_opt(const char *name, size_t len)
+{
+    for (const struct option *p = longopts; p->name; p++) {
+        if (strlen(p->name) != len)
+            continue;
+        size_t i = 0;
+        for (; i < len; i++) {
+            char c = name[i] == '_' ? '-' : name[i];
+            if (c != p->name[i])
+                break;
+        }
+        if (i == len)
+            return p;
+    }
+    return NULL;
+}
+
+/* YAML: a mapping of option name -> scalar (or a sequence of scalars, joined
+ * with ',' -- handy for "options"). */
+static int load_config(struct mount_opts *o, const char *path)
+{
+    FILE *f = fopen(path, "re");
+    yaml_parser_t p;
+    yaml_event_t ev;
+    char *key = NULL;
+    char *seq = NULL;     /* value being accumulated from a sequence */
+    int depth = 0;        /* mapping depth */
+    int in_seq = 0;
+    int rc = 0;
+    int done = 0;
+    if (!f) {
+        mnt_error("cannot read --config %s: %s", path, strerror(errno));
+        return 2;
+    }
+    yaml_parser_initialize(&p);
+    yaml_parser_set_input_file(&p, f);
+    while (!done && rc == 0) {
+        if (!yaml_parser_parse(&p, &ev)) {
+            mnt_error("--config %s: line %zu: %s", path, p.problem_mark.line + 1,
+                      p.problem ? p.problem : "YAML syntax error");
+            rc = 2;
+            break;
+        }
+        switch (ev.type) {
+        case YAML_STREAM_END_EVENT:
+            done = 1;
+            break;
+        case YAML_MAPPING_START_EVENT:
+            if (++depth > 1) {
+                mnt_error("--config %s: line %zu: nested mappings are not allowed", path,
+                          ev.start_mark.line + 1);
+                rc = 2;
+            }
+            break;
+        case YAML_MAPPING_END_EVENT:
+            depth--;
+            break;
+        case YAML_SEQUENCE_START_EVENT:
+            if (!key || in_seq) {
+                mnt_error("--config %s: line %zu: unexpected list", path,
+                          ev.start_mark.line + 1);
+                rc = 2;
+            }
+            in_seq = 1;
+            break;
+        case YAML_SEQUENCE_END_EVENT:
+        case YAML_SCALAR_EVENT: {
+            const char *val = NULL;
+            if (ev.type == YAML_SCALAR_EVENT) {
+                val = (const char *)ev.data.scalar.value;
+                if (depth != 1) {
+                    mnt_error("--config %s: the file must be a mapping of option: value", path);
+                    rc = 2;
+                    break;
+                }
+                if (!key) {
+                    key = keg_strdup(val);
+                    break;
+                }
+                if (in_seq) {
+                    char *n = seq ? keg_asprintf("%s,%s", seq, val) : keg_strdup(val);
+                    keg_free(seq);
+                    seq = n;
+                    break;
+                }
+            } else {
+                in_seq = 0;
+                val = seq ? seq : "";
+            }
+            const struct option *opt = find_opt(key, strlen(key));
+            if (!opt || opt->val == OPT_CONFIG || opt->val == 'h') {
+                mnt_error("--config %s: unknown option '%s'", path, key);
+                rc = 2;
+            } else {
+                rc = apply_opt(o, opt->val, opt->name, val, path);
+            }
+            keg_free(key);
+            key = NULL;
+            keg_free(seq);
+            seq = NULL;
+            break;
+        }
+        default:
+            break;
+        }
+        yaml_event_delete(&ev);
+    }
+    yaml_parser_delete(&p);
+    fclose(f);
+    keg_free(key);
+    keg_free(seq);
+    return rc;
+}
+
+/* Pending command-line options, applied after the config file. */
+struct pending {
+    int         id;
+    const char *name;
+    const char *val;    /* BORROWS argv */
+};
+
+static int parse_cmdline(int argc, char **argv, struct mount_opts *o)
+{
+    struct pending *pend = keg_calloc((size_t)argc + 1, sizeof(*pend));
+    size_t n = 0;
+    int opt;
+    int idx;
+    int rc = 0;
+    if (!pend)
+        return 1;
+    while ((opt = getopt_long(argc, argv, "do:vh", longopts, &idx)) != -1) {
+        const char *name = NULL;
+        switch (opt) {
+        case 'd': opt = OPT_BACKGROUND; name = "-d"; break;
+        case 'o': opt = OPT_FUSE_OPTS; name = "-o"; break;
+        case 'v': name = "-v"; break;
+        case 'h':
+            usage(stdout);
+            rc = -1;
+            goto out;
+        case '?':
+            usage(stderr);
+            rc = 2;
+            goto out;
+        default:
+            break;
+        }
+        if (!name) {
+            for (const struct option *p = longopts; p->name; p++)
+                if (p->val == opt)
+                    name = p->name;
+        }
+        if (opt == OPT_CONFIG) {
+            rc = apply_opt(o, opt, "--config", optarg, "command line");
+            if (rc)
+                goto out;
+            continue;
+        }
+        pend[n].id = opt;
+        pend[n].name = name;
+        pend[n].val = optarg;
+        n++;
+    }
+    if (o->config) {
+        rc = load_config(o, o->config);
+        if (rc)
+            goto out;
+    }
+    for (size_t i = 0; i < n && rc == 0; i++)
+        rc = apply_opt(o, pend[i].id, pend[i].name, pend[i].val, "command line");
+out:
+    keg_free(pend);
+    return rc;
+}
+
+/*----- -o handling with fuse_opt -----*/
+
+enum { KEY_NONEMPTY, KEY_RO, KEY_ALLOW_OTHER };
+
+static const struct fuse_opt mnt_fuse_opt_spec[] = {
+    FUSE_OPT_KEY("nonempty", KEY_NONEMPTY),
+    FUSE_OPT_KEY("ro", KEY_RO),
+    FUSE_OPT_KEY("allow_other", KEY_ALLOW_OTHER),
+    FUSE_OPT_END,
+};
+
+struct fopt_ctx {
+    struct mount_opts *o;
+    int                allow_other;
+    int                failed;
+};
+
+static int fuse_opt_proc(void *data, const char *arg, int key, struct fuse_args *outargs)
+{
+    struct fopt_ctx *fc = data;
+    switch (key) {
+    case KEY_NONEMPTY:
+        mnt_error("-o nonempty is not supported: the mount point must be empty");
+        fc->failed = 1;
+        return -1;
+    case KEY_RO:
+        fc->o->read_only = 1;
+        return 0;      /* added back below, once */
+    case KEY_ALLOW_OTHER:
+        fc->allow_other = 1;
+        return 0;
+    case FUSE_OPT_KEY_OPT: {
+        /* A kegfs option given as -o name[=value]? */
+        size_t len = strcspn(arg, "=");
+        const struct option *opt = find_opt(arg, len);
+        if (!opt)
+            return 1;  /* libfuse's: keep */
+        if (opt->val == OPT_CONFIG || opt->val == OPT_FUSE_OPTS || opt->val == OPT_BACKGROUND ||
+            opt->val == 'h') {
+            mnt_error("-o %s is not allowed", arg);
+            fc->failed = 1;
+            return -1;
+        }
+        if (apply_opt(fc->o, opt->val, opt->name, arg[len] ? arg + len + 1 : NULL, "-o")) {
+            fc->failed = 1;
+            return -1;
+        }
+        return 0;
+    }
+    default:
+        return 1;
+    }
+}
+
+/* Build the libfuse arguments: our defaults, then the user's -o options
+ * (kegfs ones taken out).  OWNERSHIP: caller fuse_opt_free_args(out). */
+static int build_fuse_args(struct mount_opts *o, const char *volname, struct fuse_args *out)
+{
+    struct fuse_args in = FUSE_ARGS_INIT(0, NULL);
+    struct fopt_ctx fc = {.o = o};
+    int rc = 0;
+    *out = (struct fuse_args)FUSE_ARGS_INIT(0, NULL);
+    if (fuse_opt_add_arg(&in, "kegfs") != 0)
+        return 1;
+    if (o->fuse_opts && (fuse_opt_add_arg(&in, "-o") || fuse_opt_add_arg(&in, o->fuse_opts))) {
+        rc = 1;
+        goto out;
+    }
+    if (fuse_opt_parse(&in, &fc, mnt_fuse_opt_spec, fuse_opt_proc) != 0) {
+        if (!fc.failed)
+            mnt_error("invalid -o options '%s'", o->fuse_opts ? o->fuse_opts : "");
+        rc = 2;
+        goto out;
+    }
+    char *defaults = keg_asprintf("fsname=kegfs:%s,subtype=kegfs,default_permissions%s%s",
+                                  volname,
+                                  (fc.allow_other || (geteuid() == 0 && !o->no_allow_other)) ?
+                                  ",allow_other" : "", o->read_only ? ",ro" : "");
+    if (!defaults || fuse_opt_add_arg(&in, "-o") || fuse_opt_add_arg(&in, defaults))
+        rc = 1;
+    keg_free(defaults);
+    if (!rc) {
+        *out = in;
+        return 0;
+    }
+out:
+    fuse_opt_free_args(&in);
+    return rc;
+}
+
+/*----- pre-mount checks -----*/
+
+static int check_mountpoint(const char *mp, char **abs)
+{
+    struct stat st;
+    char fstype[64];
+    *abs = NULL;
+    if (stat(mp, &st) < 0) {
+        int e = errno;
+        if (e == ENOENT)
+            mnt_error("mount point %s does not exist", mp);
+        else if (e == ENOTCONN)
+            mnt_error("mount point %s is a dead FUSE mount; run 'kegfs umount %s' first", mp,
+                      mp);
+        else
+            mnt_error("mount point %s: %s", mp, strerror(e));
+        return -e;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        mnt_error("mount point %s is not a directory", mp);
+        return -ENOTDIR;
+    }
+    int rc = mnt_abspath(mp, abs);
+    if (rc) {
+        mnt_error("mount point %s: %s", mp, strerror(-rc));
+        return rc;
+    }
+    rc = mnt_is_mountpoint(*abs, fstype, sizeof(fstype));
+    if (rc > 0) {
+        mnt_error("%s is already a mount point (%s); unmount it first", *abs, fstype);
+        return -EBUSY;
+    }
+    DIR *d = opendir(*abs);
+    if (!d) {
+        rc = -errno;
+        mnt_error("mount point %s: %s", *abs, strerror(-rc));
+        return rc;
+    }
+    struct dirent *de;
+    rc = 0;
+    while ((de = readdir(d)) != NULL) {
+        if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) {
+            mnt_error("mount point %s is not empty", *abs);
+            rc = -ENOTEMPTY;
+            break;
+        }
+    }
+    closedir(d);
+    return rc;
+}
+
+/* Volume name, or an error printed.  Opens and closes the engine (no threads
+ * are left behind: safe before fork()). */
+static int check_volume(const char *url, char *name, size_t size)
+{
+    struct keg_meta *m = NULL;
+    struct keg_format f;
+    char red[1024];
+    keg_url_redact(url, red, sizeof(red));
+    int rc = mnt_open_meta(url, &m);
+    if (rc)
+        return rc;
+    memset(&f, 0, sizeof(f));
+    rc = KEG_META_CALL(m, format_load, &f);
+    if (rc == -ENOENT)
+        mnt_error("no volume is formatted at %s (run 'kegfs format' first)", red);
+    else if (rc)
+        mnt_error("cannot read the format at %s: %s", red, strerror(-rc));
+    else
+        snprintf(name, size, "%s", f.name);
+    memset(&f, 0, sizeof(f));
+    keg_meta_close(m);
+    return rc;
+}
+
+/*----- libfuse log routing -----*/
+
+static char fuse_last_error[512];
+
+static void fuse_log_to_keg(enum fuse_log_level level, const char *fmt, va_list ap)
+{
+    char buf[1024];
+    if ((int)level > keg_log_level && level > FUSE_LOG_ERR)
+        return;
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    size_t n = strlen(buf);
+    while (n && buf[n - 1] == '\n')
+        buf[--n] = '\0';
+    if (level <= FUSE_LOG_ERR)
+    {
+        size_t k = KEG_MIN(n, sizeof(fuse_last_error) - 1);
+        memcpy(fuse_last_error, buf, k);
+        fuse_last_error[k] = '\0';
+    }
+    keg_log_msg((int)level, "libfuse", "%s", buf);
+}
+
+/*----- running the session -----*/
+
+static struct mnt_state state;   /* userdata of the session; lives for the process */
+
+static void notify(int fd, const char *msg)
+{
+    if (fd < 0)
+        return;
+    size_t len = strlen(msg);
+    while (len) {
+        ssize_t w = write(fd, msg, len);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            break;
+        msg += w;
+        len -= (size_t)w;
+    }
+    close(fd);
+}
+
+static void notify_error(int fd)
+{
+    char buf[1200];
+    snprintf(buf, sizeof(buf), "ERR %s", mnt_last_error());
+    notify(fd, buf);
+}
+
+/* Open the volume, mount, serve until unmounted or signalled.  notify_fd: the
+ * pipe to a waiting parent (-d), or -1.  Returns the exit status. */
+static int run_session(struct mount_opts *o, const char *url, const char *abs_mp,
+                       const char *volname, int notify_fd)
+{
+    struct keg_fs_conf conf;
+    struct keg_fs *fs = NULL;
+    struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
+    struct fuse_session *se = NULL;
+    struct fuse_loop_config *cfg = NULL;
+    char red[1024];
+    int status = 1;
+    int rc;
+
+    keg_url_redact(url, red, sizeof(red));
+    memset(&conf, 0, sizeof(conf));
+    conf.meta_url = url;
+    conf.mountpoint = abs_mp;
+    conf.read_only = o->read_only;
+    conf.buffer_size = o->buffer_mib << 20;
+    conf.block_cache_size = o->cache_mib << 20;
+    conf.access_key = getenv("AWS_ACCESS_KEY_ID");
+    conf.secret_key = getenv("AWS_SECRET_ACCESS_KEY");
+    conf.session_token = getenv("AWS_SESSION_TOKEN");
+    rc = keg_fs_new(&conf, &fs);
+    if (rc) {
+        mnt_error("cannot open volume %s at %s: %s", volname, red, strerror(-rc));
+        goto fail;
+    }
+    state.fs = fs;
+    state.attr_timeout = o->attr_cache;
+    state.entry_timeout = o->entry_cache;
+    state.dir_entry_timeout = o->dir_entry_cache;
+    state.read_only = o->read_only;
+
+    if (build_fuse_args(o, volname, &args) != 0)
+        goto fail;
+    se = fuse_session_new(&args, mnt_fuse_ops(), sizeof(struct fuse_lowlevel_ops), &state);
+    if (!se) {
+        mnt_error("cannot create the FUSE session%s%s", fuse_last_error[0] ? ": " : "",
+                  fuse_last_error);
+        goto fail;
+    }
+    if (fuse_set_signal_handlers(se) != 0) {
+        mnt_error("cannot install signal handlers");
+        goto fail;
+    }
+    if (fuse_session_mount(se, abs_mp) != 0) {
+        mnt_error("cannot mount at %s%s%s", abs_mp, fuse_last_error[0] ? ": " : "",
+                  fuse_last_error);
+        fuse_remove_signal_handlers(se);
+        goto fail;
+    }
+    rc = mnt_state_write(abs_mp, getpid(), url);
+    if (rc)
+        KEG_WARN("cannot write the state file in %s: %s ('kegfs umount' will not wait, "
+                 "'kegfs info' will not work)", mnt_run_dir(), strerror(-rc));
+    KEG_INFO("mounted volume %s (%s) at %s, pid %d", volname, red, abs_mp, (int)getpid());
+    notify(notify_fd, "OK");
+    notify_fd = -1;
+
+    cfg = fuse_loop_cfg_create();
+    if (cfg) {
+        fuse_loop_cfg_set_clone_fd(cfg, 0);
+        fuse_loop_cfg_set_idle_threads(cfg, 10);
+        fuse_loop_cfg_set_max_threads(cfg, 64);
+    }
+    rc = fuse_session_loop_mt(se, cfg);
+    status = rc == 0 ? 0 : 1;
+    if (rc != 0)
+        KEG_ERR("FUSE session loop ended with %d", rc);
+    KEG_INFO("unmounting %s", abs_mp);
+    fuse_remove_signal_handlers(se);
+    fuse_session_unmount(se);
+    keg_fs_free(fs);      /* flushes open files, ends the session */
+    fs = NULL;
+    mnt_state_remove(abs_mp);
+    KEG_INFO("volume %s unmounted from %s (%llu inodes still referenced by the kernel)",
+             volname, abs_mp, (unsigned long long)mnt_inode_live());
+    mnt_inode_clear();
+    goto out;
+fail:
+    notify_error(notify_fd);
+out:
+    if (cfg)
+        fuse_loop_cfg_destroy(cfg);
+    if (se)
+        fuse_session_destroy(se);
+    fuse_opt_free_args(&args);
+    if (fs)
+        keg_fs_free(fs);
+    return status;
+}
+
+/* Default log file of a background mounter. */
+static char *default_log_file(const char *volname, const char *abs_mp)
+{
+    char h[17];
+    char *dir;
+    mnt_path_hash(abs_mp, h);
+    if (geteuid() == 0) {
+        dir = keg_strdup("/var/log/kegfs");
+    } else {
+        if (mkdir(mnt_run_dir(), 0700) < 0 && errno != EEXIST)
+            return NULL;
+        dir = keg_asprintf("%s/logs", mnt_run_dir());
+    }
+    if (!dir)
+        return NULL;
+    if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
+        keg_free(dir);
+        return NULL;
+    }
+    char *p = keg_asprintf("%s/%s-%.8s.log", dir, volname, h);
+    keg_free(dir);
+    return p;
+}
+
+/* Parent side of -d: wait for "OK"/"ERR msg" and verify the mount. */
+static int wait_child(pid_t pid, int fd, const char *abs_mp, const char *volname,
+                      const char *log_file)
+{
+    char buf[1400];
+    size_t n = 0;
+    for (;;) {
+        ssize_t r = read(fd, buf + n, sizeof(buf) - 1 - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        n += (size_t)r;
+        if (n == sizeof(buf) - 1)
+            break;
+    }
+    close(fd);
+    buf[n] = '\0';
+    if (strncmp(buf, "OK", 2) != 0) {
+        int st = 0;
+        if (strncmp(buf, "ERR ", 4) == 0) {
+            mnt_error("%s (log: %s)", buf + 4, log_file);
+        } else if (waitpid(pid, &st, 0) == pid && WIFSIGNALED(st)) {
+            mnt_error("the mounter was killed by signal %d before the mount was ready "
+                      "(log: %s)", WTERMSIG(st), log_file);
+        } else {
+            mnt_error("the mounter exited before the mount was ready (log: %s)", log_file);
+        }
+        return 1;
+    }
+    struct statfs sfs;
+    if (statfs(abs_mp, &sfs) < 0 || sfs.f_type != MNT_FUSE_SUPER_MAGIC) {
+        mnt_error("the mounter reported success but %s is not a FUSE mount (log: %s)", abs_mp,
+                  log_file);
+        return 1;
+    }
+    printf("kegfs: volume %s mounted at %s (pid %d, log %s)\n", volname, abs_mp, (int)pid,
+           log_file);
+    return 0;
+}
+
+static int daemonize_and_run(struct mount_opts *o, const char *url, const char *abs_mp,
+                             const char *volname)
+{
+    char *log_file = o->log_file ? keg_strdup(o->log_file) : default_log_file(volname, abs_mp);
+    int pfd[2];
+    int status = 1;
+    if (!log_file) {
+        mnt_error("cannot create a log directory; give --log-file");
+        return 1;
+    }
+    if (keg_log_set_file(log_file) < 0) {   /* checked here so the error reaches the user */
+        mnt_error("cannot open log file %s: %s", log_file, strerror(errno));
+        goto out;
+    }
+    keg_log_set_file(NULL);
+    if (pipe2(pfd, O_CLOEXEC) < 0) {
+        mnt_error("pipe: %s", strerror(errno));
+        goto out;
+    }
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        mnt_error("fork: %s", strerror(errno));
+        close(pfd[0]);
+        close(pfd[1]);
+        goto out;
+    }
+    if (pid > 0) {
+        close(pfd[1]);
+        status = wait_child(pid, pfd[0], abs_mp, volname, log_file);
+        goto out;
+    }
+    /* child */
+    close(pfd[0]);
+    setsid();
+    if (chdir("/") < 0)
+        KEG_WARN("chdir /: %s", strerror(errno));
+    int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (nul >= 0) {
+        dup2(nul, STDIN_FILENO);
+        dup2(nul, STDOUT_FILENO);
+        dup2(nul, STDERR_FILENO);
+        if (nul > STDERR_FILENO)
+            close(nul);
+    }
+    keg_log_set_file(log_file);
+    status = run_session(o, url, abs_mp, volname, pfd[1]);
+    keg_log_set_file(NULL);
+    keg_free(log_file);
+    _exit(status);
+out:
+    keg_free(log_file);
+    return status;
+}
+
+int mnt_cmd_mount(int argc, char **argv)
+{
+    struct mount_opts o;
+    char volname[64] = "";
+    char *abs_mp = NULL;
+    int rc;
+
+    memset(&o, 0, sizeof(o));
+    o.attr_cache = o.entry_cache = o.dir_entry_cache = 1.0;
+    if (keg_log_level == LOG_WARNING)
+        keg_log_set_level(LOG_INFO);
+    rc = parse_cmdline(argc, argv, &o);
+    if (rc) {
+        rc = rc < 0 ? 0 : rc;
+        goto out;
+    }
+    if (mnt_log_file && !o.log_file)
+        o.log_file = keg_strdup(mnt_log_file);
+    if (argc - optind != 2) {
+        mnt_error("mount needs META_URL and MOUNTPOINT (see 'kegfs mount --help')");
+        rc = 2;
+        goto out;
+    }
+    const char *url = argv[optind];
+    const char *mp = argv[optind + 1];
+    fuse_set_log_func(fuse_log_to_keg);
+    signal(SIGPIPE, SIG_IGN);
+
+    /* Check what can be checked before anything changes. */
+    struct fuse_args probe;
+    if (build_fuse_args(&o, "probe", &probe) != 0) {
+        rc = 2;
+        goto out;
+    }
+    /* fuse_session_new() validates libfuse's options without touching /dev/fuse. */
+    struct fuse_session *pse = fuse_session_new(&probe, mnt_fuse_ops(),
+                                                sizeof(struct fuse_lowlevel_ops), NULL);
+    fuse_opt_free_args(&probe);
+    if (!pse) {
+        mnt_error("invalid -o options '%s'%s%s", o.fuse_opts ? o.fuse_opts : "",
+                  fuse_last_error[0] ? ": " : "", fuse_last_error);
+        rc = 2;
+        goto out;
+    }
+    fuse_session_destroy(pse);
+    fuse_last_error[0] = '\0';
+    if (check_volume(url, volname, sizeof(volname)) != 0 ||
+        check_mountpoint(mp, &abs_mp) != 0) {
+        rc = 1;
+        goto out;
+    }
+    if (o.background) {
+        rc = daemonize_and_run(&o, url, abs_mp, volname);
+    } else {
+        if (o.log_file && keg_log_set_file(o.log_file) < 0) {
+            mnt_error("cannot open log file %s: %s", o.log_file, strerror(errno));
+            rc = 1;
+            goto out;
+        }
+        rc = run_session(&o, url, abs_mp, volname, -1);
+        keg_log_set_file(NULL);
+    }
+out:
+    keg_free(abs_mp);
+    keg_free(o.fuse_opts);
+    keg_free(o.log_file);
+    keg_free(o.config);
+    return rc;
+}

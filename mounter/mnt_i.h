@@ -1,0 +1,126 @@
+/* mnt_i.h -- private declarations shared by the files of the `kegfs` binary.
+ *
+ * The binary is a CLI (main.c dispatches to cmd_*.c) plus the FUSE low-level
+ * mounter (cmd_mount.c sets up the session, fuse_ops.c holds the ops table,
+ * fuse_inode.c counts kernel references).  Everything below core/ is reached
+ * only through the public headers in core/include/keg/.
+ */
+#ifndef KEG_MNT_I_H
+#define KEG_MNT_I_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "keg/keg.h"
+
+struct keg_fs;
+
+/*--- sub-commands (each returns the process exit status) ---*/
+int mnt_cmd_format(int argc, char **argv);
+int mnt_cmd_mount(int argc, char **argv);
+int mnt_cmd_umount(int argc, char **argv);
+int mnt_cmd_status(int argc, char **argv);
+int mnt_cmd_info(int argc, char **argv);
+
+/*--- messages (mnt_util.c) ---*/
+/* Print "kegfs: <msg>" to stderr and remember it (mnt_last_error) so that a
+ * daemonised mounter can hand it to its parent. */
+void mnt_error(const char *fmt, ...) KEG_PRINTF(1, 2);
+const char *mnt_last_error(void);
+/* "kegfs: <msg>" to stderr, not remembered. */
+void mnt_warn(const char *fmt, ...) KEG_PRINTF(1, 2);
+
+/* Options every sub-command accepts: -v/--verbose, --debug, --quiet,
+ * --log-file F.  Returns 1 if `opt` was one of them (and applied it). */
+#define MNT_OPT_DEBUG    0x1001
+#define MNT_OPT_LOG_FILE 0x1002
+#define MNT_OPT_QUIET    0x1003
+#define MNT_COMMON_LONGOPTS \
+    {"verbose", no_argument, NULL, 'v'}, \
+    {"debug", no_argument, NULL, MNT_OPT_DEBUG}, \
+    {"quiet", no_argument, NULL, MNT_OPT_QUIET}, \
+    {"log-file", required_argument, NULL, MNT_OPT_LOG_FILE}, \
+    {"help", no_argument, NULL, 'h'}
+int mnt_common_opt(int opt, const char *arg);
+extern int mnt_debug;               /* --debug given */
+extern const char *mnt_log_file;    /* --log-file given (BORROWS argv) */
+#define MNT_COMMON_HELP \
+    "  -v, --verbose          log INFO messages\n" \
+    "      --debug            log DEBUG messages (one line per FUSE request in mount)\n" \
+    "      --quiet            log only errors\n" \
+    "      --log-file FILE    also append log lines to FILE\n" \
+    "  -h, --help             show this help\n"
+
+/*--- parsing helpers (mnt_util.c) ---*/
+/* "10G", "4M", "512K", "1T", "123" (bytes), optional "i"/"iB"/"B" after the
+ * suffix; binary multiples.  Returns 0 or -EINVAL / -ERANGE. */
+int mnt_parse_size(const char *s, uint64_t *out);
+/* Unsigned decimal.  Returns 0 or -EINVAL / -ERANGE. */
+int mnt_parse_u64(const char *s, uint64_t *out);
+/* Non-negative decimal seconds ("1", "0.5").  Returns 0 or -EINVAL. */
+int mnt_parse_seconds(const char *s, double *out);
+
+/*--- mount points and the state directory (mnt_util.c) ---*/
+/* Absolute, symlink-free path of p; a dead FUSE mount (ENOTCONN) at the last
+ * component is tolerated.  OWNERSHIP: caller keg_free()s *out.  Returns 0 or -errno. */
+int mnt_abspath(const char *p, char **out);
+/* 1 if abs is a mount point (listed in /proc/self/mountinfo), 0 if not, -errno.
+ * With fstype non-NULL the file-system type (e.g. "fuse.kegfs") is copied there. */
+int mnt_is_mountpoint(const char *abs, char *fstype, size_t fstype_size);
+/* 16 hex digits naming a mount point in the state directory. */
+void mnt_path_hash(const char *abs, char out[17]);
+/* The state directory: $KEGFS_RUN_DIR, else /run/kegfs (root) or
+ * /tmp/kegfs-<uid>.  Returns a static string. */
+const char *mnt_run_dir(void);
+/* State file of a mounted mount point: "<run_dir>/mounts/<hash>", mode 0600,
+ * lines "pid=", "mountpoint=", "meta_url=" (the META_URL holds secrets).
+ * mnt_state_write creates the directories.  Returns 0 or -errno. */
+int mnt_state_write(const char *abs_mp, pid_t pid, const char *meta_url);
+void mnt_state_remove(const char *abs_mp);
+/* OWNERSHIP: caller keg_free()s *meta_url (may be NULL if not wanted).
+ * Returns 0, -ENOENT (no state file), -errno. */
+int mnt_state_read(const char *abs_mp, pid_t *pid, char **meta_url);
+
+/* Read a whole small file into a NUL-terminated string, trailing newlines
+ * stripped.  OWNERSHIP: caller keg_free()s *out.  Returns 0 or -errno. */
+int mnt_read_small_file(const char *path, char **out);
+
+/* Print size as "4 MiB" style into buf. */
+const char *mnt_fmt_size(uint64_t v, char *buf, size_t size);
+
+/*--- tools shared by format/status/info (cmd_status.c) ---*/
+struct keg_meta;
+struct keg_format;
+/* Open the engine at url with clear messages for an unknown scheme, a
+ * malformed URL or an unreachable engine (printed; the URL redacted).
+ * OWNERSHIP: caller closes *m with keg_meta_close().  Returns 0 or -errno. */
+int  mnt_open_meta(const char *url, struct keg_meta **m);
+/* Print the settings of f, secrets shown as "****". */
+void mnt_print_format(FILE *out, const struct keg_format *f);
+
+/*--- nlookup accounting (fuse_inode.c) ---*/
+/* Kernel references per inode: +n for each reply that hands the kernel an
+ * entry, -n in forget.  A count going negative is a bug: keg_panic().
+ * LOCKS: a per-shard mutex inside; callable from any thread. */
+void     mnt_inode_ref(uint64_t ino, uint64_t n);
+/* Returns the count left. */
+uint64_t mnt_inode_unref(uint64_t ino, uint64_t n);
+uint64_t mnt_inode_count(uint64_t ino);
+/* Number of inodes with a non-zero count. */
+uint64_t mnt_inode_live(void);
+/* Drop every count (after the session ended).  Not thread-safe against ref/unref. */
+void     mnt_inode_clear(void);
+
+/*--- FUSE side (fuse_ops.c) ---*/
+struct mnt_state {
+    struct keg_fs *fs;
+    double attr_timeout;        /* seconds the kernel keeps attributes */
+    double entry_timeout;       /* seconds the kernel keeps a file name (and negatives) */
+    double dir_entry_timeout;   /* seconds the kernel keeps a directory name */
+    int    read_only;
+    int    allow_other;         /* informational */
+};
+struct fuse_lowlevel_ops;
+const struct fuse_lowlevel_ops *mnt_fuse_ops(void);
+
+#endif

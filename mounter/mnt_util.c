@@ -1,0 +1,406 @@
+/* mnt_util.c -- helpers of the kegfs CLI: messages, common options, number
+ * parsing, mount-point paths and the per-mount state file.
+ *
+ * DESIGN
+ * The state file "<run_dir>/mounts/<hash of mount point>" (mode 0600) is how
+ * the other sub-commands find a running mounter: `kegfs umount` reads its pid
+ * to wait for the mounter to exit (so that unmount means "data flushed"), and
+ * `kegfs info` reads the META_URL of the volume behind a path.  The META_URL may
+ * hold a password, hence 0600 and never a world-readable place.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define KEG_LOG_TAG "mnt"
+#include "keg/log.h"
+#include "keg/mem.h"
+
+#include "mnt_i.h"
+
+/*----- messages and common options -----*/
+
+static char last_error[1024];
+int mnt_debug;
+const char *mnt_log_file;
+
+void mnt_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_error, sizeof(last_error), fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "kegfs: %s\n", last_error);
+    fflush(stderr);
+}
+
+const char *mnt_last_error(void)
+{
+    return last_error;
+}
+
+void mnt_warn(const char *fmt, ...)
+{
+    va_list ap;
+    fputs("kegfs: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+int mnt_common_opt(int opt, const char *arg)
+{
+    switch (opt) {
+    case 'v':
+        if (keg_log_level < LOG_INFO)
+            keg_log_set_level(LOG_INFO);
+        return 1;
+    case MNT_OPT_DEBUG:
+        mnt_debug = 1;
+        keg_log_set_level(LOG_DEBUG);
+        return 1;
+    case MNT_OPT_QUIET:
+        keg_log_set_level(LOG_ERR);
+        return 1;
+    case MNT_OPT_LOG_FILE:
+        mnt_log_file = arg;
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/*----- numbers -----*/
+
+int mnt_parse_u64(const char *s, uint64_t *out)
+{
+    char *end = NULL;
+    *out = 0;
+    if (!s || !isdigit((unsigned char)s[0]))
+        return -EINVAL;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno == ERANGE)
+        return -ERANGE;
+    if (*end)
+        return -EINVAL;
+    *out = v;
+    return 0;
+}
+
+int mnt_parse_size(const char *s, uint64_t *out)
+{
+    char *end = NULL;
+    unsigned shift = 0;
+    *out = 0;
+    if (!s || !isdigit((unsigned char)s[0]))
+        return -EINVAL;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno == ERANGE)
+        return -ERANGE;
+    switch (toupper((unsigned char)*end)) {
+    case 'K': shift = 10; end++; break;
+    case 'M': shift = 20; end++; break;
+    case 'G': shift = 30; end++; break;
+    case 'T': shift = 40; end++; break;
+    case 'P': shift = 50; end++; break;
+    case 'B': case '\0': break;
+    default: return -EINVAL;
+    }
+    if (shift && (*end == 'i' || *end == 'I'))
+        end++;
+    if (*end == 'B' || *end == 'b')
+        end++;
+    if (*end)
+        return -EINVAL;
+    if (shift && v > (UINT64_MAX >> shift))
+        return -ERANGE;
+    *out = (uint64_t)v << shift;
+    return 0;
+}
+
+int mnt_parse_seconds(const char *s, double *out)
+{
+    char *end = NULL;
+    *out = 0;
+    if (!s || !(isdigit((unsigned char)s[0]) || s[0] == '.'))
+        return -EINVAL;
+    double v = strtod(s, &end);
+    if (*end || v < 0 || v > 86400.0 * 365)
+        return -EINVAL;
+    *out = v;
+    return 0;
+}
+
+const char *mnt_fmt_size(uint64_t v, char *buf, size_t size)
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    int u = 0;
+    double d = (double)v;
+    while (d >= 1024 && u < 6) {
+        d /= 1024;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, size, "%llu B", (unsigned long long)v);
+    else
+        snprintf(buf, size, "%.4g %s", d, units[u]);
+    return buf;
+}
+
+/*----- paths -----*/
+
+int mnt_abspath(const char *p, char **out)
+{
+    char buf[PATH_MAX];
+    *out = NULL;
+    if (!p || !*p)
+        return -EINVAL;
+    if (realpath(p, buf)) {
+        *out = keg_strdup(buf);
+        return *out ? 0 : -ENOMEM;
+    }
+    int rc = -errno;
+    if (rc != -ENOTCONN && rc != -EIO)
+        return rc;
+    /* A dead FUSE mount: resolve the parent, keep the last name as given. */
+    char *copy = keg_strdup(p);
+    if (!copy)
+        return -ENOMEM;
+    size_t len = strlen(copy);
+    while (len > 1 && copy[len - 1] == '/')
+        copy[--len] = '\0';
+    char *slash = strrchr(copy, '/');
+    const char *parent = ".";
+    const char *base = copy;
+    if (slash == copy) {
+        parent = "/";
+        base = copy + 1;
+    } else if (slash) {
+        *slash = '\0';
+        parent = copy;
+        base = slash + 1;
+    }
+    if (!realpath(parent, buf)) {
+        rc = -errno;
+        keg_free(copy);
+        return rc;
+    }
+    *out = keg_asprintf("%s/%s", strcmp(buf, "/") == 0 ? "" : buf, base);
+    keg_free(copy);
+    return *out ? 0 : -ENOMEM;
+}
+
+/* Undo the octal escapes (\040 for a space) of /proc/self/mountinfo in place. */
+static void unescape_mountinfo(char *s)
+{
+    char *w = s;
+    for (char *r = s; *r; r++) {
+        if (r[0] == '\\' && r[1] >= '0' && r[1] <= '3' && r[2] >= '0' && r[2] <= '7' &&
+            r[3] >= '0' && r[3] <= '7') {
+            *w++ = (char)((r[1] - '0') * 64 + (r[2] - '0') * 8 + (r[3] - '0'));
+            r += 3;
+        } else {
+            *w++ = *r;
+        }
+    }
+    *w = '\0';
+}
+
+int mnt_is_mountpoint(const char *abs, char *fstype, size_t fstype_size)
+{
+    FILE *f = fopen("/proc/self/mountinfo", "re");
+    char *line = NULL;
+    size_t cap = 0;
+    int found = 0;
+    if (!f)
+        return -errno;
+    if (fstype && fstype_size)
+        fstype[0] = '\0';
+    while (getline(&line, &cap, f) > 0) {
+        /* id parent maj:min root mountpoint options [optional...] - fstype source super */
+        char *save = NULL;
+        char *fld[5] = {0};
+        char *tok = strtok_r(line, " ", &save);
+        for (int i = 0; i < 5 && tok; i++) {
+            fld[i] = tok;
+            tok = i < 4 ? strtok_r(NULL, " ", &save) : tok;
+        }
+        if (!fld[4])
+            continue;
+        unescape_mountinfo(fld[4]);
+        if (strcmp(fld[4], abs) != 0)
+            continue;
+        found = 1;   /* keep going: the last matching line is the top mount */
+        if (fstype && fstype_size) {
+            char *rest = save ? strstr(save, " - ") : NULL;
+            if (rest) {
+                rest += 3;
+                size_t n = strcspn(rest, " ");
+                if (n >= fstype_size)
+                    n = fstype_size - 1;
+                memcpy(fstype, rest, n);
+                fstype[n] = '\0';
+            }
+        }
+    }
+    free(line);     /* allocated by getline() */
+    fclose(f);
+    return found;
+}
+
+void mnt_path_hash(const char *abs, char out[17])
+{
+    uint64_t h = 1469598103934665603ULL;   /* FNV-1a 64 */
+    for (const unsigned char *p = (const unsigned char *)abs; *p; p++) {
+        h ^= *p;
+        h *= 1099511628211ULL;
+    }
+    snprintf(out, 17, "%016llx", (unsigned long long)h);
+}
+
+const char *mnt_run_dir(void)
+{
+    static char dir[256];
+    const char *env = getenv("KEGFS_RUN_DIR");
+    if (env && *env)
+        snprintf(dir, sizeof(dir), "%s", env);
+    else if (geteuid() == 0)
+        snprintf(dir, sizeof(dir), "/run/kegfs");
+    else
+        snprintf(dir, sizeof(dir), "/tmp/kegfs-%u", (unsigned)geteuid());
+    return dir;
+}
+
+static char *state_path(const char *abs_mp)
+{
+    char h[17];
+    mnt_path_hash(abs_mp, h);
+    return keg_asprintf("%s/mounts/%s", mnt_run_dir(), h);
+}
+
+int mnt_state_write(const char *abs_mp, pid_t pid, const char *meta_url)
+{
+    char *dir = keg_asprintf("%s/mounts", mnt_run_dir());
+    char *path = state_path(abs_mp);
+    char *tmp = path ? keg_asprintf("%s.tmp.%d", path, (int)getpid()) : NULL;
+    int rc = 0;
+    int fd = -1;
+    if (!dir || !path || !tmp) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    if (mkdir(mnt_run_dir(), 0700) < 0 && errno != EEXIST) {
+        rc = -errno;
+        goto out;
+    }
+    if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+        rc = -errno;
+        goto out;
+    }
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        rc = -errno;
+        goto out;
+    }
+    if (dprintf(fd, "pid=%d\nmountpoint=%s\nmeta_url=%s\n", (int)pid, abs_mp, meta_url) < 0 ||
+        fsync(fd) < 0) {
+        rc = -errno;
+        goto out;
+    }
+    if (rename(tmp, path) < 0)
+        rc = -errno;
+out:
+    if (fd >= 0)
+        close(fd);
+    if (rc && tmp)
+        unlink(tmp);
+    keg_free(dir);
+    keg_free(path);
+    keg_free(tmp);
+    return rc;
+}
+
+void mnt_state_remove(const char *abs_mp)
+{
+    char *path = state_path(abs_mp);
+    if (path)
+        unlink(path);
+    keg_free(path);
+}
+
+int mnt_read_small_file(const char *path, char **out)
+{
+    char buf[8192];
+    size_t n = 0;
+    int rc = 0;
+    *out = NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    for (;;) {
+        ssize_t r = read(fd, buf + n, sizeof(buf) - 1 - n);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            rc = -errno;
+            break;
+        }
+        if (r == 0)
+            break;
+        n += (size_t)r;
+        if (n == sizeof(buf) - 1) {
+            rc = -EFBIG;
+            break;
+        }
+    }
+    close(fd);
+    if (rc)
+        return rc;
+    while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
+        n--;
+    buf[n] = '\0';
+    *out = keg_strdup(buf);
+    return *out ? 0 : -ENOMEM;
+}
+
+int mnt_state_read(const char *abs_mp, pid_t *pid, char **meta_url)
+{
+    char *path = state_path(abs_mp);
+    char *text = NULL;
+    int rc;
+    if (pid)
+        *pid = 0;
+    if (meta_url)
+        *meta_url = NULL;
+    if (!path)
+        return -ENOMEM;
+    rc = mnt_read_small_file(path, &text);
+    keg_free(path);
+    if (rc)
+        return rc;
+    char *save = NULL;
+    for (char *ln = strtok_r(text, "\n", &save); ln; ln = strtok_r(NULL, "\n", &save)) {
+        if (strncmp(ln, "pid=", 4) == 0 && pid) {
+            uint64_t v = 0;
+            if (mnt_parse_u64(ln + 4, &v) == 0)
+                *pid = (pid_t)v;
+        } else if (strncmp(ln, "meta_url=", 9) == 0 && meta_url) {
+            keg_free(*meta_url);
+            *meta_url = keg_strdup(ln + 9);
+        }
+    }
+    keg_free(text);
+    if (meta_url && !*meta_url)
+        return -EINVAL;
+    return 0;
+}
