@@ -152,6 +152,9 @@ int keg_fs_setlk(struct keg_fs *fs, struct keg_fh *fh, uint64_t owner,
                  const struct keg_plock *lk, int wait);
 /* op: LOCK_SH, LOCK_EX, LOCK_UN, optionally | LOCK_NB. */
 int keg_fs_flock(struct keg_fs *fs, struct keg_fh *fh, uint64_t owner, int op);
+/* Interrupt the blocking setlk/flock waits of lock owner `owner` (FUSE
+ * INTERRUPT): they return -EINTR.  No effect if none is waiting. */
+void keg_fs_interrupt(struct keg_fs *fs, uint64_t owner);
 
 /* Inspection for `kegfs info`: calls cb for every slice reference of every
  * chunk of ino (after flushing buffered data of this mount). */

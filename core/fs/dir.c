@@ -1,0 +1,261 @@
+/* dir.c -- streaming readdir over the engine's paged directory listing.
+ *
+ * DESIGN
+ * Offsets are entry ordinals: "." is 0, ".." is 1, the k-th stored entry (in
+ * the engine's name order) is k+2.  An open directory handle holds at most
+ * one batch (FS_DIR_BATCH entries) of the listing and the position of the next
+ * entry to deliver.  A call with that position resumes in the batch; the next
+ * batch is read with after = the last name of the current one, so entries
+ * added or removed meanwhile never make the stream skip or repeat a name that
+ * exists throughout.  An entry refused by fill() stays the next one.  A call
+ * with any other offset (seekdir/rewinddir) restarts from the beginning and
+ * skips entries batch by batch -- memory stays bounded either way.
+ */
+#include <string.h>
+#include <sys/stat.h>
+
+#define KEG_LOG_TAG "fs"
+#include "keg/log.h"
+#include "keg/mem.h"
+#include "fs_i.h"
+
+#define FS_DIR_BATCH 512
+
+struct fs_dent {
+    char           *name;
+    struct keg_attr attr;       /* complete when the batch was read with plus */
+};
+
+struct keg_dh {
+    pthread_mutex_t mu;         /* protects everything below */
+    uint64_t        ino;
+    uint64_t        pos;        /* offset of the next entry to deliver */
+    struct fs_dent *ents;       /* current batch */
+    size_t          n, idx;     /* batch size, next entry in it */
+    int             eof;        /* no stored entries after this batch */
+    int             plus;       /* the batch has full attributes */
+    char           *after;      /* last name of the batch (next batch starts after it) */
+};
+
+static void dh_clear_batch(struct keg_dh *dh)
+{
+    for (size_t i = 0; i < dh->n; i++)
+        keg_free(dh->ents[i].name);
+    dh->n = 0;
+    dh->idx = 0;
+}
+
+static void dh_reset(struct keg_dh *dh)
+{
+    dh_clear_batch(dh);
+    keg_free(dh->after);
+    dh->after = NULL;
+    dh->eof = 0;
+    dh->pos = 0;
+}
+
+struct batch_ctx {
+    struct keg_dh *dh;
+    int            err;
+};
+
+static int batch_cb(void *arg, const struct keg_dirent *de)
+{
+    struct batch_ctx *bc = arg;
+    struct keg_dh *dh = bc->dh;
+    struct fs_dent *e;
+    if (dh->n >= FS_DIR_BATCH)
+        return 1;
+    e = &dh->ents[dh->n];
+    e->name = keg_strdup(de->name);
+    if (!e->name) {
+        bc->err = -ENOMEM;
+        return 1;
+    }
+    if (de->attr) {
+        e->attr = *de->attr;
+    } else {
+        memset(&e->attr, 0, sizeof(e->attr));
+        e->attr.ino = de->ino;
+        e->attr.mode = de->type;
+    }
+    dh->n++;
+    return 0;
+}
+
+/* Replace the batch by the next one.  LOCKS: dh->mu held. */
+static int dh_next_batch(struct keg_fs *fs, struct keg_dh *dh, int plus)
+{
+    struct batch_ctx bc = {.dh = dh, .err = 0};
+    int rc;
+    char *last;
+
+    dh_clear_batch(dh);
+    rc = KEG_META_CALL(fs->meta, readdir, dh->ino, dh->after, FS_DIR_BATCH, plus, batch_cb, &bc);
+    if (rc >= 0 && bc.err < 0)
+        rc = bc.err;
+    if (rc < 0) {
+        dh_clear_batch(dh);
+        return rc;
+    }
+    dh->plus = plus;
+    if (dh->n < FS_DIR_BATCH)
+        dh->eof = 1;
+    if (dh->n > 0) {
+        last = keg_strdup(dh->ents[dh->n - 1].name);
+        if (!last) {
+            dh_clear_batch(dh);
+            return -ENOMEM;
+        }
+        keg_free(dh->after);
+        dh->after = last;
+    }
+    return 0;
+}
+
+/* Restart and skip to offset off.  LOCKS: dh->mu held. */
+static int dh_seek(struct keg_fs *fs, struct keg_dh *dh, uint64_t off, int plus)
+{
+    int rc;
+    dh_reset(dh);
+    if (off <= 2) {
+        dh->pos = off;
+        return 0;
+    }
+    dh->pos = 2;
+    while (dh->pos < off) {
+        uint64_t want = off - dh->pos;
+        rc = dh_next_batch(fs, dh, plus);
+        if (rc < 0)
+            return rc;
+        if (want < dh->n) {
+            dh->idx = (size_t)want;
+            dh->pos = off;
+            break;
+        }
+        dh->idx = dh->n;
+        dh->pos += dh->n;
+        if (dh->eof)
+            break;      /* offset past the end: nothing more to deliver */
+    }
+    return 0;
+}
+
+int keg_fs_opendir(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, struct keg_dh **out)
+{
+    struct keg_attr a;
+    struct keg_dh *dh;
+    int rc;
+
+    KEG_UNUSED(c);
+    *out = NULL;
+    rc = KEG_META_CALL(fs->meta, getattr, ino, &a);
+    if (rc < 0)
+        return rc;
+    if (!S_ISDIR(a.mode))
+        return -ENOTDIR;
+    dh = keg_calloc(1, sizeof(*dh));
+    if (!dh)
+        return -ENOMEM;
+    dh->ents = keg_calloc(FS_DIR_BATCH, sizeof(*dh->ents));
+    if (!dh->ents) {
+        keg_free(dh);
+        return -ENOMEM;
+    }
+    pthread_mutex_init(&dh->mu, NULL);
+    dh->ino = ino;
+    *out = dh;
+    return 0;
+}
+
+int keg_fs_releasedir(struct keg_fs *fs, struct keg_dh *dh)
+{
+    KEG_UNUSED(fs);
+    if (!dh)
+        return 0;
+    dh_reset(dh);
+    keg_free(dh->ents);
+    pthread_mutex_destroy(&dh->mu);
+    keg_free(dh);
+    return 0;
+}
+
+/* Attributes of "." (which == 0) or ".." (which == 1). */
+static int dot_attr(struct keg_fs *fs, struct keg_dh *dh, int which, struct keg_attr *out)
+{
+    struct keg_attr a;
+    int rc = KEG_META_CALL(fs->meta, getattr, dh->ino, &a);
+    if (rc < 0)
+        return rc;
+    if (which == 1 && a.parent != 0 && a.parent != a.ino) {
+        rc = KEG_META_CALL(fs->meta, getattr, a.parent, out);
+        if (rc == -ENOENT) {
+            /* parent vanished (directory being moved or removed): report the pointer */
+            memset(out, 0, sizeof(*out));
+            out->ino = a.parent;
+            out->mode = S_IFDIR;
+            return 0;
+        }
+        return rc;
+    }
+    *out = a;
+    return 0;
+}
+
+int keg_fs_readdir(struct keg_fs *fs, const struct keg_ctx *c, struct keg_dh *dh, uint64_t off,
+                   int plus, keg_fs_fill_fn *fill, void *arg)
+{
+    struct keg_attr a;
+    int rc = 0;
+
+    KEG_UNUSED(c);
+    pthread_mutex_lock(&dh->mu);
+    if (off != dh->pos) {
+        rc = dh_seek(fs, dh, off, plus);
+        if (rc < 0)
+            goto out;
+    }
+    while (dh->pos < 2) {
+        rc = dot_attr(fs, dh, (int)dh->pos, &a);
+        if (rc < 0)
+            goto out;
+        if (fill(arg, dh->pos == 0 ? "." : "..", &a, dh->pos + 1) != 0)
+            goto out;
+        dh->pos++;
+    }
+    for (;;) {
+        struct fs_dent *e;
+        if (dh->idx == dh->n) {
+            if (dh->eof)
+                break;
+            rc = dh_next_batch(fs, dh, plus);
+            if (rc < 0)
+                goto out;
+            if (dh->n == 0)
+                break;
+        }
+        e = &dh->ents[dh->idx];
+        a = e->attr;
+        if (plus && !dh->plus) {
+            /* batch read without attributes (the kernel switched modes) */
+            rc = KEG_META_CALL(fs->meta, getattr, e->attr.ino, &a);
+            if (rc == -ENOENT) {            /* removed meanwhile: skip it */
+                dh->idx++;
+                dh->pos++;
+                rc = 0;
+                continue;
+            }
+            if (rc < 0)
+                goto out;
+        }
+        if (plus)
+            fs_attr_fixup(fs, &a);
+        if (fill(arg, e->name, &a, dh->pos + 1) != 0)
+            break;
+        dh->idx++;
+        dh->pos++;
+    }
+out:
+    pthread_mutex_unlock(&dh->mu);
+    return rc;
+}

@@ -1,0 +1,889 @@
+/* file.c -- open files: open/create/release, the write buffer and its commit,
+ * flush/fsync, fallocate, copy_file_range, SEEK_DATA/SEEK_HOLE, chunk listing.
+ *
+ * DESIGN
+ * Every inode open here has one writer, shared by all its handles in this
+ * process and protected by the inode's mu.  The writer is a list of buffered
+ * slices in write order (struct fs_wslice): each covers chunk bytes
+ * [pos, pos+len) of one chunk, all of them written.  A write is cut at 64 MiB
+ * chunk boundaries; each piece goes into the newest buffered slice of that
+ * chunk that it touches or overlaps, provided the piece starts inside or at
+ * the end of that slice, the bytes it overwrites are in blocks not uploaded
+ * yet, and no newer buffered slice overlaps the piece (it would shadow the new
+ * bytes).  Otherwise a new slice (new id) starts at the piece.
+ *
+ * Block i of a slice covers slice bytes [i*bs, (i+1)*bs).  A full block is
+ * uploaded (encoded, CRC'd, put) once a later write to the slice starts past
+ * it; the rest, including the partial last block, at commit.
+ *
+ * Commit points: flush (close), fsync, release, read of the inode, truncate,
+ * fallocate, copy_range, lseek, and implicitly when the buffered bytes of all
+ * files exceed buffer_size, a slice reaches the end of its chunk, or an inode
+ * holds FS_MAX_WSLICES slices.  A commit uploads the remaining blocks, then
+ * makes ONE write_slices call with all buffered slices in write order and
+ * min_size = the highest written end.  If an upload fails, nothing is
+ * committed (no slice ever references a missing block) and the blocks that
+ * were uploaded are deleted again; the error is kept in ip->werr when the
+ * commit was implicit and returned by the next flush/fsync (kernel writeback
+ * semantics).  -ENOSPC/-EDQUOT are also returned by the following writes.
+ *
+ * Writer states per slice: buffering (nup < nblocks) -> committed (freed).
+ * Invariants: blk[i].p != NULL iff i >= nup and i*bs < len; ip->wend >= every
+ * buffered slice end (as a file offset); fs->wbytes = sum of blk caps.
+ */
+#define _GNU_SOURCE 1   /* SEEK_DATA, SEEK_HOLE */
+#include <fcntl.h>
+#include <linux/falloc.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define KEG_LOG_TAG "fs"
+#include "keg/log.h"
+#include "keg/mem.h"
+#include "fs_i.h"
+
+#define FS_MAX_WSLICES 1000
+#define FS_MAX_FILE_SIZE (KEG_CHUNK_SIZE * (uint64_t)UINT32_MAX)
+#define FS_COPY_RETRIES 5
+
+/*----------------------------------------------------------------------------
+ * Buffered slices
+ *--------------------------------------------------------------------------*/
+
+static int ws_new(struct keg_fs *fs, uint32_t indx, uint32_t pos, struct fs_wslice **out)
+{
+    struct fs_wslice *ws;
+    int rc;
+
+    *out = NULL;
+    ws = keg_calloc(1, sizeof(*ws));
+    if (!ws)
+        return -ENOMEM;
+    ws->nblk = (uint32_t)(KEG_CHUNK_SIZE / fs->bs);
+    ws->blk = keg_calloc(ws->nblk, sizeof(*ws->blk));
+    if (!ws->blk) {
+        keg_free(ws);
+        return -ENOMEM;
+    }
+    rc = fs_alloc_slice(fs, &ws->id);
+    if (rc < 0) {
+        keg_free(ws->blk);
+        keg_free(ws);
+        return rc;
+    }
+    ws->indx = indx;
+    ws->pos = pos;
+    *out = ws;
+    return 0;
+}
+
+static void ws_free(struct keg_fs *fs, struct fs_inode *ip, struct fs_wslice *ws)
+{
+    for (uint32_t i = 0; i < ws->nblk; i++) {
+        if (ws->blk[i].p) {
+            atomic_fetch_sub(&fs->wbytes, ws->blk[i].cap);
+            ip->wbytes -= ws->blk[i].cap;
+            keg_free(ws->blk[i].p);
+        }
+    }
+    keg_free(ws->blk);
+    keg_free(ws);
+}
+
+/* Copy n bytes to slice offset soff (soff <= len, blocks not uploaded). */
+static int ws_put(struct keg_fs *fs, struct fs_inode *ip, struct fs_wslice *ws, uint32_t soff,
+                  const uint8_t *src, uint32_t n)
+{
+    uint32_t bs = fs->bs;
+    uint32_t done = 0;
+
+    KEG_ASSERT(soff <= ws->len && soff / bs >= ws->nup);
+    while (done < n) {
+        uint32_t o = soff + done;
+        uint32_t i = o / bs;
+        uint32_t bo = o % bs;
+        uint32_t l = KEG_MIN(n - done, bs - bo);
+        struct fs_wblock *b = &ws->blk[i];
+        if (b->cap < bo + l) {
+            uint32_t ncap = b->cap ? b->cap : 16384;
+            while (ncap < bo + l)
+                ncap *= 2;
+            ncap = KEG_MIN(ncap, bs);
+            uint8_t *np = keg_realloc(b->p, ncap);
+            if (!np)
+                return -ENOMEM;
+            atomic_fetch_add(&fs->wbytes, ncap - b->cap);
+            ip->wbytes += ncap - b->cap;
+            b->p = np;
+            b->cap = ncap;
+        }
+        memcpy(b->p + bo, src + done, l);
+        done += l;
+    }
+    if (soff + n > ws->len)
+        ws->len = soff + n;
+    return 0;
+}
+
+/* Encode and put block i of ws (length blen) and free its buffer. */
+static int ws_upload(struct keg_fs *fs, struct fs_inode *ip, struct fs_wslice *ws, uint32_t i,
+                     uint32_t blen)
+{
+    char key[256];
+    size_t cap = keg_block_bound(fs->codec, blen);
+    size_t olen = 0;
+    uint8_t *enc;
+    int rc;
+
+    enc = keg_malloc(cap);
+    if (!enc)
+        return -ENOMEM;
+    rc = keg_block_encode(fs->codec, ws->blk[i].p, blen, enc, cap, &olen);
+    if (rc < 0)
+        goto out;
+    keg_block_key(key, sizeof(key), fs->fmt.name, ws->id, i, blen);
+    rc = keg_obj_put(fs->obj, key, enc, olen);
+    if (rc < 0) {
+        KEG_ERR("upload of %s failed: %s", key, strerror(-rc));
+        goto out;
+    }
+    atomic_fetch_sub(&fs->wbytes, ws->blk[i].cap);
+    ip->wbytes -= ws->blk[i].cap;
+    keg_free(ws->blk[i].p);
+    ws->blk[i].p = NULL;
+    ws->blk[i].cap = 0;
+out:
+    keg_free(enc);
+    return rc;
+}
+
+/* Upload the full blocks of ws that end at or before slice offset upto. */
+static int ws_upload_full(struct keg_fs *fs, struct fs_inode *ip, struct fs_wslice *ws,
+                          uint32_t upto)
+{
+    while ((uint64_t)(ws->nup + 1) * fs->bs <= KEG_MIN(upto, ws->len)) {
+        int rc = ws_upload(fs, ip, ws, ws->nup, fs->bs);
+        if (rc < 0)
+            return rc;
+        ws->nup++;
+    }
+    return 0;
+}
+
+void fs_writer_drop(struct keg_fs *fs, struct fs_inode *ip, int delete_uploaded)
+{
+    struct fs_wslice *ws = ip->wfirst;
+    while (ws) {
+        struct fs_wslice *next = ws->next;
+        if (delete_uploaded && ws->nup > 0)
+            fs_delete_slice(fs, ws->id,
+                            (uint32_t)KEG_MIN((uint64_t)ws->nup * fs->bs, ws->len));
+        ws_free(fs, ip, ws);
+        ws = next;
+    }
+    ip->wfirst = ip->wlast = NULL;
+    ip->nws = 0;
+    ip->wend = 0;
+}
+
+int fs_commit_locked(struct keg_fs *fs, struct fs_inode *ip)
+{
+    struct keg_chunk_slice *cs = NULL;
+    struct keg_attr attr;
+    struct fs_wslice *ws;
+    size_t n = 0;
+    int rc = 0;
+
+    if (!ip->wfirst)
+        return 0;
+    for (ws = ip->wfirst; ws; ws = ws->next) {
+        uint32_t nb = (ws->len + fs->bs - 1) / fs->bs;
+        while (ws->nup < nb) {
+            rc = ws_upload(fs, ip, ws, ws->nup, fs_block_len(fs->bs, ws->len, ws->nup));
+            if (rc < 0) {
+                fs_writer_drop(fs, ip, 1);
+                return rc;
+            }
+            ws->nup++;
+        }
+    }
+    cs = keg_malloc(ip->nws * sizeof(*cs));
+    if (!cs) {
+        fs_writer_drop(fs, ip, 1);
+        return -ENOMEM;
+    }
+    for (ws = ip->wfirst; ws; ws = ws->next) {
+        cs[n].indx = ws->indx;
+        cs[n].s.id = ws->id;
+        cs[n].s.size = ws->len;
+        cs[n].s.off = 0;
+        cs[n].s.len = ws->len;
+        cs[n].s.pos = ws->pos;
+        n++;
+    }
+    rc = KEG_META_CALL(fs->meta, write_slices, ip->ino, n, cs, ip->wend, 0, NULL, &attr);
+    keg_free(cs);
+    /* The blocks stay in the store even on failure: an engine error may
+     * still have committed the slices, and a leak is safer than a dangling
+     * reference (kegfs gc reclaims leaks). */
+    fs_writer_drop(fs, ip, 0);
+    fs_inode_drop_chunks(ip);
+    if (rc < 0) {
+        KEG_ERR("commit of %zu slice(s) of inode %llu failed: %s", n,
+                (unsigned long long)ip->ino, strerror(-rc));
+        return rc;
+    }
+    fs_inode_set_attr(ip, &attr);
+    return 0;
+}
+
+int fs_flush_inode(struct keg_fs *fs, struct fs_inode *ip, int report)
+{
+    int rc;
+    pthread_mutex_lock(&ip->mu);
+    rc = fs_commit_locked(fs, ip);
+    if (report) {
+        if (rc == 0)
+            rc = ip->werr;
+        ip->werr = 0;
+    } else if (rc < 0) {
+        ip->werr = rc;
+    }
+    pthread_mutex_unlock(&ip->mu);
+    return rc;
+}
+
+/* Implicit commit: errors are deferred. */
+static void commit_deferred(struct keg_fs *fs, struct fs_inode *ip)
+{
+    int rc = fs_commit_locked(fs, ip);
+    if (rc < 0)
+        ip->werr = rc;
+}
+
+/*----------------------------------------------------------------------------
+ * Write
+ *--------------------------------------------------------------------------*/
+
+/* The buffered slice that may take chunk bytes [cpos, cpos+n), or NULL. */
+static struct fs_wslice *ws_find(struct keg_fs *fs, struct fs_inode *ip, uint32_t indx,
+                                 uint32_t cpos, uint32_t n)
+{
+    struct fs_wslice *cand = NULL;
+    uint64_t wb = cpos;
+    uint64_t we = (uint64_t)cpos + n;
+    for (struct fs_wslice *ws = ip->wfirst; ws; ws = ws->next) {
+        uint64_t sb = ws->pos;
+        uint64_t se = (uint64_t)ws->pos + ws->len;
+        int overlaps;
+        int takes;
+        if (ws->indx != indx)
+            continue;
+        overlaps = wb < se && sb < we;
+        takes = wb >= sb && wb <= se && (wb - sb) >= (uint64_t)ws->nup * fs->bs;
+        if (overlaps)
+            cand = takes ? ws : NULL;   /* a newer overlapping slice shadows older ones */
+        else if (takes)
+            cand = ws;                  /* appends right at its end */
+    }
+    return cand;
+}
+
+static int write_piece(struct keg_fs *fs, struct fs_inode *ip, uint32_t indx, uint32_t cpos,
+                       const uint8_t *src, uint32_t n)
+{
+    struct fs_wslice *ws = ws_find(fs, ip, indx, cpos, n);
+    int rc;
+    if (!ws) {
+        rc = ws_new(fs, indx, cpos, &ws);
+        if (rc < 0)
+            return rc;
+        if (ip->wlast)
+            ip->wlast->next = ws;
+        else
+            ip->wfirst = ws;
+        ip->wlast = ws;
+        ip->nws++;
+    }
+    rc = ws_put(fs, ip, ws, cpos - ws->pos, src, n);
+    if (rc < 0)
+        return rc;
+    uint64_t end = (uint64_t)indx * KEG_CHUNK_SIZE + ws->pos + ws->len;
+    if (end > ip->wend)
+        ip->wend = end;
+    /* blocks the write has moved past are complete: upload them now */
+    rc = ws_upload_full(fs, ip, ws, cpos - ws->pos);
+    if (rc < 0)
+        return rc;
+    if ((uint64_t)ws->pos + ws->len >= KEG_CHUNK_SIZE || ip->nws >= FS_MAX_WSLICES ||
+        atomic_load(&fs->wbytes) > fs->buffer_size)
+        commit_deferred(fs, ip);
+    return 0;
+}
+
+ssize_t keg_fs_write(struct keg_fs *fs, struct keg_fh *fh, uint64_t off, const void *buf,
+                     size_t size)
+{
+    struct fs_inode *ip = fh->ip;
+    const uint8_t *src = buf;
+    size_t done = 0;
+    int rc = 0;
+
+    if (fs->read_only)
+        return -EROFS;
+    if ((fh->flags & O_ACCMODE) == O_RDONLY)
+        return -EBADF;
+    if (size == 0)
+        return 0;
+    if (off >= FS_MAX_FILE_SIZE || size > FS_MAX_FILE_SIZE - off)
+        return -EFBIG;
+    pthread_mutex_lock(&ip->mu);
+    if (ip->werr == -ENOSPC || ip->werr == -EDQUOT) {
+        rc = ip->werr;
+        goto out;
+    }
+    while (done < size) {
+        uint64_t p = off + done;
+        uint32_t indx = (uint32_t)(p / KEG_CHUNK_SIZE);
+        uint32_t cpos = (uint32_t)(p % KEG_CHUNK_SIZE);
+        uint32_t n = (uint32_t)KEG_MIN((uint64_t)(size - done), KEG_CHUNK_SIZE - cpos);
+        rc = write_piece(fs, ip, indx, cpos, src + done, n);
+        if (rc < 0) {
+            /* the buffer now holds part of this write: drop it all, report */
+            KEG_ERR("write to inode %llu failed: %s", (unsigned long long)ip->ino,
+                    strerror(-rc));
+            fs_writer_drop(fs, ip, 1);
+            ip->werr = rc;
+            goto out;
+        }
+        done += n;
+        ip->wtime_ns = keg_now_ns();
+        if (ip->werr == -ENOSPC || ip->werr == -EDQUOT) {
+            rc = ip->werr;
+            goto out;
+        }
+    }
+out:
+    pthread_mutex_unlock(&ip->mu);
+    return rc < 0 ? rc : (ssize_t)size;
+}
+
+/*----------------------------------------------------------------------------
+ * Open / create / flush / release
+ *--------------------------------------------------------------------------*/
+
+static int fh_new(struct keg_fs *fs, const struct keg_attr *a, int flags, struct keg_fh **out)
+{
+    struct keg_fh *fh = keg_calloc(1, sizeof(*fh));
+    *out = NULL;
+    if (!fh)
+        return -ENOMEM;
+    fh->ip = fs_inode_get(fs, a->ino);
+    if (!fh->ip) {
+        keg_free(fh);
+        return -ENOMEM;
+    }
+    fh->flags = flags;
+    *out = fh;
+    return 0;
+}
+
+int keg_fs_open(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, int flags,
+                struct keg_fh **fhp, int *keep_cache)
+{
+    struct keg_attr a;
+    struct keg_fh *fh = NULL;
+    struct fs_inode *ip;
+    int wr = (flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC);
+    int rc;
+
+    KEG_UNUSED(c);
+    *fhp = NULL;
+    *keep_cache = 0;
+    if (fs->read_only && wr)
+        return -EROFS;
+    rc = KEG_META_CALL(fs->meta, getattr, ino, &a);
+    if (rc < 0)
+        return rc;
+    if (S_ISDIR(a.mode))
+        return -EISDIR;
+    rc = fh_new(fs, &a, flags, &fh);
+    if (rc < 0)
+        return rc;
+    ip = fh->ip;
+    pthread_mutex_lock(&ip->mu);
+    ip->nopen++;
+    ip->nocap = 0;
+    fs_inode_drop_chunks(ip);           /* close-to-open: re-read slice lists */
+    if ((flags & O_TRUNC) && S_ISREG(a.mode)) {
+        rc = fs_commit_locked(fs, ip);
+        if (rc == 0)
+            rc = KEG_META_CALL(fs->meta, truncate, ino, 0, &a);
+        if (rc < 0) {
+            ip->nopen--;
+            pthread_mutex_unlock(&ip->mu);
+            fs_inode_put(fs, ip);
+            keg_free(fh);
+            return rc;
+        }
+    }
+    fs_inode_set_attr(ip, &a);
+    pthread_mutex_unlock(&ip->mu);
+    *keep_cache = fs_seen_check(fs, &a) && !(flags & O_TRUNC);
+    *fhp = fh;
+    return 0;
+}
+
+int keg_fs_create(struct keg_fs *fs, const struct keg_ctx *c, uint64_t parent, const char *name,
+                  uint32_t mode, int flags, struct keg_attr *out, struct keg_fh **fhp)
+{
+    struct keg_fh *fh = NULL;
+    int keep = 0;
+    int rc;
+
+    *fhp = NULL;
+    rc = keg_fs_mknod(fs, c, parent, name, S_IFREG | (mode & 07777), 0, out);
+    if (rc == -EEXIST && !(flags & O_EXCL)) {
+        /* lost a race with another creator: open the existing file */
+        rc = keg_fs_lookup(fs, c, parent, name, out);
+        if (rc < 0)
+            return rc;
+        if (!S_ISREG(out->mode))
+            return S_ISDIR(out->mode) ? -EISDIR : -EEXIST;
+        rc = keg_fs_open(fs, c, out->ino, flags, fhp, &keep);
+        if (rc == 0)
+            rc = KEG_META_CALL(fs->meta, getattr, out->ino, out);
+        return rc;
+    }
+    if (rc < 0)
+        return rc;
+    rc = fh_new(fs, out, flags, &fh);
+    if (rc < 0)
+        return rc;
+    pthread_mutex_lock(&fh->ip->mu);
+    fh->ip->nopen++;
+    fs_inode_drop_chunks(fh->ip);
+    fs_inode_set_attr(fh->ip, out);
+    pthread_mutex_unlock(&fh->ip->mu);
+    fs_seen_check(fs, out);
+    *fhp = fh;
+    return 0;
+}
+
+uint64_t keg_fh_ino(const struct keg_fh *fh)
+{
+    return fh->ip->ino;
+}
+
+int keg_fs_flush(struct keg_fs *fs, struct keg_fh *fh, uint64_t lock_owner)
+{
+    struct fs_inode *ip = fh->ip;
+    int plocked;
+    int rc = fs_flush_inode(fs, ip, 1);
+
+    pthread_mutex_lock(&ip->mu);
+    plocked = ip->plocked;
+    pthread_mutex_unlock(&ip->mu);
+    if (plocked) {
+        struct keg_plock lk = {.type = F_UNLCK, .start = 0, .end = UINT64_MAX, .pid = 0};
+        int lrc = KEG_META_CALL(fs->meta, setlk, ip->ino, lock_owner, &lk);
+        if (lrc < 0 && lrc != -ENOSYS)
+            KEG_WARN("releasing POSIX locks of inode %llu: %s", (unsigned long long)ip->ino,
+                     strerror(-lrc));
+    }
+    return rc;
+}
+
+int keg_fs_fsync(struct keg_fs *fs, struct keg_fh *fh, int datasync)
+{
+    int rc;
+    KEG_UNUSED(datasync);
+    rc = fs_flush_inode(fs, fh->ip, 1);
+    if (rc < 0)
+        return rc;
+    rc = keg_obj_sync(fs->obj);
+    if (rc < 0) {
+        KEG_ERR("fsync: object store sync failed: %s", strerror(-rc));
+        return rc;
+    }
+    rc = KEG_META_CALL0(fs->meta, sync);
+    if (rc == -ENOSYS)
+        rc = 0;
+    if (rc < 0)
+        KEG_ERR("fsync: metadata sync failed: %s", strerror(-rc));
+    return rc;
+}
+
+int keg_fs_release(struct keg_fs *fs, struct keg_fh *fh)
+{
+    struct fs_inode *ip = fh->ip;
+    int purge = 0;
+    int rc = fs_flush_inode(fs, ip, 1);
+
+    if (rc < 0)
+        KEG_ERR("release of inode %llu: buffered data lost: %s", (unsigned long long)ip->ino,
+                strerror(-rc));
+    if (fh->flocked) {
+        int lrc = KEG_META_CALL(fs->meta, flock, ip->ino, fh->flock_owner, F_UNLCK);
+        if (lrc < 0)
+            KEG_WARN("releasing flock of inode %llu: %s", (unsigned long long)ip->ino,
+                     strerror(-lrc));
+    }
+    pthread_mutex_lock(&ip->mu);
+    KEG_ASSERT(ip->nopen > 0);
+    ip->nopen--;
+    if (ip->nopen == 0 && ip->unlinked) {
+        ip->unlinked = 0;
+        purge = 1;
+    }
+    pthread_mutex_unlock(&ip->mu);
+    if (purge) {
+        int prc = KEG_META_CALL(fs->meta, purge, ip->ino);
+        if (prc < 0 && prc != -ENOENT)
+            KEG_WARN("purge of unlinked inode %llu: %s", (unsigned long long)ip->ino,
+                     strerror(-prc));
+        pthread_mutex_lock(&fs->bg_mu);
+        pthread_cond_broadcast(&fs->bg_cv);    /* let the deleter drain the queue */
+        pthread_mutex_unlock(&fs->bg_mu);
+    }
+    fs_inode_put(fs, ip);
+    keg_free(fh);
+    return rc;
+}
+
+/*----------------------------------------------------------------------------
+ * fallocate
+ *--------------------------------------------------------------------------*/
+
+/* Hole slices over file range [off, end), split at chunk boundaries.
+ * OWNERSHIP: caller keg_free()s *out. */
+static int hole_slices(uint64_t off, uint64_t end, struct keg_chunk_slice **out, size_t *n)
+{
+    size_t cnt = 0;
+    size_t max = (size_t)((end - off) / KEG_CHUNK_SIZE + 2);
+    struct keg_chunk_slice *cs;
+
+    *out = NULL;
+    *n = 0;
+    cs = keg_calloc(max, sizeof(*cs));
+    if (!cs)
+        return -ENOMEM;
+    for (uint64_t p = off; p < end;) {
+        uint32_t cpos = (uint32_t)(p % KEG_CHUNK_SIZE);
+        uint32_t l = (uint32_t)KEG_MIN(end - p, KEG_CHUNK_SIZE - cpos);
+        KEG_ASSERT(cnt < max);
+        cs[cnt].indx = (uint32_t)(p / KEG_CHUNK_SIZE);
+        cs[cnt].s.id = 0;
+        cs[cnt].s.size = l;
+        cs[cnt].s.off = 0;
+        cs[cnt].s.len = l;
+        cs[cnt].s.pos = cpos;
+        cnt++;
+        p += l;
+    }
+    *out = cs;
+    *n = cnt;
+    return 0;
+}
+
+int keg_fs_fallocate(struct keg_fs *fs, const struct keg_ctx *c, struct keg_fh *fh, int mode,
+                     uint64_t off, uint64_t len)
+{
+    struct fs_inode *ip = fh->ip;
+    struct keg_chunk_slice *cs = NULL;
+    struct keg_attr a;
+    size_t n = 0;
+    uint64_t end;
+    int keep = (mode & FALLOC_FL_KEEP_SIZE) != 0;
+    int rc;
+
+    KEG_UNUSED(c);
+    if (mode & ~(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE))
+        return -EOPNOTSUPP;
+    if ((mode & FALLOC_FL_PUNCH_HOLE) && (!keep || (mode & FALLOC_FL_ZERO_RANGE)))
+        return -EOPNOTSUPP;
+    if (len == 0)
+        return -EINVAL;
+    if (fs->read_only)
+        return -EROFS;
+    if ((fh->flags & O_ACCMODE) == O_RDONLY)
+        return -EBADF;
+    if (off >= FS_MAX_FILE_SIZE || len > FS_MAX_FILE_SIZE - off)
+        return -EFBIG;
+    end = off + len;
+
+    pthread_mutex_lock(&ip->mu);
+    rc = fs_commit_locked(fs, ip);
+    if (rc < 0)
+        goto out;
+    rc = KEG_META_CALL(fs->meta, getattr, ip->ino, &a);
+    if (rc < 0)
+        goto out;
+    if (mode == 0) {
+        if (end > a.size)
+            rc = KEG_META_CALL(fs->meta, truncate, ip->ino, end, &a);
+    } else if (mode == FALLOC_FL_KEEP_SIZE) {
+        rc = 0;
+    } else {
+        if (keep)
+            end = KEG_MIN(end, a.size);
+        if (off < end) {
+            rc = hole_slices(off, end, &cs, &n);
+            if (rc == 0)
+                rc = KEG_META_CALL(fs->meta, write_slices, ip->ino, n, cs, keep ? 0 : end, 0,
+                                   NULL, &a);
+        } else if (!keep && off + len > a.size) {
+            rc = KEG_META_CALL(fs->meta, truncate, ip->ino, off + len, &a);
+        }
+    }
+    fs_inode_drop_chunks(ip);
+    if (rc == 0)
+        fs_inode_set_attr(ip, &a);
+out:
+    pthread_mutex_unlock(&ip->mu);
+    keg_free(cs);
+    return rc;
+}
+
+/*----------------------------------------------------------------------------
+ * copy_file_range
+ *--------------------------------------------------------------------------*/
+
+struct cs_vec {
+    struct keg_chunk_slice *v;
+    size_t n, cap;
+};
+
+static int csv_push(struct cs_vec *cv, uint32_t indx, const struct keg_slice *s)
+{
+    if (cv->n == cv->cap) {
+        size_t ncap = cv->cap ? cv->cap * 2 : 64;
+        struct keg_chunk_slice *nv = keg_realloc(cv->v, ncap * sizeof(*nv));
+        if (!nv)
+            return -ENOMEM;
+        cv->v = nv;
+        cv->cap = ncap;
+    }
+    cv->v[cv->n].indx = indx;
+    cv->v[cv->n].s = *s;
+    cv->n++;
+    return 0;
+}
+
+/* The slice references that place src bytes [off_in, off_in+len) at off_out. */
+static int copy_plan(struct keg_fs *fs, uint64_t src, uint64_t off_in, uint64_t off_out,
+                     uint64_t len, struct cs_vec *cv)
+{
+    int rc = 0;
+    cv->n = 0;
+    for (uint64_t p = off_in; p < off_in + len;) {
+        uint32_t indx = (uint32_t)(p / KEG_CHUNK_SIZE);
+        uint32_t cfrom = (uint32_t)(p % KEG_CHUNK_SIZE);
+        uint32_t cto = (uint32_t)KEG_MIN(KEG_CHUNK_SIZE, cfrom + (off_in + len - p));
+        struct keg_slice *sl = NULL;
+        struct fs_seg *seg = NULL;
+        size_t nsl = 0;
+        size_t nseg = 0;
+
+        rc = KEG_META_CALL(fs->meta, read_chunk, src, indx, &sl, &nsl);
+        if (rc < 0)
+            return rc;
+        rc = fs_layout(sl, nsl, cfrom, cto, &seg, &nseg);
+        keg_free(sl);
+        if (rc < 0)
+            return rc;
+        for (size_t k = 0; k < nseg && rc == 0; k++) {
+            uint64_t sp = (uint64_t)indx * KEG_CHUNK_SIZE + seg[k].pos;
+            uint64_t q = off_out + (sp - off_in);
+            uint32_t used = 0;
+            while (used < seg[k].len) {
+                uint32_t qpos = (uint32_t)(q % KEG_CHUNK_SIZE);
+                uint32_t l = (uint32_t)KEG_MIN((uint64_t)(seg[k].len - used),
+                                               KEG_CHUNK_SIZE - qpos);
+                struct keg_slice s;
+                if (seg[k].id) {
+                    s.id = seg[k].id;
+                    s.size = seg[k].size;
+                    s.off = seg[k].soff + used;
+                } else {
+                    s.id = 0;
+                    s.size = l;
+                    s.off = 0;
+                }
+                s.len = l;
+                s.pos = qpos;
+                rc = csv_push(cv, (uint32_t)(q / KEG_CHUNK_SIZE), &s);
+                if (rc < 0)
+                    break;
+                used += l;
+                q += l;
+            }
+        }
+        keg_free(seg);
+        if (rc < 0)
+            return rc;
+        p += cto - cfrom;
+    }
+    return 0;
+}
+
+ssize_t keg_fs_copy_range(struct keg_fs *fs, const struct keg_ctx *c, struct keg_fh *in,
+                          uint64_t off_in, struct keg_fh *out, uint64_t off_out, size_t len,
+                          int flags)
+{
+    struct fs_inode *src = in->ip;
+    struct fs_inode *dst = out->ip;
+    struct cs_vec cv = {0};
+    struct keg_attr a;
+    uint64_t n;
+    int rc;
+
+    KEG_UNUSED(c);
+    if (flags != 0)
+        return -EINVAL;
+    if (fs->read_only)
+        return -EROFS;
+    if ((out->flags & O_ACCMODE) == O_RDONLY || (in->flags & O_ACCMODE) == O_WRONLY)
+        return -EBADF;
+    if (len == 0)
+        return 0;
+    if (off_out >= FS_MAX_FILE_SIZE || len > FS_MAX_FILE_SIZE - off_out)
+        return -EFBIG;
+    if (src == dst && off_in < off_out + len && off_out < off_in + len)
+        return -EINVAL;
+    rc = fs_flush_inode(fs, src, 0);
+    if (rc == 0 && dst != src)
+        rc = fs_flush_inode(fs, dst, 0);
+    if (rc < 0)
+        return rc;
+    rc = KEG_META_CALL(fs->meta, getattr, src->ino, &a);
+    if (rc < 0)
+        return rc;
+    if (!S_ISREG(a.mode))
+        return -EINVAL;
+    if (off_in >= a.size)
+        return 0;
+    n = KEG_MIN((uint64_t)len, a.size - off_in);
+
+    pthread_mutex_lock(&dst->mu);
+    rc = fs_commit_locked(fs, dst);     /* a write may have raced in */
+    for (int attempt = 0; rc == 0 && attempt < FS_COPY_RETRIES; attempt++) {
+        rc = copy_plan(fs, src->ino, off_in, off_out, n, &cv);
+        if (rc < 0)
+            break;
+        rc = KEG_META_CALL(fs->meta, write_slices, dst->ino, cv.n, cv.v, off_out + n,
+                           KEG_WS_SHARE, NULL, &a);
+        if (rc != -EAGAIN)
+            break;
+        KEG_DEBUG("copy_range: source of inode %llu changed, retrying",
+                  (unsigned long long)src->ino);
+    }
+    fs_inode_drop_chunks(dst);
+    if (rc == 0)
+        fs_inode_set_attr(dst, &a);
+    pthread_mutex_unlock(&dst->mu);
+    keg_free(cv.v);
+    if (rc == -EAGAIN)
+        rc = -EBUSY;
+    return rc < 0 ? rc : (ssize_t)n;
+}
+
+/*----------------------------------------------------------------------------
+ * lseek SEEK_DATA / SEEK_HOLE
+ *--------------------------------------------------------------------------*/
+
+int64_t keg_fs_lseek(struct keg_fs *fs, struct keg_fh *fh, uint64_t off, int whence)
+{
+    struct fs_inode *ip = fh->ip;
+    struct keg_attr a;
+    int want_data;
+    int rc;
+
+    if (whence == SEEK_DATA)
+        want_data = 1;
+    else if (whence == SEEK_HOLE)
+        want_data = 0;
+    else
+        return -EINVAL;
+    rc = fs_flush_inode(fs, ip, 0);
+    if (rc < 0)
+        return rc;
+    rc = KEG_META_CALL(fs->meta, getattr, ip->ino, &a);
+    if (rc < 0)
+        return rc;
+    pthread_mutex_lock(&ip->mu);
+    fs_inode_set_attr(ip, &a);
+    pthread_mutex_unlock(&ip->mu);
+    if (off >= a.size)
+        return -ENXIO;
+
+    for (uint64_t p = off; p < a.size;) {
+        uint32_t indx = (uint32_t)(p / KEG_CHUNK_SIZE);
+        uint64_t base = (uint64_t)indx * KEG_CHUNK_SIZE;
+        uint32_t cpos = (uint32_t)(p - base);
+        struct fs_chunk *ch = NULL;
+        int64_t found = -1;
+
+        pthread_mutex_lock(&ip->mu);
+        rc = fs_inode_chunk(fs, ip, indx, &ch);
+        if (rc == 0) {
+            for (size_t k = 0; k < ch->nseg; k++) {
+                const struct fs_seg *s = &ch->seg[k];
+                if ((uint64_t)s->pos + s->len <= cpos)
+                    continue;
+                uint64_t at = base + KEG_MAX(s->pos, cpos);
+                if (at >= a.size)
+                    break;
+                if ((s->id != 0) == want_data) {
+                    found = (int64_t)at;
+                    break;
+                }
+            }
+        }
+        pthread_mutex_unlock(&ip->mu);
+        if (rc < 0)
+            return rc;
+        if (found >= 0)
+            return found;
+        p = base + KEG_CHUNK_SIZE;
+    }
+    return want_data ? -ENXIO : (int64_t)a.size;
+}
+
+/*----------------------------------------------------------------------------
+ * Inspection
+ *--------------------------------------------------------------------------*/
+
+int keg_fs_chunks(struct keg_fs *fs, uint64_t ino, keg_fs_info_cb *cb, void *arg)
+{
+    struct fs_inode *ip = fs_inode_find(fs, ino);
+    struct keg_attr a;
+    int rc = 0;
+
+    if (ip) {
+        rc = fs_flush_inode(fs, ip, 0);
+        fs_inode_put(fs, ip);
+        if (rc < 0)
+            return rc;
+    }
+    rc = KEG_META_CALL(fs->meta, getattr, ino, &a);
+    if (rc < 0)
+        return rc;
+    if (!S_ISREG(a.mode))
+        return 0;
+    uint64_t nchunks = (a.size + KEG_CHUNK_SIZE - 1) / KEG_CHUNK_SIZE;
+    for (uint64_t i = 0; i < nchunks; i++) {
+        struct keg_slice *sl = NULL;
+        size_t n = 0;
+        rc = KEG_META_CALL(fs->meta, read_chunk, ino, (uint32_t)i, &sl, &n);
+        if (rc < 0)
+            return rc;
+        for (size_t k = 0; k < n && rc == 0; k++)
+            rc = cb(arg, (uint32_t)i, &sl[k]);
+        keg_free(sl);
+        if (rc != 0)
+            return rc < 0 ? rc : 0;
+    }
+    return 0;
+}

@@ -1,0 +1,537 @@
+/* fs.c -- volume open/close, id allocation, background workers and statfs.
+ *
+ * DESIGN
+ * keg_fs_new connects the engine, loads the format, opens the object stack
+ * and (unless conf->no_session) registers a session and starts two threads:
+ *   heartbeat  session_heartbeat every heartbeat_sec; session_clean_stale
+ *              every ~60 s (with jitter, so many mounters do not collide)
+ *   deleter    purges inodes that were unlinked while not open here, and
+ *              drains the engine's deletion queue: every block object of each
+ *              queued slice is deleted, then the entry is acknowledged.  It
+ *              runs every second, or at once when kicked (bg_cv).
+ * Inode numbers and slice ids are reserved from the engine in batches
+ * (100 inodes, 1000 slices) under id_mu.
+ * keg_fs_free commits every open file, stops the threads, purges what is
+ * queued, drains a few deletion batches, ends the session and closes all.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define KEG_LOG_TAG "fs"
+#include "keg/log.h"
+#include "keg/mem.h"
+#include "keg/stack.h"
+#include "fs_i.h"
+
+#define FS_INO_BATCH   100
+#define FS_SLICE_BATCH 1000
+#define FS_DELQ_BATCH  256
+#define FS_STALE_PERIOD_SEC 60
+
+/*----------------------------------------------------------------------------
+ * Ids
+ *--------------------------------------------------------------------------*/
+
+static int alloc_id(struct keg_fs *fs, int kind, uint64_t *next, uint64_t *end, uint32_t batch,
+                    uint64_t *out)
+{
+    int rc = 0;
+    *out = 0;
+    pthread_mutex_lock(&fs->id_mu);
+    if (*next >= *end) {
+        uint64_t first = 0;
+        rc = KEG_META_CALL(fs->meta, alloc_ids, kind, batch, &first);
+        if (rc < 0)
+            goto out;
+        *next = first;
+        *end = first + batch;
+    }
+    *out = (*next)++;
+out:
+    pthread_mutex_unlock(&fs->id_mu);
+    return rc;
+}
+
+int fs_alloc_ino(struct keg_fs *fs, uint64_t *ino)
+{
+    return alloc_id(fs, KEG_ID_INODE, &fs->ino_next, &fs->ino_end, FS_INO_BATCH, ino);
+}
+
+int fs_alloc_slice(struct keg_fs *fs, uint64_t *id)
+{
+    return alloc_id(fs, KEG_ID_SLICE, &fs->sl_next, &fs->sl_end, FS_SLICE_BATCH, id);
+}
+
+/*----------------------------------------------------------------------------
+ * Deletion
+ *--------------------------------------------------------------------------*/
+
+int fs_delete_slice(struct keg_fs *fs, uint64_t id, uint32_t size)
+{
+    char key[256];
+    int first = 0;
+    uint32_t nblk = (uint32_t)(((uint64_t)size + fs->bs - 1) / fs->bs);
+    for (uint32_t i = 0; i < nblk; i++) {
+        keg_block_key(key, sizeof(key), fs->fmt.name, id, i, fs_block_len(fs->bs, size, i));
+        int rc = keg_obj_del(fs->obj, key);
+        if (rc < 0) {
+            KEG_WARN("delete %s: %s", key, strerror(-rc));
+            if (!first)
+                first = rc;
+        }
+    }
+    return first;
+}
+
+int fs_drain_delq(struct keg_fs *fs, int max_batches)
+{
+    struct keg_del_slice batch[FS_DELQ_BATCH];
+    struct keg_del_slice done[FS_DELQ_BATCH];
+    int total = 0;
+
+    for (int b = 0; b < max_batches; b++) {
+        int n = KEG_META_CALL(fs->meta, delq_peek, batch, FS_DELQ_BATCH);
+        uint32_t nd = 0;
+        if (n < 0)
+            return n == -ENOSYS ? total : n;
+        if (n == 0)
+            break;
+        for (int i = 0; i < n; i++) {
+            if (fs_delete_slice(fs, batch[i].id, batch[i].size) == 0)
+                done[nd++] = batch[i];
+        }
+        if (nd > 0) {
+            int rc = KEG_META_CALL(fs->meta, delq_ack, done, nd);
+            if (rc < 0)
+                return rc;
+        }
+        total += (int)nd;
+        if (nd < (uint32_t)n || n < FS_DELQ_BATCH)
+            break;          /* failures: try again next round; or queue drained */
+    }
+    return total;
+}
+
+static int purge_one(struct keg_fs *fs, uint64_t ino)
+{
+    int rc = KEG_META_CALL(fs->meta, purge, ino);
+    if (rc < 0 && rc != -ENOENT) {
+        KEG_WARN("purge inode %llu: %s", (unsigned long long)ino, strerror(-rc));
+        return rc;
+    }
+    return 0;
+}
+
+void fs_queue_purge(struct keg_fs *fs, uint64_t ino)
+{
+    int now = 0;
+    pthread_mutex_lock(&fs->bg_mu);
+    if (!fs->threads) {
+        now = 1;
+    } else {
+        if (fs->npurge == fs->cpurge) {
+            size_t ncap = fs->cpurge ? fs->cpurge * 2 : 16;
+            uint64_t *nv = keg_realloc(fs->purge, ncap * sizeof(*nv));
+            if (!nv) {
+                now = 1;
+                goto out;
+            }
+            fs->purge = nv;
+            fs->cpurge = ncap;
+        }
+        fs->purge[fs->npurge++] = ino;
+        pthread_cond_broadcast(&fs->bg_cv);
+    }
+out:
+    pthread_mutex_unlock(&fs->bg_mu);
+    if (now)
+        purge_one(fs, ino);
+}
+
+void fs_handle_gone(struct keg_fs *fs, const struct keg_unlinked *gone)
+{
+    struct fs_inode *ip;
+    if (gone->ino == 0)
+        return;
+    ip = fs_inode_find(fs, gone->ino);
+    if (ip) {
+        int open;
+        pthread_mutex_lock(&ip->mu);
+        open = ip->nopen > 0;
+        if (open)
+            ip->unlinked = 1;
+        pthread_mutex_unlock(&ip->mu);
+        fs_inode_put(fs, ip);
+        if (open)
+            return;
+    }
+    if (fs->has_session)
+        fs_queue_purge(fs, gone->ino);
+}
+
+void fs_drain_purge(struct keg_fs *fs)
+{
+    for (;;) {
+        uint64_t ino;
+        struct fs_inode *ip;
+        int open = 0;
+
+        pthread_mutex_lock(&fs->bg_mu);
+        if (fs->npurge == 0) {
+            pthread_mutex_unlock(&fs->bg_mu);
+            return;
+        }
+        ino = fs->purge[--fs->npurge];
+        pthread_mutex_unlock(&fs->bg_mu);
+
+        /* opened again meanwhile (by inode number): purge at its last release */
+        ip = fs_inode_find(fs, ino);
+        if (ip) {
+            pthread_mutex_lock(&ip->mu);
+            open = ip->nopen > 0;
+            if (open)
+                ip->unlinked = 1;
+            pthread_mutex_unlock(&ip->mu);
+            fs_inode_put(fs, ip);
+        }
+        if (!open)
+            purge_one(fs, ino);
+    }
+}
+
+/*----------------------------------------------------------------------------
+ * Background threads
+ *--------------------------------------------------------------------------*/
+
+void fs_deadline(struct timespec *ts, int64_t ns)
+{
+    clock_gettime(CLOCK_MONOTONIC, ts);
+    int64_t t = (int64_t)ts->tv_nsec + ns;
+    ts->tv_sec += (time_t)(t / 1000000000);
+    ts->tv_nsec = (long)(t % 1000000000);
+}
+
+static void *hb_main(void *arg)
+{
+    struct keg_fs *fs = arg;
+    unsigned seed = (unsigned)(keg_mono_ns() ^ (int64_t)getpid());
+    int64_t hb_period = (int64_t)fs->heartbeat_sec * 1000000000LL;
+    int64_t next_hb = keg_mono_ns() + hb_period;
+    int64_t next_stale = keg_mono_ns() +
+                         (FS_STALE_PERIOD_SEC / 2 + rand_r(&seed) % FS_STALE_PERIOD_SEC) *
+                             1000000000LL;
+
+    pthread_mutex_lock(&fs->bg_mu);
+    while (!fs->stopping) {
+        struct timespec ts;
+        int64_t now = keg_mono_ns();
+        int64_t wait = KEG_MIN(next_hb, next_stale) - now;
+        if (wait > 0) {
+            fs_deadline(&ts, wait);
+            pthread_cond_timedwait(&fs->bg_cv, &fs->bg_mu, &ts);
+            continue;
+        }
+        pthread_mutex_unlock(&fs->bg_mu);
+        if (now >= next_hb) {
+            int rc = KEG_META_CALL0(fs->meta, session_heartbeat);
+            if (rc < 0)
+                KEG_WARN("session heartbeat: %s", strerror(-rc));
+            next_hb = now + hb_period;
+        }
+        if (now >= next_stale) {
+            uint32_t cleaned = 0;
+            int rc = KEG_META_CALL(fs->meta, session_clean_stale, (int64_t)fs->session_timeout,
+                                   &cleaned);
+            if (rc < 0 && rc != -ENOSYS)
+                KEG_WARN("stale session cleanup: %s", strerror(-rc));
+            else if (cleaned > 0)
+                KEG_INFO("cleaned %u stale session(s)", cleaned);
+            next_stale = now + (FS_STALE_PERIOD_SEC * 3 / 4 +
+                                rand_r(&seed) % (FS_STALE_PERIOD_SEC / 2)) * 1000000000LL;
+        }
+        pthread_mutex_lock(&fs->bg_mu);
+    }
+    pthread_mutex_unlock(&fs->bg_mu);
+    return NULL;
+}
+
+static void *del_main(void *arg)
+{
+    struct keg_fs *fs = arg;
+    pthread_mutex_lock(&fs->bg_mu);
+    while (!fs->stopping) {
+        struct timespec ts;
+        int more;
+        pthread_mutex_unlock(&fs->bg_mu);
+        fs_drain_purge(fs);
+        more = fs_drain_delq(fs, 1) == FS_DELQ_BATCH;
+        pthread_mutex_lock(&fs->bg_mu);
+        if (more || fs->npurge > 0 || fs->stopping)
+            continue;
+        fs_deadline(&ts, 1000000000LL);
+        pthread_cond_timedwait(&fs->bg_cv, &fs->bg_mu, &ts);
+    }
+    pthread_mutex_unlock(&fs->bg_mu);
+    return NULL;
+}
+
+static int start_threads(struct keg_fs *fs)
+{
+    int rc;
+
+    rc = pthread_create(&fs->hb_thr, NULL, hb_main, fs);
+    if (rc != 0)
+        return -rc;
+    rc = pthread_create(&fs->del_thr, NULL, del_main, fs);
+    if (rc != 0) {
+        pthread_mutex_lock(&fs->bg_mu);
+        fs->stopping = 1;
+        pthread_cond_broadcast(&fs->bg_cv);
+        pthread_mutex_unlock(&fs->bg_mu);
+        pthread_join(fs->hb_thr, NULL);
+        fs->stopping = 0;
+        return -rc;
+    }
+    fs->threads = 1;
+    return 0;
+}
+
+static void stop_threads(struct keg_fs *fs)
+{
+    int running;
+    pthread_mutex_lock(&fs->bg_mu);
+    fs->stopping = 1;
+    running = fs->threads;
+    pthread_cond_broadcast(&fs->bg_cv);
+    pthread_mutex_unlock(&fs->bg_mu);
+    fs_waiters_wake_all(fs);
+    if (running) {
+        pthread_join(fs->hb_thr, NULL);
+        pthread_join(fs->del_thr, NULL);
+        pthread_mutex_lock(&fs->bg_mu);
+        fs->threads = 0;
+        pthread_mutex_unlock(&fs->bg_mu);
+    }
+}
+
+/*----------------------------------------------------------------------------
+ * Open / close
+ *--------------------------------------------------------------------------*/
+
+static void fs_init_locks(struct keg_fs *fs)
+{
+    pthread_condattr_t ca;
+    pthread_mutex_init(&fs->id_mu, NULL);
+    pthread_mutex_init(&fs->itab_mu, NULL);
+    pthread_mutex_init(&fs->bg_mu, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);   /* all waits use fs_deadline() */
+    pthread_cond_init(&fs->bg_cv, &ca);
+    pthread_condattr_destroy(&ca);
+}
+
+static void fs_destroy_locks(struct keg_fs *fs)
+{
+    pthread_mutex_destroy(&fs->id_mu);
+    pthread_mutex_destroy(&fs->itab_mu);
+    pthread_mutex_destroy(&fs->bg_mu);
+    pthread_cond_destroy(&fs->bg_cv);
+}
+
+int keg_fs_new(const struct keg_fs_conf *conf, struct keg_fs **out)
+{
+    struct keg_fs *fs;
+    struct keg_stack_conf sc;
+    char info[1024];
+    char host[256];
+    uint64_t sid = 0;
+    int rc;
+
+    *out = NULL;
+    fs = keg_calloc(1, sizeof(*fs));
+    if (!fs)
+        return -ENOMEM;
+    fs_init_locks(fs);
+    fs->read_only = conf->read_only;
+    fs->buffer_size = conf->buffer_size ? conf->buffer_size : (300ULL << 20);
+    fs->heartbeat_sec = conf->heartbeat_sec ? conf->heartbeat_sec : 10;
+    fs->session_timeout = conf->session_timeout ? conf->session_timeout : 60;
+
+    rc = keg_meta_open(conf->meta_url, &fs->meta);
+    if (rc < 0)
+        goto fail1;
+    rc = KEG_META_CALL(fs->meta, format_load, &fs->fmt);
+    if (rc == -ENOENT) {
+        KEG_ERR("volume not formatted: run kegfs format (metadata %s)", fs->meta->url_redacted);
+        goto fail2;
+    }
+    if (rc < 0) {
+        KEG_ERR("cannot load the volume format from %s: %s", fs->meta->url_redacted,
+                strerror(-rc));
+        goto fail2;
+    }
+    fs->bs = fs->fmt.block_size ? fs->fmt.block_size : KEG_BLOCK_SIZE_DEFAULT;
+    if (fs->bs < 4096 || fs->bs > KEG_BLOCK_SIZE_MAX || (fs->bs & (fs->bs - 1)) != 0) {
+        KEG_ERR("volume %s has an invalid block size %u", fs->fmt.name, fs->bs);
+        rc = -EINVAL;
+        goto fail2;
+    }
+    fs->codec = keg_codec_parse(fs->fmt.compress[0] ? fs->fmt.compress : "none");
+    if (fs->codec < 0) {
+        KEG_ERR("volume %s: unknown compression '%s'", fs->fmt.name, fs->fmt.compress);
+        rc = -EINVAL;
+        goto fail2;
+    }
+    rc = fs_bcache_new(conf->block_cache_size ? conf->block_cache_size : (256ULL << 20),
+                       &fs->bc);
+    if (rc < 0)
+        goto fail2;
+
+    memset(&sc, 0, sizeof(sc));
+    sc.access_key = conf->access_key;
+    sc.secret_key = conf->secret_key;
+    sc.session_token = conf->session_token;
+    rc = keg_stack_open(&fs->fmt, &sc, &fs->obj);
+    if (rc < 0) {
+        KEG_ERR("cannot open the object store of volume %s (%s): %s", fs->fmt.name,
+                fs->fmt.storage, strerror(-rc));
+        goto fail3;
+    }
+
+    if (!conf->no_session) {
+        if (gethostname(host, sizeof(host)) != 0)
+            snprintf(host, sizeof(host), "unknown");
+        host[sizeof(host) - 1] = '\0';
+        snprintf(info, sizeof(info), "host=%s pid=%d mountpoint=%s version=%s", host,
+                 (int)getpid(), conf->mountpoint ? conf->mountpoint : "", KEG_VERSION);
+        rc = KEG_META_CALL(fs->meta, session_begin, info, &sid);
+        if (rc < 0) {
+            KEG_ERR("cannot register a session with %s: %s", fs->meta->url_redacted,
+                    strerror(-rc));
+            goto fail4;
+        }
+        fs->has_session = 1;
+        rc = start_threads(fs);
+        if (rc < 0) {
+            KEG_ERR("cannot start background threads: %s", strerror(-rc));
+            goto fail5;
+        }
+        KEG_INFO("volume %s opened (session %llu, block size %u, compress %s)", fs->fmt.name,
+                 (unsigned long long)sid, fs->bs, fs->fmt.compress);
+    }
+    *out = fs;
+    return 0;
+
+fail5:
+    KEG_META_CALL0(fs->meta, session_end);
+fail4:
+    keg_obj_close(fs->obj);
+fail3:
+    fs_bcache_free(fs->bc);
+fail2:
+    keg_meta_close(fs->meta);
+fail1:
+    fs_destroy_locks(fs);
+    keg_free(fs);
+    return rc;
+}
+
+void keg_fs_free(struct keg_fs *fs)
+{
+    struct fs_inode **all = NULL;
+    size_t n = 0;
+
+    if (!fs)
+        return;
+    /* commit every open file (handles still open are leaked by the caller) */
+    if (fs_inode_all(fs, &all, &n) == 0) {
+        for (size_t i = 0; i < n; i++) {
+            int rc = fs_flush_inode(fs, all[i], 1);
+            if (rc < 0)
+                KEG_ERR("unmount: committing inode %llu failed: %s",
+                        (unsigned long long)all[i]->ino, strerror(-rc));
+            fs_inode_put(fs, all[i]);
+        }
+        keg_free(all);
+    }
+    stop_threads(fs);
+    fs_drain_purge(fs);
+    if (!fs->read_only)
+        fs_drain_delq(fs, 4);
+    if (fs->has_session) {
+        int rc = KEG_META_CALL0(fs->meta, session_end);
+        if (rc < 0)
+            KEG_WARN("session end: %s", strerror(-rc));
+    }
+    /* free entries of handles that were never released */
+    for (size_t h = 0; h < FS_ITAB_BUCKETS; h++) {
+        struct fs_inode *ip = fs->itab[h];
+        while (ip) {
+            struct fs_inode *next = ip->hnext;
+            fs_writer_drop(fs, ip, 0);
+            fs_inode_drop_chunks(ip);
+            pthread_mutex_destroy(&ip->mu);
+            keg_free(ip);
+            ip = next;
+        }
+        fs->itab[h] = NULL;
+    }
+    fs_seen_free(fs);
+    keg_obj_close(fs->obj);
+    fs_bcache_free(fs->bc);
+    keg_meta_close(fs->meta);
+    keg_free(fs->purge);
+    fs_destroy_locks(fs);
+    keg_free(fs);
+}
+
+const struct keg_format *keg_fs_format(struct keg_fs *fs)
+{
+    return &fs->fmt;
+}
+
+struct keg_meta *keg_fs_meta(struct keg_fs *fs)
+{
+    return fs->meta;
+}
+
+struct keg_obj *keg_fs_obj(struct keg_fs *fs)
+{
+    return fs->obj;
+}
+
+/*----------------------------------------------------------------------------
+ * statfs
+ *--------------------------------------------------------------------------*/
+
+int keg_fs_statfs(struct keg_fs *fs, struct statvfs *st)
+{
+    uint64_t used = 0;
+    uint64_t iused = 0;
+    uint64_t cap;
+    uint64_t files;
+    int rc;
+
+    memset(st, 0, sizeof(*st));
+    rc = KEG_META_CALL(fs->meta, statfs, &used, &iused);
+    if (rc < 0)
+        return rc;
+    cap = fs->fmt.capacity ? fs->fmt.capacity : (1ULL << 50);
+    files = fs->fmt.inodes ? fs->fmt.inodes : 10000000000ULL;
+    st->f_bsize = 4096;
+    st->f_frsize = 4096;
+    st->f_blocks = cap / 4096;
+    st->f_bfree = used < cap ? (cap - used) / 4096 : 0;
+    st->f_bavail = st->f_bfree;
+    st->f_files = files;
+    st->f_ffree = iused < files ? files - iused : 0;
+    st->f_favail = st->f_ffree;
+    st->f_namemax = KEG_NAME_MAX;
+    st->f_fsid = 0;
+    st->f_flag = fs->read_only ? ST_RDONLY : 0;
+    return 0;
+}

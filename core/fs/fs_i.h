@@ -1,0 +1,259 @@
+/* fs_i.h -- private structures and cross-file functions of core/fs.
+ *
+ * DESIGN
+ * core/fs is split by concern:
+ *   fs.c     volume open/close, id allocation, background workers (heartbeat,
+ *            stale-session cleanup, deleter), statfs, accessors
+ *   inode.c  the in-memory table of inodes that have open handles here, the
+ *            per-inode chunk-layout cache and the "last seen" table for keep_cache
+ *   layout.c visible segments of a chunk from its slice list (pure)
+ *   file.c   open/create/release, write buffer + commit, fallocate, copy_range,
+ *            lseek, fsync, keg_fs_chunks
+ *   read.c   read path and the decoded-block LRU cache (single-flight)
+ *   ns.c     namespace ops and the one ownership/permission function
+ *   dir.c    readdir streaming
+ *   lock.c   flock / POSIX locks
+ *   xattr.c  extended attributes (with the security.capability negative cache)
+ *
+ * LOCK ORDER (outer first): fs->itab_mu is never held while taking an
+ * inode's mu (inodes are found and referenced under itab_mu, which is then
+ * dropped).  An inode's mu may be held while calling the engine and the
+ * object store, and while taking fs->id_mu, fs->bg_mu or the block cache's
+ * mutex (all leaf locks).
+ */
+#ifndef KEG_FS_I_H
+#define KEG_FS_I_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "keg/fs.h"
+
+/*----------------------------------------------------------------------------
+ * Layout (layout.c)
+ *--------------------------------------------------------------------------*/
+
+/* One visible segment of a chunk: chunk bytes [pos, pos+len) come from slice
+ * `id` (of total size `size`) starting at slice offset `soff`; id == 0 is a
+ * hole (reads as zeros). */
+struct fs_seg {
+    uint32_t pos;
+    uint32_t len;
+    uint64_t id;
+    uint32_t size;
+    uint32_t soff;
+};
+
+/* The visible segments of chunk range [from, to) given the chunk's slice list
+ * (oldest first; later slices shadow earlier ones).  The result covers
+ * [from, to) exactly, in increasing position, adjacent holes merged, adjacent
+ * pieces of one slice merged when contiguous in the slice.
+ * OWNERSHIP: caller frees *out with keg_free() (NULL when from == to).
+ * Returns 0 or -ENOMEM (*out = NULL, *nout = 0). */
+int fs_layout(const struct keg_slice *sl, size_t n, uint32_t from, uint32_t to,
+              struct fs_seg **out, size_t *nout);
+
+/*----------------------------------------------------------------------------
+ * Open inodes (inode.c)
+ *--------------------------------------------------------------------------*/
+
+/* The cached layout of one chunk (whole chunk, [0, KEG_CHUNK_SIZE)). */
+struct fs_chunk {
+    struct fs_chunk *next;      /* MRU first */
+    uint32_t         indx;
+    size_t           nseg;
+    struct fs_seg   *seg;
+};
+
+/* One block of a buffered slice: bytes [i*bs, i*bs + fill) of the slice. */
+struct fs_wblock {
+    uint8_t *p;                 /* NULL once uploaded (or before first write) */
+    uint32_t cap;               /* allocated bytes of p (grows up to bs) */
+};
+
+/* A slice being written: chunk bytes [pos, pos+len) of chunk indx, all written. */
+struct fs_wslice {
+    struct fs_wslice *next;     /* write order */
+    uint64_t          id;
+    uint32_t          indx;
+    uint32_t          pos;
+    uint32_t          len;
+    uint32_t          nup;      /* blocks [0, nup) are uploaded (full blocks only) */
+    uint32_t          nblk;     /* entries in blk (KEG_CHUNK_SIZE / bs) */
+    struct fs_wblock *blk;
+};
+
+/* An inode with open handles (or a temporary reference) in this process.
+ *
+ * States: referenced (refs > 0) -> free (refs == 0, removed from the table).
+ * Invariants:
+ *  - refs counts handles (nopen of them) plus temporary references;
+ *  - a writer (wfirst != NULL) exists only while refs > 0 (release commits);
+ *  - chunks holds layouts of committed data only: it is dropped on every
+ *    local commit/truncate/copy and on every open (close-to-open). */
+struct fs_inode {
+    struct fs_inode *hnext;     /* protected by fs->itab_mu */
+    uint64_t         ino;       /* immutable */
+    uint32_t         refs;      /* protected by fs->itab_mu */
+
+    pthread_mutex_t  mu;        /* protects everything below */
+    uint32_t         nopen;     /* open handles */
+    int              unlinked;  /* lost its last link while open here: purge at last release */
+    int              plocked;   /* a POSIX lock was set through this mount */
+    int              nocap;     /* "security.capability" known absent */
+    int              attr_valid;
+    uint64_t         size;      /* committed size as last seen */
+    int64_t          mtime;     /* committed mtime as last seen */
+    uint32_t         mtimensec;
+    uint32_t         nchunks;
+    struct fs_chunk *chunks;
+
+    /* writer */
+    struct fs_wslice *wfirst, *wlast;
+    uint32_t          nws;      /* buffered slices */
+    uint64_t          wend;     /* highest buffered end (file offset), 0: none */
+    int64_t           wtime_ns; /* time of the last buffered write */
+    uint64_t          wbytes;   /* bytes allocated for buffers */
+    int               werr;     /* deferred write error (reported by flush/fsync) */
+};
+
+/* Find or create the entry of ino and take a reference.
+ * OWNERSHIP: caller drops it with fs_inode_put().  NULL on ENOMEM. */
+struct fs_inode *fs_inode_get(struct keg_fs *fs, uint64_t ino);
+/* Take a reference if ino is in the table, else NULL. */
+struct fs_inode *fs_inode_find(struct keg_fs *fs, uint64_t ino);
+/* Drop a reference; the last one frees the entry.  LOCKS: not with ip->mu. */
+void fs_inode_put(struct keg_fs *fs, struct fs_inode *ip);
+/* Snapshot of the referenced inodes (each with a new reference).
+ * OWNERSHIP: caller puts each and keg_free()s *out. */
+int fs_inode_all(struct keg_fs *fs, struct fs_inode ***out, size_t *n);
+/* Drop the cached chunk layouts.  LOCKS: ip->mu held. */
+void fs_inode_drop_chunks(struct fs_inode *ip);
+/* The cached layout of chunk indx, loaded from the engine on a miss.
+ * The pointer is valid while ip->mu is held.  LOCKS: ip->mu held. */
+int fs_inode_chunk(struct keg_fs *fs, struct fs_inode *ip, uint32_t indx, struct fs_chunk **out);
+/* Record committed attributes seen for ip (size, mtime); a change drops the
+ * chunk cache.  LOCKS: ip->mu held. */
+void fs_inode_set_attr(struct fs_inode *ip, const struct keg_attr *a);
+/* keep_cache bookkeeping: 1 if a was already seen unchanged; records a. */
+int fs_seen_check(struct keg_fs *fs, const struct keg_attr *a);
+void fs_seen_free(struct keg_fs *fs);
+/* Adjust attributes of an inode with buffered data (size, mtime). */
+void fs_attr_fixup(struct keg_fs *fs, struct keg_attr *a);
+
+/*----------------------------------------------------------------------------
+ * Block cache (read.c)
+ *--------------------------------------------------------------------------*/
+
+struct fs_bcache;
+int  fs_bcache_new(uint64_t budget, struct fs_bcache **out);
+void fs_bcache_free(struct fs_bcache *bc);
+
+/*----------------------------------------------------------------------------
+ * The volume
+ *--------------------------------------------------------------------------*/
+
+#define FS_ITAB_BUCKETS 4096
+#define FS_SEEN_BUCKETS 4096
+#define FS_SEEN_MAX     100000
+
+struct fs_seen {
+    struct fs_seen *next;
+    uint64_t        ino;
+    uint64_t        size;
+    int64_t         mtime;
+    uint32_t        mtimensec;
+};
+
+struct fs_waiter;
+
+struct keg_fs {
+    struct keg_meta  *meta;
+    struct keg_obj   *obj;
+    struct keg_format fmt;
+    int               codec;        /* codec for new blocks */
+    uint32_t          bs;           /* block size */
+    int               read_only;
+    int               has_session;
+    uint64_t          buffer_size;
+    unsigned          heartbeat_sec;
+    unsigned          session_timeout;
+
+    pthread_mutex_t   id_mu;        /* protects the id batches */
+    uint64_t          ino_next, ino_end;
+    uint64_t          sl_next, sl_end;
+
+    pthread_mutex_t   itab_mu;      /* protects itab, hnext, refs, seen */
+    struct fs_inode  *itab[FS_ITAB_BUCKETS];
+    struct fs_seen   *seen[FS_SEEN_BUCKETS];
+    size_t            nseen;
+
+    _Atomic uint64_t  wbytes;       /* buffered write bytes, all inodes */
+    struct fs_bcache *bc;
+
+    pthread_mutex_t   bg_mu;        /* protects the fields below */
+    pthread_cond_t    bg_cv;
+    int               stopping;
+    uint64_t         *purge;        /* inodes to purge (unlinked, not open here) */
+    size_t            npurge, cpurge;
+    struct fs_waiter *waiters;      /* blocking lock waits (lock.c) */
+    int               threads;      /* background threads running */
+    pthread_t         hb_thr, del_thr;
+};
+
+/* fs.c */
+/* *ts = now + ns on CLOCK_MONOTONIC (the clock of fs->bg_cv). */
+void fs_deadline(struct timespec *ts, int64_t ns);
+int  fs_alloc_ino(struct keg_fs *fs, uint64_t *ino);
+int  fs_alloc_slice(struct keg_fs *fs, uint64_t *id);
+/* Queue an unlinked inode for purging (or purge now without a session). */
+void fs_queue_purge(struct keg_fs *fs, uint64_t ino);
+/* Handle an unlink/rename result: mark the inode or queue it for purging. */
+void fs_handle_gone(struct keg_fs *fs, const struct keg_unlinked *gone);
+/* Delete every block object of a slice.  Returns 0 or the first error. */
+int  fs_delete_slice(struct keg_fs *fs, uint64_t id, uint32_t size);
+/* Drain the deletion queue once (up to max batches).  Returns entries done or -errno. */
+int  fs_drain_delq(struct keg_fs *fs, int max_batches);
+/* Purge queued inodes that are not open here. */
+void fs_drain_purge(struct keg_fs *fs);
+
+/* file.c */
+/* Upload and commit the buffered data of ip.  LOCKS: ip->mu held. */
+int  fs_commit_locked(struct keg_fs *fs, struct fs_inode *ip);
+/* Commit ip's buffered data; returns the commit error or the deferred one
+ * (which is then cleared) when report != 0.  LOCKS: takes ip->mu. */
+int  fs_flush_inode(struct keg_fs *fs, struct fs_inode *ip, int report);
+/* Drop buffered data without committing.  LOCKS: ip->mu held. */
+void fs_writer_drop(struct keg_fs *fs, struct fs_inode *ip, int delete_uploaded);
+
+/* read.c */
+ssize_t fs_read_range(struct keg_fs *fs, struct fs_inode *ip, uint64_t off, void *buf,
+                      size_t size);
+
+/* ns.c */
+/* The ownership rules of chmod/chown/utimes that POSIX leaves to the file
+ * system.  May clear S_ISGID in *mode.  Returns 0, -EPERM or -EACCES. */
+int fs_check_setattr(const struct keg_ctx *c, const struct keg_attr *cur, unsigned set,
+                     const struct keg_attr *in, uint32_t *mode);
+int fs_check_name(const char *name);
+
+/* lock.c */
+void fs_waiters_wake_all(struct keg_fs *fs);
+
+/* handle */
+struct keg_fh {
+    struct fs_inode *ip;
+    int              flags;         /* open(2) flags */
+    int              flocked;       /* a flock is held under flock_owner */
+    uint64_t         flock_owner;
+};
+
+static inline uint32_t fs_block_len(uint32_t bs, uint32_t size, uint32_t i)
+{
+    uint64_t start = (uint64_t)i * bs;
+    return (uint32_t)KEG_MIN((uint64_t)bs, size - start);
+}
+
+#endif

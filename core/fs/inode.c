@@ -1,0 +1,293 @@
+/* inode.c -- the in-memory table of open inodes, their chunk-layout cache and
+ * the "last seen" attributes that decide keep_cache.
+ *
+ * DESIGN
+ * Only inodes with open handles (or a short temporary reference) are in the
+ * table; the entry is freed with its last reference.  An entry carries the
+ * shared write buffer of the inode (file.c), its cached chunk layouts (so a
+ * sequential read does not ask the engine for the slice list on every
+ * 128 KiB), and small flags (unlinked-while-open, capability negative cache).
+ *
+ * The seen table survives closes: it remembers (size, mtime) of files when
+ * this mount last had them open, so that keg_fs_open can tell the kernel to
+ * keep its page cache only when the file did not change.  It is bounded
+ * (FS_SEEN_MAX entries; when full it is cleared, which only costs cache hits).
+ */
+#include <string.h>
+
+#define KEG_LOG_TAG "fs"
+#include "keg/log.h"
+#include "keg/mem.h"
+#include "fs_i.h"
+
+#define FS_MAX_CACHED_CHUNKS 64
+
+static size_t ino_hash(uint64_t ino)
+{
+    ino *= 0x9E3779B97F4A7C15ULL;
+    return (size_t)(ino >> 40) % FS_ITAB_BUCKETS;
+}
+
+static void inode_free(struct keg_fs *fs, struct fs_inode *ip)
+{
+    KEG_ASSERT(ip->wfirst == NULL);
+    fs_inode_drop_chunks(ip);
+    pthread_mutex_destroy(&ip->mu);
+    keg_free(ip);
+    KEG_UNUSED(fs);
+}
+
+struct fs_inode *fs_inode_find(struct keg_fs *fs, uint64_t ino)
+{
+    struct fs_inode *ip;
+    pthread_mutex_lock(&fs->itab_mu);
+    for (ip = fs->itab[ino_hash(ino)]; ip; ip = ip->hnext) {
+        if (ip->ino == ino) {
+            ip->refs++;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&fs->itab_mu);
+    return ip;
+}
+
+struct fs_inode *fs_inode_get(struct keg_fs *fs, uint64_t ino)
+{
+    struct fs_inode *ip = fs_inode_find(fs, ino);
+    struct fs_inode *nip;
+    if (ip)
+        return ip;
+    nip = keg_calloc(1, sizeof(*nip));
+    if (!nip)
+        return NULL;
+    nip->ino = ino;
+    pthread_mutex_init(&nip->mu, NULL);
+    pthread_mutex_lock(&fs->itab_mu);
+    size_t h = ino_hash(ino);
+    for (ip = fs->itab[h]; ip; ip = ip->hnext) {
+        if (ip->ino == ino) {
+            ip->refs++;
+            break;
+        }
+    }
+    if (!ip) {
+        ip = nip;
+        nip = NULL;
+        ip->refs = 1;
+        ip->hnext = fs->itab[h];
+        fs->itab[h] = ip;
+    }
+    pthread_mutex_unlock(&fs->itab_mu);
+    if (nip) {
+        pthread_mutex_destroy(&nip->mu);
+        keg_free(nip);
+    }
+    return ip;
+}
+
+void fs_inode_put(struct keg_fs *fs, struct fs_inode *ip)
+{
+    int last = 0;
+    pthread_mutex_lock(&fs->itab_mu);
+    KEG_ASSERT(ip->refs > 0);
+    if (--ip->refs == 0) {
+        struct fs_inode **pp = &fs->itab[ino_hash(ip->ino)];
+        while (*pp != ip)
+            pp = &(*pp)->hnext;
+        *pp = ip->hnext;
+        last = 1;
+    }
+    pthread_mutex_unlock(&fs->itab_mu);
+    if (last)
+        inode_free(fs, ip);
+}
+
+int fs_inode_all(struct keg_fs *fs, struct fs_inode ***out, size_t *n)
+{
+    struct fs_inode **v = NULL;
+    size_t cnt = 0;
+    size_t cap = 0;
+    int rc = 0;
+
+    pthread_mutex_lock(&fs->itab_mu);
+    for (size_t h = 0; h < FS_ITAB_BUCKETS; h++) {
+        for (struct fs_inode *ip = fs->itab[h]; ip; ip = ip->hnext) {
+            if (cnt == cap) {
+                size_t ncap = cap ? cap * 2 : 16;
+                struct fs_inode **nv = keg_realloc(v, ncap * sizeof(*nv));
+                if (!nv) {
+                    rc = -ENOMEM;
+                    goto out;
+                }
+                v = nv;
+                cap = ncap;
+            }
+            ip->refs++;
+            v[cnt++] = ip;
+        }
+    }
+out:
+    pthread_mutex_unlock(&fs->itab_mu);
+    if (rc < 0) {
+        for (size_t i = 0; i < cnt; i++)
+            fs_inode_put(fs, v[i]);
+        keg_free(v);
+        v = NULL;
+        cnt = 0;
+    }
+    *out = v;
+    *n = cnt;
+    return rc;
+}
+
+/*----------------------------------------------------------------------------
+ * Chunk layout cache
+ *--------------------------------------------------------------------------*/
+
+void fs_inode_drop_chunks(struct fs_inode *ip)
+{
+    struct fs_chunk *c = ip->chunks;
+    while (c) {
+        struct fs_chunk *next = c->next;
+        keg_free(c->seg);
+        keg_free(c);
+        c = next;
+    }
+    ip->chunks = NULL;
+    ip->nchunks = 0;
+}
+
+int fs_inode_chunk(struct keg_fs *fs, struct fs_inode *ip, uint32_t indx, struct fs_chunk **out)
+{
+    struct fs_chunk **pp = &ip->chunks;
+    struct fs_chunk *c;
+    struct keg_slice *sl = NULL;
+    size_t n = 0;
+    int rc;
+
+    *out = NULL;
+    for (c = ip->chunks; c; pp = &c->next, c = c->next) {
+        if (c->indx == indx) {
+            *pp = c->next;      /* move to front */
+            c->next = ip->chunks;
+            ip->chunks = c;
+            *out = c;
+            return 0;
+        }
+    }
+    rc = KEG_META_CALL(fs->meta, read_chunk, ip->ino, indx, &sl, &n);
+    if (rc < 0)
+        return rc;
+    c = keg_calloc(1, sizeof(*c));
+    if (!c) {
+        keg_free(sl);
+        return -ENOMEM;
+    }
+    c->indx = indx;
+    rc = fs_layout(sl, n, 0, (uint32_t)KEG_CHUNK_SIZE, &c->seg, &c->nseg);
+    keg_free(sl);
+    if (rc < 0) {
+        keg_free(c);
+        return rc;
+    }
+    if (ip->nchunks >= FS_MAX_CACHED_CHUNKS) {
+        /* evict the least recently used (the tail) */
+        struct fs_chunk **tp = &ip->chunks;
+        while ((*tp)->next)
+            tp = &(*tp)->next;
+        keg_free((*tp)->seg);
+        keg_free(*tp);
+        *tp = NULL;
+        ip->nchunks--;
+    }
+    c->next = ip->chunks;
+    ip->chunks = c;
+    ip->nchunks++;
+    *out = c;
+    return 0;
+}
+
+void fs_inode_set_attr(struct fs_inode *ip, const struct keg_attr *a)
+{
+    if (ip->attr_valid &&
+        (ip->size != a->size || ip->mtime != a->mtime || ip->mtimensec != a->mtimensec))
+        fs_inode_drop_chunks(ip);
+    ip->size = a->size;
+    ip->mtime = a->mtime;
+    ip->mtimensec = a->mtimensec;
+    ip->attr_valid = 1;
+}
+
+/*----------------------------------------------------------------------------
+ * Seen table (keep_cache)
+ *--------------------------------------------------------------------------*/
+
+static size_t seen_hash(uint64_t ino)
+{
+    ino *= 0x9E3779B97F4A7C15ULL;
+    return (size_t)(ino >> 40) % FS_SEEN_BUCKETS;
+}
+
+void fs_seen_free(struct keg_fs *fs)
+{
+    for (size_t h = 0; h < FS_SEEN_BUCKETS; h++) {
+        struct fs_seen *s = fs->seen[h];
+        while (s) {
+            struct fs_seen *next = s->next;
+            keg_free(s);
+            s = next;
+        }
+        fs->seen[h] = NULL;
+    }
+    fs->nseen = 0;
+}
+
+int fs_seen_check(struct keg_fs *fs, const struct keg_attr *a)
+{
+    int same = 0;
+    struct fs_seen *s;
+    pthread_mutex_lock(&fs->itab_mu);
+    size_t h = seen_hash(a->ino);
+    for (s = fs->seen[h]; s; s = s->next) {
+        if (s->ino == a->ino)
+            break;
+    }
+    if (s) {
+        same = s->size == a->size && s->mtime == a->mtime && s->mtimensec == a->mtimensec;
+    } else {
+        if (fs->nseen >= FS_SEEN_MAX)
+            fs_seen_free(fs);
+        s = keg_calloc(1, sizeof(*s));
+        if (s) {
+            s->ino = a->ino;
+            s->next = fs->seen[h];
+            fs->seen[h] = s;
+            fs->nseen++;
+        }
+    }
+    if (s) {
+        s->size = a->size;
+        s->mtime = a->mtime;
+        s->mtimensec = a->mtimensec;
+    }
+    pthread_mutex_unlock(&fs->itab_mu);
+    return same;
+}
+
+void fs_attr_fixup(struct keg_fs *fs, struct keg_attr *a)
+{
+    struct fs_inode *ip = fs_inode_find(fs, a->ino);
+    if (!ip)
+        return;
+    pthread_mutex_lock(&ip->mu);
+    if (ip->wfirst) {
+        if (ip->wend > a->size)
+            a->size = ip->wend;
+        a->mtime = ip->wtime_ns / 1000000000;
+        a->mtimensec = (uint32_t)(ip->wtime_ns % 1000000000);
+        a->ctime = a->mtime;
+        a->ctimensec = a->mtimensec;
+    }
+    pthread_mutex_unlock(&ip->mu);
+    fs_inode_put(fs, ip);
+}

@@ -1,0 +1,163 @@
+/* lock.c -- flock and POSIX byte-range locks (stored in the engine, so they
+ * are cluster-wide).
+ *
+ * DESIGN
+ * The engine answers -EAGAIN on a conflict.  A blocking request polls the
+ * engine with a backoff of 1, 2, 4 ... 100 ms until it is granted, the
+ * request is interrupted (keg_fs_interrupt with its lock owner: the FUSE
+ * INTERRUPT of that request) or the volume is closing (-EINTR in both cases).
+ * Waiters sleep on fs->bg_cv so that an interrupt wakes them at once.
+ */
+#include <fcntl.h>
+#include <string.h>
+#include <sys/file.h>
+
+#define KEG_LOG_TAG "fs"
+#include "keg/log.h"
+#include "keg/mem.h"
+#include "fs_i.h"
+
+#define FS_LOCK_WAIT_MIN_NS 1000000LL
+#define FS_LOCK_WAIT_MAX_NS 100000000LL
+
+struct fs_waiter {
+    struct fs_waiter *next;     /* protected by fs->bg_mu */
+    uint64_t          owner;
+    int               interrupted;
+};
+
+void fs_waiters_wake_all(struct keg_fs *fs)
+{
+    pthread_mutex_lock(&fs->bg_mu);
+    for (struct fs_waiter *w = fs->waiters; w; w = w->next)
+        w->interrupted = 1;
+    pthread_cond_broadcast(&fs->bg_cv);
+    pthread_mutex_unlock(&fs->bg_mu);
+}
+
+void keg_fs_interrupt(struct keg_fs *fs, uint64_t owner)
+{
+    pthread_mutex_lock(&fs->bg_mu);
+    for (struct fs_waiter *w = fs->waiters; w; w = w->next) {
+        if (w->owner == owner)
+            w->interrupted = 1;
+    }
+    pthread_cond_broadcast(&fs->bg_cv);
+    pthread_mutex_unlock(&fs->bg_mu);
+}
+
+struct lock_req {
+    int                     is_flock;
+    uint64_t                ino;
+    uint64_t                owner;
+    uint32_t                type;   /* flock */
+    const struct keg_plock *lk;     /* setlk */
+};
+
+static int lock_try(struct keg_fs *fs, const struct lock_req *r)
+{
+    if (r->is_flock)
+        return KEG_META_CALL(fs->meta, flock, r->ino, r->owner, r->type);
+    return KEG_META_CALL(fs->meta, setlk, r->ino, r->owner, r->lk);
+}
+
+/* Try r until granted, interrupted or the volume closes. */
+static int lock_wait(struct keg_fs *fs, const struct lock_req *r)
+{
+    struct fs_waiter w = {.owner = r->owner};
+    int64_t delay = FS_LOCK_WAIT_MIN_NS;
+    int rc;
+
+    pthread_mutex_lock(&fs->bg_mu);
+    w.next = fs->waiters;
+    fs->waiters = &w;
+    pthread_mutex_unlock(&fs->bg_mu);
+    for (;;) {
+        struct timespec ts;
+        rc = lock_try(fs, r);
+        if (rc != -EAGAIN)
+            break;
+        pthread_mutex_lock(&fs->bg_mu);
+        if (!w.interrupted && !fs->stopping) {
+            fs_deadline(&ts, delay);
+            pthread_cond_timedwait(&fs->bg_cv, &fs->bg_mu, &ts);
+        }
+        if (w.interrupted || fs->stopping) {
+            pthread_mutex_unlock(&fs->bg_mu);
+            rc = -EINTR;
+            break;
+        }
+        pthread_mutex_unlock(&fs->bg_mu);
+        delay = KEG_MIN(delay * 2, FS_LOCK_WAIT_MAX_NS);
+    }
+    pthread_mutex_lock(&fs->bg_mu);
+    struct fs_waiter **pp = &fs->waiters;
+    while (*pp != &w)
+        pp = &(*pp)->next;
+    *pp = w.next;
+    pthread_mutex_unlock(&fs->bg_mu);
+    return rc;
+}
+
+int keg_fs_getlk(struct keg_fs *fs, struct keg_fh *fh, uint64_t owner, struct keg_plock *lk)
+{
+    if (lk->type != F_RDLCK && lk->type != F_WRLCK)
+        return -EINVAL;
+    if (lk->start > lk->end)
+        return -EINVAL;
+    return KEG_META_CALL(fs->meta, getlk, fh->ip->ino, owner, lk);
+}
+
+int keg_fs_setlk(struct keg_fs *fs, struct keg_fh *fh, uint64_t owner,
+                 const struct keg_plock *lk, int wait)
+{
+    struct lock_req r = {.is_flock = 0, .ino = fh->ip->ino, .owner = owner, .lk = lk};
+    int rc;
+
+    if (lk->type != F_RDLCK && lk->type != F_WRLCK && lk->type != F_UNLCK)
+        return -EINVAL;
+    if (lk->start > lk->end)
+        return -EINVAL;
+    if (lk->type != F_UNLCK) {
+        /* from now on close() must release this inode's POSIX locks */
+        pthread_mutex_lock(&fh->ip->mu);
+        fh->ip->plocked = 1;
+        pthread_mutex_unlock(&fh->ip->mu);
+    }
+    rc = lock_try(fs, &r);
+    if (rc == -EAGAIN && wait && lk->type != F_UNLCK)
+        rc = lock_wait(fs, &r);
+    return rc;
+}
+
+int keg_fs_flock(struct keg_fs *fs, struct keg_fh *fh, uint64_t owner, int op)
+{
+    struct lock_req r = {.is_flock = 1, .ino = fh->ip->ino, .owner = owner};
+    int nb = (op & LOCK_NB) != 0;
+    int rc;
+
+    switch (op & ~LOCK_NB) {
+    case LOCK_SH:
+        r.type = F_RDLCK;
+        break;
+    case LOCK_EX:
+        r.type = F_WRLCK;
+        break;
+    case LOCK_UN:
+        r.type = F_UNLCK;
+        break;
+    default:
+        return -EINVAL;
+    }
+    rc = lock_try(fs, &r);
+    if (rc == -EAGAIN) {
+        if (nb)
+            return -EWOULDBLOCK;
+        rc = lock_wait(fs, &r);
+    }
+    if (rc == 0) {
+        fh->flocked = r.type != F_UNLCK;
+        fh->flock_owner = owner;
+    }
+    return rc;
+}

@@ -1,0 +1,297 @@
+/* ns.c -- namespace operations (thin wrappers over the engine) and the
+ * ownership rules that POSIX leaves to the file system.
+ *
+ * DESIGN
+ * Every namespace op is one engine call (plus id allocation from a batch).
+ * What the engine does not enforce and the kernel may not either (it does
+ * with default_permissions, but the CLI and other front ends do not go
+ * through the kernel) is checked here: name and symlink-target lengths,
+ * read-only mounts, and the chmod/chown/utimes ownership rules, which all
+ * live in fs_check_setattr().
+ */
+#include <string.h>
+#include <sys/stat.h>
+
+#define KEG_LOG_TAG "fs"
+#include "keg/log.h"
+#include "keg/mem.h"
+#include "fs_i.h"
+
+int fs_check_name(const char *name)
+{
+    size_t len;
+    if (!name || !name[0])
+        return -ENOENT;
+    len = strnlen(name, KEG_NAME_MAX + 1);
+    if (len > KEG_NAME_MAX)
+        return -ENAMETOOLONG;
+    if (strchr(name, '/'))
+        return -EINVAL;
+    return 0;
+}
+
+/* May c write to a file with attributes a (by its mode bits)? */
+static int may_write(const struct keg_ctx *c, const struct keg_attr *a)
+{
+    if (c->uid == 0)
+        return 1;
+    if (c->uid == a->uid)
+        return (a->mode & S_IWUSR) != 0;
+    if (keg_ctx_in_group(c, a->gid))
+        return (a->mode & S_IWGRP) != 0;
+    return (a->mode & S_IWOTH) != 0;
+}
+
+int fs_check_setattr(const struct keg_ctx *c, const struct keg_attr *cur, unsigned set,
+                     const struct keg_attr *in, uint32_t *mode)
+{
+    int root = c->uid == 0;
+    int owner = c->uid == cur->uid;
+
+    *mode = cur->mode;
+    if (set & KEG_SET_MODE) {
+        uint32_t nm = (cur->mode & S_IFMT) | (in->mode & 07777);
+        uint32_t gid = (set & KEG_SET_GID) ? in->gid : cur->gid;
+        /* The kernel drops S_ISUID/S_ISGID on a write by a non-owner through a
+         * mode change of the writer: allow exactly that (only clearing them). */
+        int kill_only = (nm | S_ISUID | S_ISGID) == (cur->mode | S_ISUID | S_ISGID) &&
+                        (nm & ~cur->mode) == 0 && nm != cur->mode;
+        if (!root && !owner && !kill_only)
+            return -EPERM;
+        if ((nm & S_ISGID) && !root && !keg_ctx_in_group(c, gid))
+            nm &= ~(uint32_t)S_ISGID;      /* silently, as Linux does */
+        *mode = nm;
+    }
+    if (set & KEG_SET_UID) {
+        if (!root && !(owner && in->uid == cur->uid))
+            return -EPERM;
+    }
+    if (set & KEG_SET_GID) {
+        if (!root && !(owner && (in->gid == cur->gid || keg_ctx_in_group(c, in->gid))))
+            return -EPERM;
+    }
+    if (set & (KEG_SET_ATIME | KEG_SET_MTIME | KEG_SET_CTIME)) {
+        if (!root && !owner)
+            return -EPERM;
+    } else if (set & (KEG_SET_ATIME_NOW | KEG_SET_MTIME_NOW)) {
+        if (!root && !owner && !may_write(c, cur))
+            return -EACCES;
+    }
+    return 0;
+}
+
+int keg_fs_lookup(struct keg_fs *fs, const struct keg_ctx *c, uint64_t parent, const char *name,
+                  struct keg_attr *out)
+{
+    int rc = fs_check_name(name);
+    KEG_UNUSED(c);
+    if (rc < 0)
+        return rc;
+    rc = KEG_META_CALL(fs->meta, lookup, parent, name, out);
+    if (rc == 0)
+        fs_attr_fixup(fs, out);
+    return rc;
+}
+
+int keg_fs_getattr(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, struct keg_attr *out)
+{
+    int rc;
+    KEG_UNUSED(c);
+    rc = KEG_META_CALL(fs->meta, getattr, ino, out);
+    if (rc == 0)
+        fs_attr_fixup(fs, out);
+    return rc;
+}
+
+static int do_truncate(struct keg_fs *fs, uint64_t ino, uint64_t size, struct keg_attr *out)
+{
+    struct fs_inode *ip = fs_inode_find(fs, ino);
+    int rc;
+    if (!ip)
+        return KEG_META_CALL(fs->meta, truncate, ino, size, out);
+    pthread_mutex_lock(&ip->mu);
+    rc = fs_commit_locked(fs, ip);
+    if (rc == 0) {
+        rc = KEG_META_CALL(fs->meta, truncate, ino, size, out);
+        fs_inode_drop_chunks(ip);
+        if (rc == 0)
+            fs_inode_set_attr(ip, out);
+    }
+    pthread_mutex_unlock(&ip->mu);
+    fs_inode_put(fs, ip);
+    return rc;
+}
+
+int keg_fs_setattr(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, unsigned set,
+                   const struct keg_attr *in, struct keg_attr *out)
+{
+    struct keg_attr cur;
+    struct keg_attr nin;
+    unsigned rest = set & ~KEG_FS_SET_SIZE;
+    uint32_t mode;
+    int rc;
+
+    if (fs->read_only)
+        return -EROFS;
+    rc = KEG_META_CALL(fs->meta, getattr, ino, &cur);
+    if (rc < 0)
+        return rc;
+    rc = fs_check_setattr(c, &cur, set, in, &mode);
+    if (rc < 0)
+        return rc;
+    if (set & KEG_FS_SET_SIZE) {
+        if (S_ISDIR(cur.mode))
+            return -EISDIR;
+        if (!S_ISREG(cur.mode))
+            return -EINVAL;
+        rc = do_truncate(fs, ino, in->size, &cur);
+        if (rc < 0)
+            return rc;
+    }
+    if (rest) {
+        nin = *in;
+        nin.mode = mode;
+        rc = KEG_META_CALL(fs->meta, setattr, ino, rest, &nin, out);
+        if (rc < 0)
+            return rc;
+    } else {
+        *out = cur;
+    }
+    fs_attr_fixup(fs, out);
+    return 0;
+}
+
+static int make_node(struct keg_fs *fs, const struct keg_ctx *c, uint64_t parent,
+                     const char *name, uint32_t mode, uint64_t rdev, const char *target,
+                     struct keg_attr *out)
+{
+    uint64_t ino = 0;
+    int rc;
+    if (fs->read_only)
+        return -EROFS;
+    rc = fs_check_name(name);
+    if (rc < 0)
+        return rc;
+    rc = fs_alloc_ino(fs, &ino);
+    if (rc < 0)
+        return rc;
+    return KEG_META_CALL(fs->meta, mknod, parent, name, ino, mode, c->uid, c->gid, rdev, target,
+                         out);
+}
+
+int keg_fs_mknod(struct keg_fs *fs, const struct keg_ctx *c, uint64_t parent, const char *name,
+                 uint32_t mode, uint64_t rdev, struct keg_attr *out)
+{
+    uint32_t type = mode & S_IFMT;
+    if (type == 0)
+        type = S_IFREG;
+    if (type != S_IFREG && type != S_IFIFO && type != S_IFSOCK && type != S_IFCHR &&
+        type != S_IFBLK)
+        return -EINVAL;
+    if (type != S_IFCHR && type != S_IFBLK)
+        rdev = 0;
+    return make_node(fs, c, parent, name, type | (mode & 07777), rdev, NULL, out);
+}
+
+int keg_fs_mkdir(struct keg_fs *fs, const struct keg_ctx *c, uint64_t parent, const char *name,
+                 uint32_t mode, struct keg_attr *out)
+{
+    return make_node(fs, c, parent, name, S_IFDIR | (mode & 07777), 0, NULL, out);
+}
+
+int keg_fs_symlink(struct keg_fs *fs, const struct keg_ctx *c, uint64_t parent, const char *name,
+                   const char *target, struct keg_attr *out)
+{
+    if (!target || !target[0])
+        return -ENOENT;
+    if (strnlen(target, KEG_SYMLINK_MAX + 1) > KEG_SYMLINK_MAX)
+        return -ENAMETOOLONG;
+    return make_node(fs, c, parent, name, S_IFLNK | 0777, 0, target, out);
+}
+
+int keg_fs_link(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, uint64_t newparent,
+                const char *newname, struct keg_attr *out)
+{
+    int rc;
+    KEG_UNUSED(c);
+    if (fs->read_only)
+        return -EROFS;
+    rc = fs_check_name(newname);
+    if (rc < 0)
+        return rc;
+    rc = KEG_META_CALL(fs->meta, link, ino, newparent, newname, out);
+    if (rc == 0)
+        fs_attr_fixup(fs, out);
+    return rc;
+}
+
+int keg_fs_unlink(struct keg_fs *fs, const struct keg_ctx *c, uint64_t parent, const char *name)
+{
+    struct keg_unlinked gone;
+    int rc;
+    KEG_UNUSED(c);
+    if (fs->read_only)
+        return -EROFS;
+    rc = fs_check_name(name);
+    if (rc < 0)
+        return rc;
+    memset(&gone, 0, sizeof(gone));
+    rc = KEG_META_CALL(fs->meta, unlink, parent, name, &gone);
+    if (rc == 0)
+        fs_handle_gone(fs, &gone);
+    return rc;
+}
+
+int keg_fs_rmdir(struct keg_fs *fs, const struct keg_ctx *c, uint64_t parent, const char *name)
+{
+    int rc;
+    KEG_UNUSED(c);
+    if (fs->read_only)
+        return -EROFS;
+    rc = fs_check_name(name);
+    if (rc < 0)
+        return rc;
+    return KEG_META_CALL(fs->meta, rmdir, parent, name);
+}
+
+int keg_fs_rename(struct keg_fs *fs, const struct keg_ctx *c, uint64_t parent, const char *name,
+                  uint64_t newparent, const char *newname, unsigned flags)
+{
+    struct keg_unlinked gone;
+    struct keg_attr moved;
+    int rc;
+    KEG_UNUSED(c);
+    if (flags & ~(KEG_RENAME_NOREPLACE | KEG_RENAME_EXCHANGE))
+        return -EINVAL;
+    if ((flags & KEG_RENAME_NOREPLACE) && (flags & KEG_RENAME_EXCHANGE))
+        return -EINVAL;
+    if (fs->read_only)
+        return -EROFS;
+    rc = fs_check_name(name);
+    if (rc == 0)
+        rc = fs_check_name(newname);
+    if (rc < 0)
+        return rc;
+    memset(&gone, 0, sizeof(gone));
+    rc = KEG_META_CALL(fs->meta, rename, parent, name, newparent, newname, flags, &moved, &gone);
+    if (rc == 0)
+        fs_handle_gone(fs, &gone);
+    return rc;
+}
+
+ssize_t keg_fs_readlink(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, char *buf,
+                        size_t size)
+{
+    char tmp[KEG_SYMLINK_MAX + 1];
+    ssize_t n;
+    KEG_UNUSED(c);
+    n = KEG_META_CALL(fs->meta, readlink, ino, tmp, sizeof(tmp));
+    if (n < 0)
+        return n;
+    if ((size_t)n > KEG_SYMLINK_MAX)
+        return -EIO;
+    memcpy(buf, tmp, KEG_MIN((size_t)n, size));
+    if ((size_t)n < size)
+        buf[n] = '\0';
+    return n;
+}

@@ -1,0 +1,419 @@
+/* read.c -- the read path and the decoded-block memory cache.
+ *
+ * DESIGN
+ * A read is cut at chunk boundaries.  For each chunk the cached layout
+ * (inode.c: visible segments, loaded once per open) gives the segments that
+ * overlap the range; holes are zero-filled and data segments are served from
+ * the blocks of their slice.  A block is fetched whole (one GET of the encoded
+ * object), verified and decoded (keg_block_decode checks the CRC32C), and kept
+ * in an LRU cache of decoded blocks with a byte budget, so 128 KiB sequential
+ * reads of a 4 MiB block cost one GET.  Corruption, a missing object or any
+ * store failure becomes -EIO and an ERROR log line naming the object key:
+ * never wrong bytes.
+ *
+ * Cache entry states:
+ *   LOADING  inserted by the first reader that missed; others wait on cv
+ *   READY    data valid; on the LRU list; evictable when refs == 0
+ *   FAILED   removed from the hash; waiters read err; freed at refs == 0
+ * Invariants: an entry is in the hash iff LOADING or READY; in the LRU iff
+ * READY; used = sum of len of READY entries; an entry is freed only when it
+ * is out of the hash and refs == 0.
+ */
+#include <fcntl.h>
+#include <string.h>
+
+#define KEG_LOG_TAG "fs"
+#include "keg/log.h"
+#include "keg/mem.h"
+#include "fs_i.h"
+
+#define BC_BUCKETS 8192
+#define FS_READ_LOCAL_SEGS 32
+
+enum { BC_LOADING, BC_READY, BC_FAILED };
+
+struct bc_ent {
+    struct bc_ent *hnext;
+    struct bc_ent *lprev, *lnext;   /* LRU, MRU at head */
+    uint64_t       id;
+    uint32_t       indx;
+    uint32_t       len;
+    int            state;
+    int            err;
+    uint32_t       refs;
+    int            hashed;
+    uint8_t       *data;
+};
+
+struct fs_bcache {
+    pthread_mutex_t mu;             /* protects everything */
+    pthread_cond_t  cv;             /* LOADING -> READY/FAILED */
+    uint64_t        budget;
+    uint64_t        used;
+    struct bc_ent   lru;            /* sentinel */
+    struct bc_ent  *h[BC_BUCKETS];
+};
+
+int fs_bcache_new(uint64_t budget, struct fs_bcache **out)
+{
+    struct fs_bcache *bc = keg_calloc(1, sizeof(*bc));
+    *out = NULL;
+    if (!bc)
+        return -ENOMEM;
+    pthread_mutex_init(&bc->mu, NULL);
+    pthread_cond_init(&bc->cv, NULL);
+    bc->budget = budget;
+    bc->lru.lnext = bc->lru.lprev = &bc->lru;
+    *out = bc;
+    return 0;
+}
+
+void fs_bcache_free(struct fs_bcache *bc)
+{
+    if (!bc)
+        return;
+    for (size_t i = 0; i < BC_BUCKETS; i++) {
+        struct bc_ent *e = bc->h[i];
+        while (e) {
+            struct bc_ent *next = e->hnext;
+            keg_free(e->data);
+            keg_free(e);
+            e = next;
+        }
+    }
+    pthread_mutex_destroy(&bc->mu);
+    pthread_cond_destroy(&bc->cv);
+    keg_free(bc);
+}
+
+static size_t bc_hash(uint64_t id, uint32_t indx)
+{
+    uint64_t x = (id * 0x9E3779B97F4A7C15ULL) ^ ((uint64_t)indx * 0xC2B2AE3D27D4EB4FULL);
+    return (size_t)(x >> 32) % BC_BUCKETS;
+}
+
+static void lru_unlink(struct bc_ent *e)
+{
+    e->lprev->lnext = e->lnext;
+    e->lnext->lprev = e->lprev;
+    e->lprev = e->lnext = NULL;
+}
+
+static void lru_push(struct fs_bcache *bc, struct bc_ent *e)
+{
+    e->lnext = bc->lru.lnext;
+    e->lprev = &bc->lru;
+    bc->lru.lnext->lprev = e;
+    bc->lru.lnext = e;
+}
+
+static void hash_unlink(struct fs_bcache *bc, struct bc_ent *e)
+{
+    struct bc_ent **pp = &bc->h[bc_hash(e->id, e->indx)];
+    while (*pp != e)
+        pp = &(*pp)->hnext;
+    *pp = e->hnext;
+    e->hashed = 0;
+}
+
+/* LOCKS: bc->mu held. */
+static void bc_evict(struct fs_bcache *bc)
+{
+    struct bc_ent *e = bc->lru.lprev;
+    while (bc->used > bc->budget && e != &bc->lru) {
+        struct bc_ent *prev = e->lprev;
+        if (e->refs == 0) {
+            lru_unlink(e);
+            hash_unlink(bc, e);
+            bc->used -= e->len;
+            keg_free(e->data);
+            keg_free(e);
+        }
+        e = prev;
+    }
+}
+
+static void bc_put(struct fs_bcache *bc, struct bc_ent *e)
+{
+    pthread_mutex_lock(&bc->mu);
+    KEG_ASSERT(e->refs > 0);
+    e->refs--;
+    if (e->refs == 0 && !e->hashed) {
+        keg_free(e->data);
+        keg_free(e);
+    } else if (e->refs == 0) {
+        bc_evict(bc);
+    }
+    pthread_mutex_unlock(&bc->mu);
+}
+
+/* Fetch, verify and decode block indx (blen bytes) of slice id.
+ * OWNERSHIP: *out is keg_malloc'ed (caller frees). */
+static int block_fetch(struct keg_fs *fs, uint64_t id, uint32_t indx, uint32_t blen,
+                       uint8_t **out)
+{
+    char key[256];
+    size_t cap = keg_block_bound(KEG_CODEC_NONE, blen);
+    uint8_t *enc = NULL;
+    uint8_t *raw = NULL;
+    ssize_t n;
+    int rc = 0;
+
+    *out = NULL;
+    cap = KEG_MAX(cap, keg_block_bound(KEG_CODEC_LZ4, blen));
+    cap = KEG_MAX(cap, keg_block_bound(KEG_CODEC_ZSTD, blen));
+    keg_block_key(key, sizeof(key), fs->fmt.name, id, indx, blen);
+    enc = keg_malloc(cap);
+    raw = keg_malloc(blen ? blen : 1);
+    if (!enc || !raw) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    n = keg_obj_get(fs->obj, key, 0, enc, cap);
+    if (n == -ENOENT) {
+        KEG_ERR("block %s is missing from the object store", key);
+        rc = -EIO;
+        goto out;
+    }
+    if (n < 0) {
+        KEG_ERR("reading block %s failed: %s", key, strerror((int)-n));
+        rc = -EIO;
+        goto out;
+    }
+    n = keg_block_decode(enc, (size_t)n, raw, blen);
+    if (n != (ssize_t)blen) {
+        KEG_ERR("block %s is corrupt (checksum or format mismatch)", key);
+        rc = -EIO;
+        goto out;
+    }
+    *out = raw;
+    raw = NULL;
+out:
+    keg_free(enc);
+    keg_free(raw);
+    return rc;
+}
+
+/* A referenced READY entry for the block, fetching it on a miss (one fetch
+ * per block however many readers miss at once).
+ * OWNERSHIP: caller drops it with bc_put(). */
+static int bc_get(struct keg_fs *fs, uint64_t id, uint32_t indx, uint32_t blen,
+                  struct bc_ent **out)
+{
+    struct fs_bcache *bc = fs->bc;
+    size_t h = bc_hash(id, indx);
+    struct bc_ent *e;
+    uint8_t *data = NULL;
+    int rc;
+
+    *out = NULL;
+    pthread_mutex_lock(&bc->mu);
+    for (e = bc->h[h]; e; e = e->hnext) {
+        if (e->id == id && e->indx == indx)
+            break;
+    }
+    if (e) {
+        e->refs++;
+        while (e->state == BC_LOADING)
+            pthread_cond_wait(&bc->cv, &bc->mu);
+        if (e->state == BC_FAILED) {
+            rc = e->err;
+            pthread_mutex_unlock(&bc->mu);
+            bc_put(bc, e);
+            return rc;
+        }
+        if (e->len != blen) {
+            /* the same block referenced with another length: corrupt metadata */
+            uint32_t have = e->len;
+            pthread_mutex_unlock(&bc->mu);
+            bc_put(bc, e);
+            KEG_ERR("slice %llu block %u: length %u does not match cached %u",
+                    (unsigned long long)id, indx, blen, have);
+            return -EIO;
+        }
+        lru_unlink(e);
+        lru_push(bc, e);
+        pthread_mutex_unlock(&bc->mu);
+        *out = e;
+        return 0;
+    }
+    e = keg_calloc(1, sizeof(*e));
+    if (!e) {
+        pthread_mutex_unlock(&bc->mu);
+        return -ENOMEM;
+    }
+    e->id = id;
+    e->indx = indx;
+    e->len = blen;
+    e->state = BC_LOADING;
+    e->refs = 1;
+    e->hashed = 1;
+    e->hnext = bc->h[h];
+    bc->h[h] = e;
+    pthread_mutex_unlock(&bc->mu);
+
+    rc = block_fetch(fs, id, indx, blen, &data);
+
+    pthread_mutex_lock(&bc->mu);
+    if (rc == 0) {
+        e->data = data;
+        e->state = BC_READY;
+        bc->used += blen;
+        lru_push(bc, e);
+        bc_evict(bc);
+    } else {
+        e->state = BC_FAILED;
+        e->err = rc;
+        hash_unlink(bc, e);
+    }
+    pthread_cond_broadcast(&bc->cv);
+    pthread_mutex_unlock(&bc->mu);
+    if (rc < 0) {
+        bc_put(bc, e);
+        return rc;
+    }
+    *out = e;
+    return 0;
+}
+
+/* Copy slice bytes [sa, sb) of slice (id, size) to dst. */
+static int read_slice(struct keg_fs *fs, uint64_t id, uint32_t size, uint32_t sa, uint32_t sb,
+                      uint8_t *dst)
+{
+    uint32_t bs = fs->bs;
+    for (uint32_t i = sa / bs; (uint64_t)i * bs < sb; i++) {
+        uint64_t b0 = (uint64_t)i * bs;
+        uint32_t blen = fs_block_len(bs, size, i);
+        uint32_t from = (uint32_t)(KEG_MAX((uint64_t)sa, b0) - b0);
+        uint32_t to = (uint32_t)(KEG_MIN((uint64_t)sb, b0 + blen) - b0);
+        struct bc_ent *e = NULL;
+        int rc;
+        if ((uint64_t)sb > (uint64_t)size) {
+            KEG_ERR("slice %llu: reference past its size %u", (unsigned long long)id, size);
+            return -EIO;
+        }
+        rc = bc_get(fs, id, i, blen, &e);
+        if (rc < 0)
+            return rc;
+        memcpy(dst, e->data + from, to - from);
+        dst += to - from;
+        bc_put(fs->bc, e);
+    }
+    return 0;
+}
+
+/* Segments of chunk indx overlapping [cfrom, cto) (copied out under ip->mu).
+ * OWNERSHIP: if *segs != local the caller keg_free()s it. */
+static int chunk_segs(struct keg_fs *fs, struct fs_inode *ip, uint32_t indx, uint32_t cfrom,
+                      uint32_t cto, struct fs_seg *local, struct fs_seg **segs, size_t *n)
+{
+    struct fs_chunk *ch = NULL;
+    size_t lo = 0;
+    size_t hi;
+    size_t k;
+    int rc;
+
+    *segs = local;
+    *n = 0;
+    pthread_mutex_lock(&ip->mu);
+    rc = fs_inode_chunk(fs, ip, indx, &ch);
+    if (rc < 0)
+        goto out;
+    hi = ch->nseg;
+    while (lo < hi) {       /* first segment ending after cfrom */
+        size_t mid = (lo + hi) / 2;
+        if ((uint64_t)ch->seg[mid].pos + ch->seg[mid].len <= cfrom)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    for (k = lo; k < ch->nseg && ch->seg[k].pos < cto; k++)
+        ;
+    if (k - lo > FS_READ_LOCAL_SEGS) {
+        *segs = keg_malloc((k - lo) * sizeof(**segs));
+        if (!*segs) {
+            *segs = local;
+            rc = -ENOMEM;
+            goto out;
+        }
+    }
+    memcpy(*segs, ch->seg + lo, (k - lo) * sizeof(**segs));
+    *n = k - lo;
+out:
+    pthread_mutex_unlock(&ip->mu);
+    return rc;
+}
+
+ssize_t fs_read_range(struct keg_fs *fs, struct fs_inode *ip, uint64_t off, void *buf,
+                      size_t size)
+{
+    uint8_t *out = buf;
+    uint64_t fsize;
+    size_t done = 0;
+    int rc = 0;
+
+    pthread_mutex_lock(&ip->mu);
+    fsize = ip->size;
+    pthread_mutex_unlock(&ip->mu);
+    if (off + size > fsize) {
+        /* near EOF: the file may have grown elsewhere; refresh once */
+        struct keg_attr a;
+        rc = KEG_META_CALL(fs->meta, getattr, ip->ino, &a);
+        if (rc < 0)
+            return rc;
+        pthread_mutex_lock(&ip->mu);
+        fs_inode_set_attr(ip, &a);
+        pthread_mutex_unlock(&ip->mu);
+        fsize = a.size;
+    }
+    if (off >= fsize)
+        return 0;
+    size = (size_t)KEG_MIN((uint64_t)size, fsize - off);
+
+    while (done < size) {
+        uint64_t p = off + done;
+        uint32_t indx = (uint32_t)(p / KEG_CHUNK_SIZE);
+        uint64_t base = (uint64_t)indx * KEG_CHUNK_SIZE;
+        uint32_t cfrom = (uint32_t)(p - base);
+        uint32_t cto = (uint32_t)KEG_MIN((uint64_t)KEG_CHUNK_SIZE, cfrom + (uint64_t)(size - done));
+        struct fs_seg local[FS_READ_LOCAL_SEGS];
+        struct fs_seg *segs = NULL;
+        size_t n = 0;
+
+        rc = chunk_segs(fs, ip, indx, cfrom, cto, local, &segs, &n);
+        if (rc < 0)
+            return rc;
+        for (size_t k = 0; k < n && rc == 0; k++) {
+            const struct fs_seg *s = &segs[k];
+            uint32_t a = KEG_MAX(s->pos, cfrom);
+            uint32_t b = (uint32_t)KEG_MIN((uint64_t)s->pos + s->len, (uint64_t)cto);
+            uint8_t *dst = out + (base + a - off);
+            if (s->id == 0)
+                memset(dst, 0, b - a);
+            else
+                rc = read_slice(fs, s->id, s->size, s->soff + (a - s->pos),
+                                s->soff + (b - s->pos), dst);
+        }
+        if (segs != local)
+            keg_free(segs);
+        if (rc < 0)
+            return rc;
+        done += cto - cfrom;
+    }
+    return (ssize_t)size;
+}
+
+ssize_t keg_fs_read(struct keg_fs *fs, struct keg_fh *fh, uint64_t off, void *buf, size_t size)
+{
+    struct fs_inode *ip = fh->ip;
+    int dirty;
+
+    if (size == 0)
+        return 0;
+    pthread_mutex_lock(&ip->mu);
+    dirty = ip->wfirst != NULL;
+    pthread_mutex_unlock(&ip->mu);
+    if (dirty)
+        fs_flush_inode(fs, ip, 0);      /* errors stay deferred for flush/fsync */
+    return fs_read_range(fs, ip, off, buf, size);
+}
