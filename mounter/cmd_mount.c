@@ -67,15 +67,15 @@ struct mount_opts {
 };
 
 static const struct option longopts[] = {
-    {"background", no_argument, NULL, OPT_BACKGROUND},
+    {"background", optional_argument, NULL, OPT_BACKGROUND},
     {"options", required_argument, NULL, OPT_FUSE_OPTS},
     {"attr-cache", required_argument, NULL, OPT_ATTR_CACHE},
     {"entry-cache", required_argument, NULL, OPT_ENTRY_CACHE},
     {"dir-entry-cache", required_argument, NULL, OPT_DIR_ENTRY_CACHE},
-    {"read-only", no_argument, NULL, OPT_READ_ONLY},
+    {"read-only", optional_argument, NULL, OPT_READ_ONLY},
     {"buffer-size", required_argument, NULL, OPT_BUFFER_SIZE},
     {"cache-size", required_argument, NULL, OPT_CACHE_SIZE},
-    {"no-allow-other", no_argument, NULL, OPT_NO_ALLOW_OTHER},
+    {"no-allow-other", optional_argument, NULL, OPT_NO_ALLOW_OTHER},
     {"config", required_argument, NULL, OPT_CONFIG},
     MNT_COMMON_LONGOPTS,
     {NULL, 0, NULL, 0},
@@ -538,22 +538,28 @@ static int check_volume(const char *url, char *name, size_t size)
 
 static char fuse_last_error[512];
 
+/* libfuse sometimes logs one line in several calls (no trailing newline):
+ * pieces are collected per thread until the newline. */
+static __thread char fuse_partial[1024];
+
 static void fuse_log_to_keg(enum fuse_log_level level, const char *fmt, va_list ap)
 {
-    char buf[1024];
+    size_t used = strlen(fuse_partial);
     if ((int)level > keg_log_level && level > FUSE_LOG_ERR)
         return;
-    vsnprintf(buf, sizeof(buf), fmt, ap);
-    size_t n = strlen(buf);
-    while (n && buf[n - 1] == '\n')
-        buf[--n] = '\0';
-    if (level <= FUSE_LOG_ERR)
-    {
+    vsnprintf(fuse_partial + used, sizeof(fuse_partial) - used, fmt, ap);
+    size_t n = strlen(fuse_partial);
+    if (n && fuse_partial[n - 1] != '\n' && n < sizeof(fuse_partial) - 1)
+        return;
+    while (n && fuse_partial[n - 1] == '\n')
+        fuse_partial[--n] = '\0';
+    if (level <= FUSE_LOG_ERR) {
         size_t k = KEG_MIN(n, sizeof(fuse_last_error) - 1);
-        memcpy(fuse_last_error, buf, k);
+        memcpy(fuse_last_error, fuse_partial, k);
         fuse_last_error[k] = '\0';
     }
-    keg_log_msg((int)level, "libfuse", "%s", buf);
+    keg_log_msg((int)level, "libfuse", "%s", fuse_partial);
+    fuse_partial[0] = '\0';
 }
 
 /*----- running the session -----*/
@@ -652,9 +658,13 @@ static int run_session(struct mount_opts *o, const char *url, const char *abs_mp
         fuse_loop_cfg_set_max_threads(cfg, 64);
     }
     rc = fuse_session_loop_mt(se, cfg);
-    status = rc == 0 ? 0 : 1;
-    if (rc != 0)
-        KEG_ERR("FUSE session loop ended with %d", rc);
+    /* libfuse returns the number of the signal that ended the loop (> 0),
+     * 0 after an external unmount, or -errno on failure. */
+    status = rc < 0 ? 1 : 0;
+    if (rc < 0)
+        KEG_ERR("FUSE session failed: %s", strerror(-rc));
+    else if (rc > 0)
+        KEG_INFO("signal %d: unmounting", rc);
     KEG_INFO("unmounting %s", abs_mp);
     fuse_remove_signal_handlers(se);
     fuse_session_unmount(se);

@@ -29,8 +29,9 @@ int mnt_open_meta(const char *url, struct keg_meta **m)
         return rc;
     }
     if (!keg_meta_find(u.scheme)) {
-        mnt_error("unknown META_URL scheme '%s' in '%s' (supported: sqlite3://, redis://)",
-                  u.scheme, red);
+        mnt_error("unknown META_URL scheme '%s' in '%s' (this build supports:%s%s)",
+                  u.scheme, red, keg_meta_find("sqlite3") ? " sqlite3://" : "",
+                  keg_meta_find("redis") ? " redis://" : "");
         keg_url_free(&u);
         return -EINVAL;
     }

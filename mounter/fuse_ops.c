@@ -762,21 +762,59 @@ static void mnt_getlk(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi,
     fuse_reply_lock(req, lock);
 }
 
+/* A blocking lock wait that a FUSE INTERRUPT (signal in the caller) cancels. */
+struct lock_wait {
+    struct keg_fs *fs;
+    uint64_t       owner;
+};
+
+static void lock_interrupted(fuse_req_t req, void *data)
+{
+    struct lock_wait *w = data;
+    KEG_DEBUG("interrupt of lock wait, owner %" PRIx64, w->owner);
+    keg_fs_interrupt(w->fs, w->owner);
+}
+
 static void mnt_setlk(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi,
                       struct flock *lock, int sleep)
 {
     struct keg_plock p;
+    struct lock_wait w = {.fs = mnt(req)->fs, .owner = fi->lock_owner};
     MNT_DBG("setlk(ino=%" PRIu64 ", owner=%" PRIx64 ", type=%d, sleep=%d)", (uint64_t)ino,
             fi->lock_owner, lock->l_type, sleep);
     flock_to_plock(lock, &p);
-    fuse_reply_err(req, -keg_fs_setlk(mnt(req)->fs, fh_of(fi), fi->lock_owner, &p, sleep));
+    if (sleep) {
+        fuse_req_interrupt_func(req, lock_interrupted, &w);
+        if (fuse_req_interrupted(req)) {   /* before the wait began: would be lost */
+            fuse_req_interrupt_func(req, NULL, NULL);
+            fuse_reply_err(req, EINTR);
+            return;
+        }
+    }
+    int rc = keg_fs_setlk(w.fs, fh_of(fi), fi->lock_owner, &p, sleep);
+    if (sleep)
+        fuse_req_interrupt_func(req, NULL, NULL);   /* w dies with this frame */
+    fuse_reply_err(req, -rc);
 }
 
 static void mnt_flock(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, int op)
 {
+    struct lock_wait w = {.fs = mnt(req)->fs, .owner = fi->lock_owner};
+    int sleep = !(op & LOCK_NB) && !(op & LOCK_UN);
     MNT_DBG("flock(ino=%" PRIu64 ", owner=%" PRIx64 ", op=%d)", (uint64_t)ino, fi->lock_owner,
             op);
-    fuse_reply_err(req, -keg_fs_flock(mnt(req)->fs, fh_of(fi), fi->lock_owner, op));
+    if (sleep) {
+        fuse_req_interrupt_func(req, lock_interrupted, &w);
+        if (fuse_req_interrupted(req)) {
+            fuse_req_interrupt_func(req, NULL, NULL);
+            fuse_reply_err(req, EINTR);
+            return;
+        }
+    }
+    int rc = keg_fs_flock(w.fs, fh_of(fi), fi->lock_owner, op);
+    if (sleep)
+        fuse_req_interrupt_func(req, NULL, NULL);
+    fuse_reply_err(req, -rc);
 }
 
 static const struct fuse_lowlevel_ops mnt_ops = {
