@@ -1,0 +1,1279 @@
+/* obj_s3.c -- the S3 object store: libcurl + our own SigV4 signer (s3_sign.c).
+ *
+ * DESIGN
+ * conf->bucket is an endpoint URL (rules in docs/internals/S3.md):
+ *   s3://bucket[/prefix]                   AWS, virtual-hosted, https://bucket.s3.<region>.amazonaws.com
+ *   http(s)://host[:port]/bucket[/prefix]  any S3 server, path-style
+ *   ...?style=virtual                      the same URL sent virtual-hosted (bucket.host[:port])
+ *   ...?region=<r>                         signing region when conf->region is unset
+ * Object key k is stored at <prefix>k.
+ *
+ * Pool: conf->concurrency (16) CURL easy handles, created on first use and kept
+ * for their keep-alive connections.  A caller takes a free handle (waiting on a
+ * condvar when all are busy), runs one request with retries on it and gives it
+ * back.  DNS and TLS sessions are shared between handles (CURLSH with locks).
+ *
+ * One request = sign (fresh x-amz-date per attempt) -> curl_easy_perform ->
+ * classify (s3_classify) -> done, or back off with full jitter
+ * (random in [0, min(10 s, 100 ms * 2^attempt)]) and retry while the deadline
+ * (conf->retry_deadline_ms, 60 s) allows.  Retried: 5xx, 429, the codes SlowDown,
+ * RequestTimeout, InternalError, ServiceUnavailable, Throttling, and curl
+ * connect/timeout/send/recv/empty/partial errors.  Never retried: 400/403/404.
+ *
+ * Bodies: PUT reads the caller's buffer (READFUNCTION, hashed into
+ * x-amz-content-sha256); GET writes into the caller's buffer directly and drops
+ * anything beyond what was asked.  Error bodies (<Code>, <Message>) go to a small
+ * per-request buffer, then to the log with status and key, and to last_error.
+ * Credentials never reach the log.
+ */
+#define _GNU_SOURCE   /* memmem */
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+
+#define KEG_LOG_TAG "obj_s3"
+#include "keg/log.h"
+#include "keg/mem.h"
+#include "keg/obj.h"
+#include "keg/url.h"
+#include "s3_sign_i.h"
+
+#define S3_DEFAULT_REGION      "us-east-1"
+#define S3_DEFAULT_CONCURRENCY 16
+#define S3_MAX_CONCURRENCY     1024
+#define S3_DEFAULT_DEADLINE_MS 60000
+#define S3_BACKOFF_BASE_MS     100
+#define S3_BACKOFF_CAP_MS      10000
+#define S3_CONNECT_TIMEOUT_MS  10000
+#define S3_LOW_SPEED_BYTES     1024     /* abort an attempt slower than 1 KiB/s ... */
+#define S3_LOW_SPEED_SECS      30       /* ... for 30 s */
+#define S3_MIN_ATTEMPT_MS      5000     /* an attempt may always take this long */
+#define S3_ERRBODY_MAX         4096
+#define S3_LIST_MAX_PAGES      1000000
+
+/*----------------------------------------------------------------------------
+ * Instance
+ *--------------------------------------------------------------------------*/
+
+struct s3_conn {
+    CURL           *h;
+    struct s3_conn *next;             /* free list link, protected by obj_s3.lock */
+};
+
+struct obj_s3 {
+    struct s3_target  t;
+    struct s3_signer  signer;
+    char             *base_url;       /* "scheme://host[:port]" */
+    char             *base_path;      /* encoded "/bucket" or "" (virtual-hosted) */
+    char             *ca_file;
+    int               insecure;
+    unsigned          concurrency;
+    uint64_t          deadline_ms;
+
+    CURLSH           *share;
+    pthread_mutex_t   share_lock[CURL_LOCK_DATA_LAST];
+
+    pthread_mutex_t   lock;           /* LOCKS: the pool; never held across a request */
+    pthread_cond_t    cond;           /* signalled when a handle is returned */
+    struct s3_conn   *conns;          /* [concurrency] */
+    struct s3_conn   *free_list;      /* protected by lock */
+    unsigned          created;        /* protected by lock: conns[0..created) have a handle */
+
+    pthread_mutex_t   err_lock;
+    char              last_error[512]; /* protected by err_lock */
+    atomic_ulong      retries;        /* attempts that were retried (stats) */
+};
+
+/*----------------------------------------------------------------------------
+ * Pure helpers: URL/addressing, XML, classification, backoff
+ *--------------------------------------------------------------------------*/
+
+void s3_target_free(struct s3_target *t)
+{
+    keg_free(t->scheme);
+    keg_free(t->host);
+    keg_free(t->bucket);
+    keg_free(t->prefix);
+    keg_free(t->region);
+    memset(t, 0, sizeof(*t));
+}
+
+static int dns_bucket_ok(const char *b)
+{
+    size_t n = strlen(b);
+    if (n < 3 || n > 63)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = b[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.'))
+            return 0;
+    }
+    return b[0] != '-' && b[0] != '.' && b[n - 1] != '-' && b[n - 1] != '.';
+}
+
+static int path_bucket_ok(const char *b)
+{
+    if (!*b || strlen(b) > 255)
+        return 0;
+    for (const char *p = b; *p; p++) {
+        if (!isalnum((unsigned char)*p) && *p != '-' && *p != '.' && *p != '_')
+            return 0;
+    }
+    return 1;
+}
+
+/* Parse "k=v&k=v" options of the endpoint URL into t. */
+static int parse_url_options(const char *query, struct s3_target *t, int *style_set,
+                             const char **why)
+{
+    char *q = keg_strdup(query);
+    int rc = 0;
+    if (!q)
+        return -ENOMEM;
+    char *next = q;
+    while (next) {
+        char *kv = next;
+        char *amp = strchr(kv, '&');
+        next = amp ? amp + 1 : NULL;
+        if (amp)
+            *amp = '\0';
+        char *eq = strchr(kv, '=');
+        const char *v = eq ? eq + 1 : "";
+        if (eq)
+            *eq = '\0';
+        if (strcmp(kv, "style") == 0) {
+            if (strcmp(v, "virtual") == 0) {
+                t->virtual_host = 1;
+            } else if (strcmp(v, "path") == 0) {
+                t->virtual_host = 0;
+            } else {
+                *why = "style must be \"path\" or \"virtual\"";
+                rc = -EINVAL;
+                break;
+            }
+            *style_set = 1;
+        } else if (strcmp(kv, "region") == 0) {
+            if (!*v) {
+                *why = "empty region";
+                rc = -EINVAL;
+                break;
+            }
+            keg_free(t->region);
+            t->region = keg_strdup(v);
+            if (!t->region) {
+                rc = -ENOMEM;
+                break;
+            }
+        } else if (*kv) {
+            *why = "unknown URL option (known: style=path|virtual, region=...)";
+            rc = -EINVAL;
+            break;
+        }
+    }
+    keg_free(q);
+    return rc;
+}
+
+int s3_target_parse(const char *url, const char *region, struct s3_target *t, const char **why)
+{
+    struct keg_url u;
+    const char *uwhy = NULL;
+    int style_set = 0, rc;
+    char *path = NULL;
+
+    memset(t, 0, sizeof(*t));
+    *why = NULL;
+    rc = keg_url_parse(url, &u, &uwhy);
+    if (rc < 0) {
+        *why = uwhy ? uwhy : "malformed URL";
+        return -EINVAL;
+    }
+    rc = -EINVAL;
+    int aws = strcmp(u.scheme, "s3") == 0;
+    if (!aws && strcmp(u.scheme, "http") != 0 && strcmp(u.scheme, "https") != 0) {
+        *why = "scheme must be s3://, http:// or https://";
+        goto fail;
+    }
+    if (!*u.host) {
+        *why = "no host in URL";
+        goto fail;
+    }
+    if (*u.query) {
+        rc = parse_url_options(u.query, t, &style_set, why);
+        if (rc < 0)
+            goto fail;
+        rc = -EINVAL;
+    }
+    /* path without leading/trailing slashes */
+    const char *p = u.path;
+    while (*p == '/')
+        p++;
+    path = keg_strdup(p);
+    if (!path) {
+        rc = -ENOMEM;
+        goto fail;
+    }
+    size_t pl = strlen(path);
+    while (pl && path[pl - 1] == '/')
+        path[--pl] = '\0';
+    if (keg_url_unescape(path) < 0) {
+        *why = "bad %-escape in path";
+        goto fail;
+    }
+
+    const char *prefix;
+    if (aws) {
+        if (u.port) {
+            *why = "s3://bucket takes no port (use http(s)://host:port/bucket)";
+            goto fail;
+        }
+        t->bucket = keg_strdup(u.host);
+        prefix = path;
+        if (!style_set)
+            t->virtual_host = 1;
+        const char *r = region && *region ? region : t->region ? t->region : S3_DEFAULT_REGION;
+        t->host = keg_asprintf("s3.%s.amazonaws.com", r);
+        t->scheme = keg_strdup("https");
+    } else {
+        char *slash = strchr(path, '/');
+        if (slash)
+            *slash = '\0';
+        t->bucket = keg_strdup(path);
+        prefix = slash ? slash + 1 : "";
+        int v6 = strchr(u.host, ':') != NULL;
+        if (u.port)
+            t->host = keg_asprintf(v6 ? "[%s]:%d" : "%s:%d", u.host, u.port);
+        else
+            t->host = keg_asprintf(v6 ? "[%s]" : "%s", u.host);
+        t->scheme = keg_strdup(u.scheme);
+    }
+    if (!t->bucket || !t->host || !t->scheme) {
+        rc = -ENOMEM;
+        goto fail;
+    }
+    if (!*t->bucket) {
+        *why = "no bucket in URL (expected http(s)://host[:port]/bucket[/prefix] or s3://bucket)";
+        goto fail;
+    }
+    if (t->virtual_host ? !dns_bucket_ok(t->bucket) : !path_bucket_ok(t->bucket)) {
+        *why = t->virtual_host ? "bucket name is not DNS-compatible (needed for virtual-hosted "
+                                 "addressing: 3-63 of a-z 0-9 . -)"
+                               : "invalid bucket name";
+        goto fail;
+    }
+    if (t->virtual_host) {
+        char *h = keg_asprintf("%s.%s", t->bucket, t->host);
+        if (!h) {
+            rc = -ENOMEM;
+            goto fail;
+        }
+        keg_free(t->host);
+        t->host = h;
+    }
+    t->prefix = *prefix ? keg_asprintf("%s/", prefix) : keg_strdup("");
+    if (!t->prefix) {
+        rc = -ENOMEM;
+        goto fail;
+    }
+    keg_free(path);
+    keg_url_free(&u);
+    return 0;
+
+fail:
+    keg_free(path);
+    keg_url_free(&u);
+    s3_target_free(t);
+    return rc;
+}
+
+/* Find the text between <tag> and </tag> in [p, end).  Returns its start or NULL. */
+static const char *xml_find(const char *p, const char *end, const char *tag, size_t *len)
+{
+    char open[64], close[66];
+    int on = snprintf(open, sizeof(open), "<%s>", tag);
+    int cn = snprintf(close, sizeof(close), "</%s>", tag);
+    if (on <= 0 || (size_t)on >= sizeof(open) || cn <= 0 || (size_t)cn >= sizeof(close))
+        return NULL;
+    const char *s = memmem(p, (size_t)(end - p), open, (size_t)on);
+    if (!s)
+        return NULL;
+    s += on;
+    const char *e = memmem(s, (size_t)(end - s), close, (size_t)cn);
+    if (!e)
+        return NULL;
+    *len = (size_t)(e - s);
+    return s;
+}
+
+static void utf8_put(struct s3_str *o, unsigned long cp)
+{
+    char b[4];
+    if (cp < 0x80) {
+        b[0] = (char)cp;
+        s3_str_add(o, b, 1);
+    } else if (cp < 0x800) {
+        b[0] = (char)(0xC0 | (cp >> 6));
+        b[1] = (char)(0x80 | (cp & 0x3F));
+        s3_str_add(o, b, 2);
+    } else if (cp < 0x10000) {
+        b[0] = (char)(0xE0 | (cp >> 12));
+        b[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        b[2] = (char)(0x80 | (cp & 0x3F));
+        s3_str_add(o, b, 3);
+    } else {
+        b[0] = (char)(0xF0 | (cp >> 18));
+        b[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+        b[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        b[3] = (char)(0x80 | (cp & 0x3F));
+        s3_str_add(o, b, 4);
+    }
+}
+
+/* XML-unescape s[0..n) into o.  Returns 0 or -EIO on a malformed entity. */
+static int xml_unescape(struct s3_str *o, const char *s, size_t n)
+{
+    static const struct { const char *name; char c; } ents[] = {
+        { "amp;", '&' }, { "lt;", '<' }, { "gt;", '>' }, { "quot;", '"' }, { "apos;", '\'' },
+    };
+    s3_str_add(o, "", 0);
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] != '&') {
+            s3_str_addc(o, s[i]);
+            continue;
+        }
+        const char *r = s + i + 1;
+        size_t left = n - i - 1;
+        const char *semi = memchr(r, ';', left);
+        if (!semi)
+            return -EIO;
+        size_t elen = (size_t)(semi - r) + 1;
+        int done = 0;
+        for (size_t k = 0; k < sizeof(ents) / sizeof(ents[0]) && !done; k++) {
+            if (elen == strlen(ents[k].name) && memcmp(r, ents[k].name, elen) == 0) {
+                s3_str_addc(o, ents[k].c);
+                done = 1;
+            }
+        }
+        if (!done) {
+            if (elen < 3 || r[0] != '#')
+                return -EIO;
+            int hex = r[1] == 'x' || r[1] == 'X';
+            unsigned long cp = 0;
+            size_t digits = 0;
+            for (const char *d = r + 1 + hex; d < semi; d++, digits++) {
+                int v;
+                if (*d >= '0' && *d <= '9')
+                    v = *d - '0';
+                else if (hex && isxdigit((unsigned char)*d))
+                    v = tolower((unsigned char)*d) - 'a' + 10;
+                else
+                    return -EIO;
+                cp = cp * (hex ? 16 : 10) + (unsigned long)v;
+                if (cp > 0x10FFFF)
+                    return -EIO;
+            }
+            if (!digits || cp == 0)
+                return -EIO;
+            utf8_put(o, cp);
+        }
+        i += elen;
+    }
+    return 0;
+}
+
+int s3_xml_text(const char *xml, size_t len, const char *tag, char *out, size_t size)
+{
+    size_t n = 0;
+    struct s3_str o = {0};
+    if (size)
+        out[0] = '\0';
+    if (!xml || !size)
+        return 0;
+    const char *s = xml_find(xml, xml + len, tag, &n);
+    if (!s)
+        return 0;
+    if (xml_unescape(&o, s, n) < 0 || o.oom) {
+        /* fall back to the raw text: this is only for messages */
+        s3_str_free(&o);
+        s3_str_add(&o, s, n);
+    }
+    snprintf(out, size, "%s", o.p ? o.p : "");
+    s3_str_free(&o);
+    return 1;
+}
+
+static int url_decode_inplace(char *s)
+{
+    /* ListObjectsV2 with encoding-type=url encodes keys like form values. */
+    for (char *p = s; *p; p++) {
+        if (*p == '+')
+            *p = ' ';
+    }
+    return keg_url_unescape(s) < 0 ? -EIO : 0;
+}
+
+int s3_parse_list(const char *xml, size_t len, s3_list_item_fn *fn, void *arg, int *truncated,
+                  char **next_token)
+{
+    const char *end = xml + len;
+    const char *p;
+    size_t n;
+    int rc = 0, urlenc = 0;
+    struct s3_str key = {0};
+
+    *truncated = 0;
+    *next_token = NULL;
+    if (!xml || !memmem(xml, len, "<ListBucketResult", 17))
+        return -EIO;
+    p = xml_find(xml, end, "EncodingType", &n);
+    urlenc = p && n == 3 && memcmp(p, "url", 3) == 0;
+    p = xml_find(xml, end, "IsTruncated", &n);
+    *truncated = p && n == 4 && memcmp(p, "true", 4) == 0;
+    p = xml_find(xml, end, "NextContinuationToken", &n);
+    if (p) {
+        struct s3_str tok = {0};
+        if (xml_unescape(&tok, p, n) < 0) {
+            s3_str_free(&tok);
+            return -EIO;
+        }
+        if (tok.oom)
+            return -ENOMEM;
+        *next_token = tok.p;
+    }
+    if (*truncated && !*next_token)
+        return -EIO;              /* would loop forever */
+
+    const char *cur = xml;
+    for (;;) {
+        size_t clen;
+        const char *c = xml_find(cur, end, "Contents", &clen);
+        if (!c)
+            break;
+        const char *cend = c + clen;
+        size_t klen, slen;
+        const char *k = xml_find(c, cend, "Key", &klen);
+        const char *sz = xml_find(c, cend, "Size", &slen);
+        if (!k || !sz || slen == 0 || slen > 20) {
+            rc = -EIO;
+            goto out;
+        }
+        uint64_t size = 0;
+        for (size_t i = 0; i < slen; i++) {
+            if (!isdigit((unsigned char)sz[i])) {
+                rc = -EIO;
+                goto out;
+            }
+            size = size * 10 + (uint64_t)(sz[i] - '0');
+        }
+        key.len = 0;
+        rc = xml_unescape(&key, k, klen);
+        if (rc < 0)
+            goto out;
+        if (key.oom) {
+            rc = -ENOMEM;
+            goto out;
+        }
+        if (urlenc && url_decode_inplace(key.p) < 0) {
+            rc = -EIO;
+            goto out;
+        }
+        rc = fn(arg, key.p, size);
+        if (rc != 0)
+            goto out;
+        cur = cend + strlen("</Contents>");
+        if (cur > end)
+            break;
+    }
+out:
+    s3_str_free(&key);
+    if (rc != 0) {
+        keg_free(*next_token);
+        *next_token = NULL;
+        *truncated = 0;
+    }
+    return rc;
+}
+
+static int code_is(const char *code, const char *what)
+{
+    return code && strcmp(code, what) == 0;
+}
+
+enum s3_verdict s3_classify(int curl_code, long status, const char *code, int *err)
+{
+    *err = 0;
+    switch ((CURLcode)curl_code) {
+    case CURLE_OK:
+        break;
+    case CURLE_OPERATION_TIMEDOUT:
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_SEND_ERROR:
+    case CURLE_RECV_ERROR:
+    case CURLE_GOT_NOTHING:
+    case CURLE_PARTIAL_FILE:
+        /* no (complete) answer: retried until the deadline, then "timed out" */
+        *err = -ETIMEDOUT;
+        return S3_RETRY;
+    default:
+        *err = -EIO;
+        return S3_FAIL;
+    }
+    if (status >= 200 && status < 300)
+        return S3_OK;
+    /* Codes first: S3 sends RequestTimeout as a 400 and SlowDown as a 503. */
+    if (code_is(code, "SlowDown") || code_is(code, "Throttling") ||
+        code_is(code, "ServiceUnavailable") || code_is(code, "InternalError")) {
+        *err = -EAGAIN;
+        return S3_RETRY;
+    }
+    if (code_is(code, "RequestTimeout")) {
+        *err = -ETIMEDOUT;
+        return S3_RETRY;
+    }
+    if (code_is(code, "QuotaExceeded") || code_is(code, "InsufficientStorage") ||
+        code_is(code, "EntityTooLarge") || status == 507) {
+        *err = code_is(code, "EntityTooLarge") ? -EFBIG : -ENOSPC;
+        return S3_FAIL;
+    }
+    if (status == 429 || status >= 500) {
+        *err = -EAGAIN;
+        return S3_RETRY;
+    }
+    if (status == 404)
+        *err = -ENOENT;
+    else if (status == 403 || status == 401)
+        *err = -EACCES;
+    else if (status == 400)
+        *err = -EINVAL;
+    else
+        *err = -EIO;
+    return S3_FAIL;
+}
+
+uint64_t s3_backoff_ms(unsigned attempt, uint64_t base_ms, uint64_t cap_ms, uint64_t rnd)
+{
+    uint64_t lim = cap_ms;
+    if (attempt < 40 && base_ms <= (cap_ms >> attempt))
+        lim = base_ms << attempt;
+    return rnd % (lim + 1);
+}
+
+/*----------------------------------------------------------------------------
+ * Process-wide state: curl_global_init, random numbers
+ *--------------------------------------------------------------------------*/
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static CURLcode curl_init_rc;
+
+static void curl_init_once(void)
+{
+    curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+static uint64_t rand64(void)
+{
+    static _Thread_local uint64_t st;
+    if (!st)
+        st = (uint64_t)keg_mono_ns() ^ ((uint64_t)(uintptr_t)&st << 17) ^ 0x9e3779b97f4a7c15ULL;
+    st ^= st << 13;
+    st ^= st >> 7;
+    st ^= st << 17;
+    return st;
+}
+
+static uint64_t mono_ms(void)
+{
+    return (uint64_t)keg_mono_ns() / 1000000u;
+}
+
+static void sleep_ms(uint64_t ms)
+{
+    struct timespec ts = { (time_t)(ms / 1000), (long)(ms % 1000) * 1000000L };
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
+}
+
+/*----------------------------------------------------------------------------
+ * Connection pool
+ *--------------------------------------------------------------------------*/
+
+static void share_lock_cb(CURL *h, curl_lock_data data, curl_lock_access acc, void *arg)
+{
+    struct obj_s3 *s = arg;
+    if ((int)data >= 0 && data < CURL_LOCK_DATA_LAST)
+        pthread_mutex_lock(&s->share_lock[data]);
+}
+
+static void share_unlock_cb(CURL *h, curl_lock_data data, void *arg)
+{
+    struct obj_s3 *s = arg;
+    if ((int)data >= 0 && data < CURL_LOCK_DATA_LAST)
+        pthread_mutex_unlock(&s->share_lock[data]);
+}
+
+/* Take a handle, waiting while all are busy.  Returns NULL on ENOMEM.
+ * LOCKS: takes s->lock (not held on return). */
+static struct s3_conn *pool_get(struct obj_s3 *s)
+{
+    struct s3_conn *c = NULL;
+    pthread_mutex_lock(&s->lock);
+    while (!s->free_list && s->created == s->concurrency)
+        pthread_cond_wait(&s->cond, &s->lock);
+    if (s->free_list) {
+        c = s->free_list;
+        s->free_list = c->next;
+    } else {
+        CURL *h = curl_easy_init();
+        if (h) {
+            c = &s->conns[s->created++];
+            c->h = h;
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+    return c;
+}
+
+/* LOCKS: takes s->lock. */
+static void pool_put(struct obj_s3 *s, struct s3_conn *c)
+{
+    pthread_mutex_lock(&s->lock);
+    c->next = s->free_list;
+    s->free_list = c;
+    pthread_cond_signal(&s->cond);
+    pthread_mutex_unlock(&s->lock);
+}
+
+/*----------------------------------------------------------------------------
+ * One request
+ *--------------------------------------------------------------------------*/
+
+struct s3_req {
+    const char          *op;          /* for messages: "GET", "PUT", "LIST" ... */
+    const char          *method;
+    const char          *key;         /* object key without the store prefix (messages) */
+    const char          *uri;         /* canonical = wire path */
+    const char          *query;       /* canonical = wire query, "" for none */
+    const struct s3_kv  *extra;       /* signed extra headers (Range) */
+    size_t               nextra;
+    /* upload */
+    const char          *body;
+    size_t               body_len;
+    size_t               body_pos;
+    const char          *payload_hash;
+    int                  upload;
+    int                  head;
+    /* download into a fixed buffer (GET) or a growable one (LIST) */
+    char                *out;
+    size_t               out_cap;
+    size_t               out_len;
+    uint64_t             skip;        /* bytes to drop when a ranged GET gets 200 */
+    uint64_t             range_off;
+    int                  ranged;
+    struct s3_str       *grow;
+    /* per attempt */
+    CURL                *h;
+    long                 status;      /* 0 until the first body byte (callback) */
+    char                 errbody[S3_ERRBODY_MAX];
+    size_t               errlen;
+    int                  ok_404;      /* 404 is a success (DELETE) */
+    int                  ok_416;      /* 416 is a success (GET past the end) */
+    uint64_t             length;      /* HEAD: Content-Length */
+};
+
+static size_t write_cb(char *ptr, size_t size, size_t nmemb, void *arg)
+{
+    struct s3_req *r = arg;
+    size_t n = size * nmemb;
+    if (!r->status) {
+        curl_easy_getinfo(r->h, CURLINFO_RESPONSE_CODE, &r->status);
+        if (r->status == 200 && r->ranged)
+            r->skip = r->range_off;   /* the server ignored Range: drop the head */
+    }
+    if (r->status < 200 || r->status >= 300) {
+        size_t room = sizeof(r->errbody) - 1 - r->errlen;
+        size_t k = KEG_MIN(room, n);
+        memcpy(r->errbody + r->errlen, ptr, k);
+        r->errlen += k;
+        r->errbody[r->errlen] = '\0';
+        return n;
+    }
+    if (r->grow) {
+        s3_str_add(r->grow, ptr, n);
+        return r->grow->oom ? 0 : n;
+    }
+    size_t off = 0;
+    if (r->skip) {
+        size_t d = (size_t)KEG_MIN((uint64_t)n, r->skip);
+        r->skip -= d;
+        off = d;
+    }
+    /* Whatever goes beyond the caller's buffer is dropped, never written. */
+    size_t k = KEG_MIN(n - off, r->out_cap - r->out_len);
+    if (k) {
+        memcpy(r->out + r->out_len, ptr + off, k);
+        r->out_len += k;
+    }
+    return n;
+}
+
+static size_t read_cb(char *ptr, size_t size, size_t nmemb, void *arg)
+{
+    struct s3_req *r = arg;
+    size_t n = KEG_MIN(size * nmemb, r->body_len - r->body_pos);
+    memcpy(ptr, r->body + r->body_pos, n);
+    r->body_pos += n;
+    return n;
+}
+
+static int seek_cb(void *arg, curl_off_t off, int origin)
+{
+    struct s3_req *r = arg;
+    if (origin != SEEK_SET || off < 0 || (uint64_t)off > r->body_len)
+        return CURL_SEEKFUNC_FAIL;
+    r->body_pos = (size_t)off;
+    return CURL_SEEKFUNC_OK;
+}
+
+static void set_last_error(struct obj_s3 *s, const char *msg)
+{
+    pthread_mutex_lock(&s->err_lock);
+    snprintf(s->last_error, sizeof(s->last_error), "%s", msg);
+    pthread_mutex_unlock(&s->err_lock);
+}
+
+/* Set up r->h for one attempt.  *hdrs receives the header list to free. */
+static int setup_attempt(struct obj_s3 *s, struct s3_req *r, uint64_t remain_ms,
+                         struct curl_slist **hdrs, char **url)
+{
+    struct s3_hdr_lines hl;
+    CURL *h = r->h;
+    int rc;
+
+    *hdrs = NULL;
+    *url = NULL;
+    rc = s3_sign_headers(&s->signer, r->method, s->t.host, r->uri, r->query, r->extra,
+                         r->nextra, r->payload_hash, time(NULL), &hl);
+    if (rc < 0)
+        return rc;
+    struct curl_slist *l = NULL;
+    for (size_t i = 0; i < hl.n; i++) {
+        struct curl_slist *nl = curl_slist_append(l, hl.line[i]);
+        if (!nl)
+            goto nomem;
+        l = nl;
+    }
+    /* No "Expect: 100-continue" round trip; no default Accept. */
+    const char *more[] = { "Expect:", "Accept:" };
+    for (size_t i = 0; i < 2; i++) {
+        struct curl_slist *nl = curl_slist_append(l, more[i]);
+        if (!nl)
+            goto nomem;
+        l = nl;
+    }
+    s3_hdr_lines_free(&hl);
+    *url = keg_asprintf("%s%s%s%s", s->base_url, r->uri, *r->query ? "?" : "", r->query);
+    if (!*url) {
+        curl_slist_free_all(l);
+        return -ENOMEM;
+    }
+    *hdrs = l;
+
+    curl_easy_reset(h);
+    curl_easy_setopt(h, CURLOPT_URL, *url);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, l);
+    curl_easy_setopt(h, CURLOPT_PATH_AS_IS, 1L);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_SHARE, s->share);
+    curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
+    curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)S3_CONNECT_TIMEOUT_MS);
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, (long)S3_LOW_SPEED_BYTES);
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, (long)S3_LOW_SPEED_SECS);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)KEG_MAX(remain_ms, S3_MIN_ATTEMPT_MS));
+    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+    if (s->insecure) {
+        curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);
+        curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
+    }
+    if (s->ca_file)
+        curl_easy_setopt(h, CURLOPT_CAINFO, s->ca_file);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, write_cb);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, r);
+    if (r->upload) {
+        curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
+        curl_easy_setopt(h, CURLOPT_READFUNCTION, read_cb);
+        curl_easy_setopt(h, CURLOPT_READDATA, r);
+        curl_easy_setopt(h, CURLOPT_SEEKFUNCTION, seek_cb);
+        curl_easy_setopt(h, CURLOPT_SEEKDATA, r);
+        curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)r->body_len);
+    } else if (r->head) {
+        curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+    } else if (strcmp(r->method, "GET") != 0) {
+        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, r->method);
+    }
+    return 0;
+
+nomem:
+    curl_slist_free_all(l);
+    s3_hdr_lines_free(&hl);
+    return -ENOMEM;
+}
+
+/* Run r with retries.  Returns 0 (r->status says which 2xx/accepted status)
+ * or the mapped -errno.  LOCKS: takes and returns one pool handle. */
+static int s3_do(struct obj_s3 *s, struct s3_req *r)
+{
+    uint64_t start = mono_ms(), deadline = start + s->deadline_ms;
+    struct s3_conn *c = pool_get(s);
+    int rc = 0;
+    unsigned attempt;
+
+    if (!c)
+        return -ENOMEM;
+    r->h = c->h;
+    for (attempt = 0;; attempt++) {
+        struct curl_slist *hdrs = NULL;
+        char *url = NULL;
+        char code[64], msg[256], line[512];
+        uint64_t now = mono_ms();
+        int err = 0;
+
+        r->status = 0;
+        r->errlen = 0;
+        r->errbody[0] = '\0';
+        r->out_len = 0;
+        r->skip = 0;
+        r->body_pos = 0;
+        if (r->grow)
+            r->grow->len = 0;
+        rc = setup_attempt(s, r, deadline > now ? deadline - now : 0, &hdrs, &url);
+        if (rc < 0)
+            break;
+        CURLcode cc = curl_easy_perform(r->h);
+        long status = 0;
+        curl_easy_getinfo(r->h, CURLINFO_RESPONSE_CODE, &status);
+        if (cc == CURLE_OK && r->head) {
+            curl_off_t cl = -1;
+            curl_easy_getinfo(r->h, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl);
+            r->length = cl > 0 ? (uint64_t)cl : 0;
+        }
+        curl_slist_free_all(hdrs);
+        keg_free(url);
+        r->status = status;
+        if (cc == CURLE_WRITE_ERROR && r->grow && r->grow->oom) {
+            rc = -ENOMEM;
+            break;
+        }
+        s3_xml_text(r->errbody, r->errlen, "Code", code, sizeof(code));
+        s3_xml_text(r->errbody, r->errlen, "Message", msg, sizeof(msg));
+
+        if (cc == CURLE_OK && ((r->ok_404 && status == 404 && !code_is(code, "NoSuchBucket")) ||
+                               (r->ok_416 && status == 416))) {
+            rc = 0;
+            break;
+        }
+        enum s3_verdict v = s3_classify((int)cc, status, code, &err);
+        if (v == S3_OK) {
+            rc = 0;
+            break;
+        }
+        if (cc != CURLE_OK)
+            snprintf(line, sizeof(line), "%s %s: %s", r->op, r->key ? r->key : "",
+                     curl_easy_strerror(cc));
+        else if (r->head && !*code)
+            snprintf(line, sizeof(line), "%s %s: HTTP %ld", r->op, r->key ? r->key : "", status);
+        else
+            snprintf(line, sizeof(line), "%s %s: HTTP %ld %s%s%s", r->op, r->key ? r->key : "",
+                     status, *code ? code : "(no error code)", *msg ? ": " : "", msg);
+        if (v == S3_FAIL) {
+            rc = err;
+            set_last_error(s, line);
+            if (code_is(code, "NoSuchBucket"))
+                KEG_ERR("%s (bucket \"%s\" does not exist at %s)", line, s->t.bucket,
+                        s->t.host);
+            else if (err == -ENOENT)
+                KEG_DEBUG("%s", line);                  /* a missing key is routine */
+            else if (status == 403)
+                KEG_ERR("%s (check the access key and secret for bucket \"%s\")", line,
+                        s->t.bucket);
+            else
+                KEG_ERR("%s", line);
+            break;
+        }
+        now = mono_ms();
+        uint64_t delay = s3_backoff_ms(attempt, S3_BACKOFF_BASE_MS, S3_BACKOFF_CAP_MS, rand64());
+        /* The last attempt is made at the deadline rather than given up early. */
+        if (now < deadline && now + delay > deadline)
+            delay = deadline - now;
+        if (now >= deadline) {
+            rc = err;
+            char fin[640];
+            snprintf(fin, sizeof(fin), "%s (gave up after %u attempts in %" PRIu64 " ms)", line,
+                     attempt + 1, now - start);
+            set_last_error(s, fin);
+            KEG_ERR("%s", fin);
+            break;
+        }
+        atomic_fetch_add(&s->retries, 1);
+        KEG_DEBUG("%s; retry %u in %" PRIu64 " ms", line, attempt + 1, delay);
+        sleep_ms(delay);
+    }
+    r->h = NULL;
+    pool_put(s, c);
+    return rc;
+}
+
+/* The wire path of key: base_path + "/" + encode(prefix + key).
+ * OWNERSHIP: caller keg_free()s.  NULL on ENOMEM. */
+static char *object_uri(struct obj_s3 *s, const char *key)
+{
+    struct s3_str u = {0};
+    s3_str_adds(&u, s->base_path);
+    s3_str_addc(&u, '/');
+    s3_uri_encode(&u, s->t.prefix, strlen(s->t.prefix), 1);
+    s3_uri_encode(&u, key, strlen(key), 1);
+    if (u.oom) {
+        s3_str_free(&u);
+        return NULL;
+    }
+    return u.p;
+}
+
+static int check_key(const char *key)
+{
+    if (!key || !*key) {
+        KEG_ERR("empty object key");
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/*----------------------------------------------------------------------------
+ * Ops
+ *--------------------------------------------------------------------------*/
+
+static int obj_s3_head(struct keg_obj *o, const char *key, uint64_t *size);
+
+static void obj_s3_close(struct keg_obj *o)
+{
+    struct obj_s3 *s = o->priv;
+    if (s->conns) {
+        for (unsigned i = 0; i < s->created; i++)
+            curl_easy_cleanup(s->conns[i].h);
+        keg_free(s->conns);
+    }
+    if (s->share)
+        curl_share_cleanup(s->share);
+    for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
+        pthread_mutex_destroy(&s->share_lock[i]);
+    pthread_mutex_destroy(&s->lock);
+    pthread_cond_destroy(&s->cond);
+    pthread_mutex_destroy(&s->err_lock);
+    if (atomic_load(&s->retries))
+        KEG_DEBUG("closing %s/%s: %lu retried attempts", s->t.host, s->t.bucket,
+                  (unsigned long)atomic_load(&s->retries));
+    s3_signer_fini(&s->signer);
+    s3_target_free(&s->t);
+    keg_free(s->base_url);
+    keg_free(s->base_path);
+    keg_free(s->ca_file);
+    memset(s, 0, sizeof(*s));
+}
+
+static int obj_s3_open(struct keg_obj *o, const struct keg_obj_conf *conf)
+{
+    struct obj_s3 *s = o->priv;
+    const char *why = NULL;
+    struct keg_url u;
+    char red[512];
+    int rc, have_url = 0;
+
+    memset(s, 0, sizeof(*s));
+    for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
+        pthread_mutex_init(&s->share_lock[i], NULL);
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_cond_init(&s->cond, NULL);
+    pthread_mutex_init(&s->err_lock, NULL);
+
+    if (!conf->bucket || !*conf->bucket) {
+        KEG_ERR("S3 endpoint URL missing (expected http(s)://host[:port]/bucket or "
+                "s3://bucket)");
+        rc = -EINVAL;
+        goto fail;
+    }
+    keg_url_redact(conf->bucket, red, sizeof(red));
+    rc = s3_target_parse(conf->bucket, conf->region, &s->t, &why);
+    if (rc < 0) {
+        if (rc == -EINVAL)
+            KEG_ERR("bad S3 URL \"%s\": %s", red, why);
+        goto fail;
+    }
+    /* Credentials: conf first, else the URL's user:password. */
+    memset(&u, 0, sizeof(u));
+    if (keg_url_parse(conf->bucket, &u, &why) == 0)
+        have_url = 1;
+    const char *ak = conf->access_key && *conf->access_key ? conf->access_key
+                     : have_url && *u.user ? u.user : NULL;
+    const char *sk = conf->secret_key && *conf->secret_key ? conf->secret_key
+                     : have_url && *u.password ? u.password : NULL;
+    const char *region = conf->region && *conf->region ? conf->region
+                         : s->t.region ? s->t.region : S3_DEFAULT_REGION;
+    if (!ak || !sk) {
+        KEG_ERR("S3 %s missing for %s", !ak ? "access key" : "secret key", red);
+        rc = -EINVAL;
+    } else {
+        rc = s3_signer_init(&s->signer, ak, sk, conf->session_token, region, "s3");
+    }
+    if (have_url)
+        keg_url_free(&u);
+    if (rc < 0)
+        goto fail;
+
+    s->base_url = keg_asprintf("%s://%s", s->t.scheme, s->t.host);
+    if (s->t.virtual_host) {
+        s->base_path = keg_strdup("");
+    } else {
+        struct s3_str bp = {0};
+        s3_str_addc(&bp, '/');
+        s3_uri_encode(&bp, s->t.bucket, strlen(s->t.bucket), 0);
+        s->base_path = bp.oom ? NULL : bp.p;
+        if (bp.oom)
+            s3_str_free(&bp);
+    }
+    if (conf->ca_file && *conf->ca_file) {
+        if (access(conf->ca_file, R_OK) != 0) {
+            rc = -errno;
+            KEG_ERR("S3 CA file %s: %s", conf->ca_file, strerror(-rc));
+            goto fail;
+        }
+        s->ca_file = keg_strdup(conf->ca_file);
+        if (!s->ca_file) {
+            rc = -ENOMEM;
+            goto fail;
+        }
+    }
+    if (!s->base_url || !s->base_path) {
+        rc = -ENOMEM;
+        goto fail;
+    }
+    s->insecure = conf->insecure;
+    s->concurrency = conf->concurrency ? conf->concurrency : S3_DEFAULT_CONCURRENCY;
+    if (s->concurrency > S3_MAX_CONCURRENCY)
+        s->concurrency = S3_MAX_CONCURRENCY;
+    s->deadline_ms = conf->retry_deadline_ms ? conf->retry_deadline_ms : S3_DEFAULT_DEADLINE_MS;
+
+    pthread_once(&curl_once, curl_init_once);
+    if (curl_init_rc != CURLE_OK) {
+        KEG_ERR("curl_global_init: %s", curl_easy_strerror(curl_init_rc));
+        rc = -EIO;
+        goto fail;
+    }
+    s->conns = keg_calloc(s->concurrency, sizeof(*s->conns));
+    s->share = curl_share_init();
+    if (!s->conns || !s->share) {
+        rc = -ENOMEM;
+        goto fail;
+    }
+    curl_share_setopt(s->share, CURLSHOPT_LOCKFUNC, share_lock_cb);
+    curl_share_setopt(s->share, CURLSHOPT_UNLOCKFUNC, share_unlock_cb);
+    curl_share_setopt(s->share, CURLSHOPT_USERDATA, s);
+    curl_share_setopt(s->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
+    curl_share_setopt(s->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
+    if (s->insecure && strcmp(s->t.scheme, "https") == 0)
+        KEG_WARN("TLS certificate verification is OFF for %s", s->t.host);
+    KEG_INFO("S3 store %s://%s bucket \"%s\" prefix \"%s\" (%s-style, region %s, %u connections)",
+             s->t.scheme, s->t.host, s->t.bucket, s->t.prefix,
+             s->t.virtual_host ? "virtual-hosted" : "path", region, s->concurrency);
+    return 0;
+
+fail:
+    obj_s3_close(o);
+    return rc;
+}
+
+static ssize_t obj_s3_get(struct keg_obj *o, const char *key, uint64_t off, void *buf,
+                          size_t len)
+{
+    struct obj_s3 *s = o->priv;
+    char range[64];
+    int rc = check_key(key);
+    if (rc < 0)
+        return rc;
+    if (len == 0) {
+        uint64_t sz;
+        rc = obj_s3_head(o, key, &sz);
+        return rc < 0 ? rc : 0;
+    }
+    char *uri = object_uri(s, key);
+    if (!uri)
+        return -ENOMEM;
+    snprintf(range, sizeof(range), "bytes=%" PRIu64 "-%" PRIu64, off, off + len - 1);
+    const struct s3_kv extra[] = { { "Range", range } };
+    struct s3_req r = {
+        .op = "GET", .method = "GET", .key = key, .uri = uri, .query = "",
+        .extra = extra, .nextra = 1, .payload_hash = S3_EMPTY_SHA256,
+        .out = buf, .out_cap = len, .ranged = 1, .range_off = off, .ok_416 = 1,
+    };
+    rc = s3_do(s, &r);
+    keg_free(uri);
+    if (rc < 0)
+        return rc;
+    if (r.status == 416)
+        return 0;                       /* the range starts at or past the end */
+    return (ssize_t)r.out_len;
+}
+
+static int obj_s3_put(struct keg_obj *o, const char *key, const void *buf, size_t len)
+{
+    struct obj_s3 *s = o->priv;
+    char hash[S3_SHA256_HEX];
+    int rc = check_key(key);
+    if (rc < 0)
+        return rc;
+    char *uri = object_uri(s, key);
+    if (!uri)
+        return -ENOMEM;
+    s3_sha256_hex(buf, len, hash);
+    struct s3_req r = {
+        .op = "PUT", .method = "PUT", .key = key, .uri = uri, .query = "",
+        .body = buf ? buf : "", .body_len = len, .payload_hash = hash, .upload = 1,
+    };
+    rc = s3_do(s, &r);
+    keg_free(uri);
+    return rc;
+}
+
+static int obj_s3_del(struct keg_obj *o, const char *key)
+{
+    struct obj_s3 *s = o->priv;
+    int rc = check_key(key);
+    if (rc < 0)
+        return rc;
+    char *uri = object_uri(s, key);
+    if (!uri)
+        return -ENOMEM;
+    struct s3_req r = {
+        .op = "DELETE", .method = "DELETE", .key = key, .uri = uri, .query = "",
+        .payload_hash = S3_EMPTY_SHA256, .ok_404 = 1,
+    };
+    rc = s3_do(s, &r);
+    keg_free(uri);
+    /* A missing bucket is a configuration error, and del never returns -ENOENT. */
+    return rc == -ENOENT ? -EIO : rc;
+}
+
+static int obj_s3_head(struct keg_obj *o, const char *key, uint64_t *size)
+{
+    struct obj_s3 *s = o->priv;
+    *size = 0;
+    int rc = check_key(key);
+    if (rc < 0)
+        return rc;
+    char *uri = object_uri(s, key);
+    if (!uri)
+        return -ENOMEM;
+    struct s3_req r = {
+        .op = "HEAD", .method = "HEAD", .key = key, .uri = uri, .query = "",
+        .payload_hash = S3_EMPTY_SHA256, .head = 1,
+    };
+    rc = s3_do(s, &r);
+    keg_free(uri);
+    if (rc == 0)
+        *size = r.length;
+    return rc;
+}
+
+struct list_ctx {
+    size_t           strip;         /* length of the store prefix to remove */
+    keg_obj_list_cb *cb;
+    void            *arg;
+};
+
+static int list_item(void *arg, const char *key, uint64_t size)
+{
+    struct list_ctx *lc = arg;
+    if (strlen(key) < lc->strip)
+        return -EIO;                    /* not under our prefix: server bug */
+    return lc->cb(lc->arg, key + lc->strip, size);
+}
+
+static int obj_s3_list(struct keg_obj *o, const char *prefix, keg_obj_list_cb *cb, void *arg)
+{
+    struct obj_s3 *s = o->priv;
+    struct s3_str body = {0};
+    char *token = NULL, *full = NULL, *uri = NULL;
+    struct list_ctx lc = { strlen(s->t.prefix), cb, arg };
+    int rc = 0;
+
+    full = keg_asprintf("%s%s", s->t.prefix, prefix ? prefix : "");
+    uri = keg_asprintf("%s/", s->base_path);
+    if (!full || !uri) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    for (unsigned page = 0; page < S3_LIST_MAX_PAGES; page++) {
+        struct s3_kv q[4];
+        size_t nq = 0;
+        struct s3_str query = {0};
+        q[nq++] = (struct s3_kv){ "list-type", "2" };
+        q[nq++] = (struct s3_kv){ "encoding-type", "url" };
+        if (*full)
+            q[nq++] = (struct s3_kv){ "prefix", full };
+        if (token)
+            q[nq++] = (struct s3_kv){ "continuation-token", token };
+        s3_canonical_query(&query, q, nq);
+        if (query.oom) {
+            s3_str_free(&query);
+            rc = -ENOMEM;
+            goto out;
+        }
+        struct s3_req r = {
+            .op = "LIST", .method = "GET", .key = prefix ? prefix : "", .uri = uri,
+            .query = query.p, .payload_hash = S3_EMPTY_SHA256, .grow = &body,
+        };
+        rc = s3_do(s, &r);
+        s3_str_free(&query);
+        if (rc < 0)
+            goto out;
+        int truncated = 0;
+        keg_free(token);
+        token = NULL;
+        rc = s3_parse_list(body.p, body.len, list_item, &lc, &truncated, &token);
+        if (rc == -EIO && !token)
+            KEG_ERR("LIST %s: malformed ListObjectsV2 response (%zu bytes)",
+                    prefix ? prefix : "", body.len);
+        if (rc != 0 || !truncated)
+            goto out;
+    }
+    KEG_ERR("LIST %s: too many pages", prefix ? prefix : "");
+    rc = -EIO;
+out:
+    keg_free(token);
+    keg_free(full);
+    keg_free(uri);
+    s3_str_free(&body);
+    return rc;
+}
+
+const struct keg_obj_ops keg_obj_s3_ops = {
+    .name = "s3",
+    .version = 1,
+    .caps = KEG_OBJ_CAP_RANGE_GET | KEG_OBJ_CAP_LIST | KEG_OBJ_CAP_DURABLE,
+    .priv_size = sizeof(struct obj_s3),
+    .open = obj_s3_open,
+    .close = obj_s3_close,
+    .get = obj_s3_get,
+    .put = obj_s3_put,
+    .del = obj_s3_del,
+    .head = obj_s3_head,
+    .list = obj_s3_list,
+};
