@@ -1,0 +1,2680 @@
+/* meta_sqlite.c -- the SQLite metadata engine (META_URL sqlite3:///abs/path.db).
+ *
+ * DESIGN
+ * This engine is the reference implementation of the semantics in keg/meta.h;
+ * docs/internals/META.md documents its schema and every decision the header
+ * leaves open.  Every op is one SQLite transaction (BEGIN IMMEDIATE for
+ * writes, a deferred BEGIN for reads) run by sq_txn(), which retries a
+ * transaction that found the database locked (SQLITE_BUSY after the 5 s busy
+ * timeout) SQ_RETRIES times and then fails with -EIO.  An op body (sq_fn)
+ * therefore may run more than once: it writes results into its argument
+ * struct and the public wrapper copies them out after the commit.
+ *
+ * Connections: a pool per instance.  A thread takes an idle connection (or
+ * opens a new one), runs one transaction and gives it back, so any number of
+ * threads can read concurrently (WAL mode); write transactions of one instance
+ * are serialised by p->wlock first so that they queue on a mutex instead of
+ * polling SQLite's file lock.  Each connection caches its prepared statements
+ * keyed by the address of the (static) SQL text.
+ *
+ * The database file is created only by format_init: every other path opens
+ * with SQLITE_OPEN_READWRITE, so status/info on a missing file report
+ * -ENOENT ("not formatted") and leave nothing behind.
+ *
+ * LOCKS: p->lock protects the idle list; p->wlock is taken around every write
+ * transaction (never while holding p->lock).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "keg/mem.h"
+#include "keg/meta.h"
+#include "keg/url.h"
+#define KEG_LOG_TAG "meta_sqlite"
+#include "keg/log.h"
+
+#define SQ_BUSY           (-100000)   /* internal: transaction must be retried */
+#define SQ_RETRIES        3
+#define SQ_BUSY_TIMEOUT   5000        /* ms */
+#define SQ_SCHEMA_VERSION 1
+#define SQ_REC            24          /* bytes of one packed slice record */
+#define SQ_SLOTS          256         /* prepared-statement cache slots per connection */
+#define SQ_MAX_LINKS      65000
+
+#define I(x) ((int64_t)(x))
+
+struct sq_slot {
+    const char   *sql;      /* key: address of a static SQL string */
+    sqlite3_stmt *st;
+};
+
+struct sq_conn {
+    sqlite3        *db;
+    struct sq_conn *next;   /* idle list link; protected by sq_priv.lock */
+    struct sq_slot  slot[SQ_SLOTS];
+};
+
+struct sq_priv {
+    char           *path;       /* database file */
+    pthread_mutex_t lock;       /* protects idle */
+    pthread_mutex_t wlock;      /* serialises this instance's write transactions */
+    struct sq_conn *idle;       /* protected by lock */
+    uint64_t        sid;        /* session id or 0; atomic access */
+    int             inited;
+};
+
+#define P(m) ((struct sq_priv *)(m)->priv)
+
+static uint64_t sq_sid(struct keg_meta *m)
+{
+    return __atomic_load_n(&P(m)->sid, __ATOMIC_ACQUIRE);
+}
+
+/*----------------------------------------------------------------------------
+ * Schema
+ *--------------------------------------------------------------------------*/
+
+static const char sq_schema[] =
+    "CREATE TABLE IF NOT EXISTS setting(name TEXT PRIMARY KEY, value BLOB NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS counter(name TEXT PRIMARY KEY, value INTEGER NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS inode(ino INTEGER PRIMARY KEY, mode INTEGER NOT NULL,"
+    " uid INTEGER NOT NULL, gid INTEGER NOT NULL, nlink INTEGER NOT NULL,"
+    " size INTEGER NOT NULL, rdev INTEGER NOT NULL, parent INTEGER NOT NULL,"
+    " atime INTEGER NOT NULL, atimensec INTEGER NOT NULL, mtime INTEGER NOT NULL,"
+    " mtimensec INTEGER NOT NULL, ctime INTEGER NOT NULL, ctimensec INTEGER NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS dentry(parent INTEGER NOT NULL, name BLOB NOT NULL,"
+    " ino INTEGER NOT NULL, type INTEGER NOT NULL, PRIMARY KEY(parent, name)) WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS symlink(ino INTEGER PRIMARY KEY, target BLOB NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS xattr(ino INTEGER NOT NULL, name BLOB NOT NULL,"
+    " value BLOB NOT NULL, PRIMARY KEY(ino, name)) WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS chunk(ino INTEGER NOT NULL, indx INTEGER NOT NULL,"
+    " slices BLOB NOT NULL, PRIMARY KEY(ino, indx)) WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS slice_ref(id INTEGER PRIMARY KEY, size INTEGER NOT NULL,"
+    " refs INTEGER NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS delslice(id INTEGER PRIMARY KEY, size INTEGER NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS session(sid INTEGER PRIMARY KEY, heartbeat INTEGER NOT NULL,"
+    " info TEXT NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS pending(sid INTEGER NOT NULL, ino INTEGER NOT NULL,"
+    " PRIMARY KEY(sid, ino)) WITHOUT ROWID;"
+    "CREATE INDEX IF NOT EXISTS pending_ino ON pending(ino);"
+    "CREATE TABLE IF NOT EXISTS flock(ino INTEGER NOT NULL, sid INTEGER NOT NULL,"
+    " owner INTEGER NOT NULL, type INTEGER NOT NULL, PRIMARY KEY(ino, sid, owner)) WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS plock(ino INTEGER NOT NULL, sid INTEGER NOT NULL,"
+    " owner INTEGER NOT NULL, type INTEGER NOT NULL, start INTEGER NOT NULL,"
+    " end INTEGER NOT NULL, pid INTEGER NOT NULL);"
+    "CREATE INDEX IF NOT EXISTS plock_ino ON plock(ino);"
+    "CREATE INDEX IF NOT EXISTS plock_sid ON plock(sid);"
+    "CREATE INDEX IF NOT EXISTS flock_sid ON flock(sid);";
+
+static const char *const sq_tables[] = {
+    "setting", "counter", "inode", "dentry", "symlink", "xattr", "chunk", "slice_ref",
+    "delslice", "session", "pending", "flock", "plock", NULL
+};
+
+/*----------------------------------------------------------------------------
+ * Connections, statements, errors
+ *--------------------------------------------------------------------------*/
+
+/* Maps an SQLite result code to -errno (or SQ_BUSY), logging unexpected ones. */
+static int sq_rc(struct sq_conn *c, int rc, const char *what)
+{
+    switch (rc & 0xff) {
+    case SQLITE_OK:
+    case SQLITE_ROW:
+    case SQLITE_DONE:
+        return 0;
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+        return SQ_BUSY;
+    case SQLITE_FULL:
+        KEG_ERR("%s: database or disk is full", what);
+        return -ENOSPC;
+    case SQLITE_NOMEM:
+        return -ENOMEM;
+    default:
+        KEG_ERR("%s: %s (sqlite error %d)", what, c ? sqlite3_errmsg(c->db) : sqlite3_errstr(rc),
+                rc);
+        return -EIO;
+    }
+}
+
+static void sq_conn_free(struct sq_conn *c)
+{
+    if (!c)
+        return;
+    for (int i = 0; i < SQ_SLOTS; i++)
+        if (c->slot[i].st)
+            sqlite3_finalize(c->slot[i].st);
+    sqlite3_close(c->db);
+    keg_free(c);
+}
+
+/* OWNERSHIP: *out is returned with sq_conn_put(). */
+static int sq_conn_open(struct sq_priv *p, int create, struct sq_conn **out)
+{
+    int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | (create ? SQLITE_OPEN_CREATE : 0);
+    struct sq_conn *c = keg_calloc(1, sizeof(*c));
+    int rc;
+
+    *out = NULL;
+    if (!c)
+        return -ENOMEM;
+    rc = sqlite3_open_v2(p->path, &c->db, flags, NULL);
+    if (rc != SQLITE_OK) {
+        if (rc == SQLITE_CANTOPEN && !create) {
+            KEG_DEBUG("%s: no such database (not formatted)", p->path);
+            rc = -ENOENT;
+        } else {
+            KEG_ERR("cannot open sqlite3 database %s: %s", p->path,
+                    c->db ? sqlite3_errmsg(c->db) : sqlite3_errstr(rc));
+            rc = rc == SQLITE_NOMEM ? -ENOMEM : -EIO;
+        }
+        goto fail;
+    }
+    sqlite3_busy_timeout(c->db, SQ_BUSY_TIMEOUT);
+    sqlite3_extended_result_codes(c->db, 1);
+    for (int tries = 0;; tries++) {
+        rc = sqlite3_exec(c->db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+                          NULL, NULL, NULL);
+        if ((rc & 0xff) != SQLITE_BUSY || tries >= SQ_RETRIES)
+            break;
+    }
+    if (rc != SQLITE_OK) {
+        KEG_ERR("cannot use sqlite3 database %s: %s", p->path, sqlite3_errmsg(c->db));
+        rc = (rc & 0xff) == SQLITE_BUSY ? -EIO : sq_rc(c, rc, p->path);
+        if (rc == 0 || rc == SQ_BUSY)
+            rc = -EIO;
+        goto fail;
+    }
+    *out = c;
+    return 0;
+fail:
+    sq_conn_free(c);
+    return rc;
+}
+
+static int sq_conn_get(struct sq_priv *p, int create, struct sq_conn **out)
+{
+    pthread_mutex_lock(&p->lock);
+    struct sq_conn *c = p->idle;
+    if (c)
+        p->idle = c->next;
+    pthread_mutex_unlock(&p->lock);
+    if (c) {
+        c->next = NULL;
+        *out = c;
+        return 0;
+    }
+    return sq_conn_open(p, create, out);
+}
+
+static void sq_conn_put(struct sq_priv *p, struct sq_conn *c)
+{
+    pthread_mutex_lock(&p->lock);
+    c->next = p->idle;
+    p->idle = c;
+    pthread_mutex_unlock(&p->lock);
+}
+
+/* A cached, reset statement for sql (a static string), or NULL (logged). */
+static sqlite3_stmt *sq_prep(struct sq_conn *c, const char *sql)
+{
+    size_t h = ((uintptr_t)sql >> 3) % SQ_SLOTS;
+    for (size_t i = 0; i < SQ_SLOTS; i++) {
+        struct sq_slot *s = &c->slot[(h + i) % SQ_SLOTS];
+        if (s->sql == sql) {
+            sqlite3_reset(s->st);
+            sqlite3_clear_bindings(s->st);
+            return s->st;
+        }
+        if (!s->sql) {
+            sqlite3_stmt *st = NULL;
+            int rc = sqlite3_prepare_v3(c->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &st, NULL);
+            if (rc != SQLITE_OK) {
+                KEG_ERR("prepare failed: %s (is the volume formatted?)", sqlite3_errmsg(c->db));
+                return NULL;
+            }
+            s->sql = sql;
+            s->st = st;
+            return st;
+        }
+    }
+    KEG_PANIC("meta_sqlite: statement cache full");
+}
+
+static void sq_reset_all(struct sq_conn *c)
+{
+    for (int i = 0; i < SQ_SLOTS; i++)
+        if (c->slot[i].st && sqlite3_stmt_busy(c->slot[i].st))
+            sqlite3_reset(c->slot[i].st);
+}
+
+/* Binds args by spec: 'i' int64_t, 'b' (const void *, size_t) blob, 't' const char * text. */
+static int sq_bindv(struct sq_conn *c, sqlite3_stmt *st, const char *spec, va_list ap)
+{
+    int rc = SQLITE_OK;
+    for (int i = 0; spec[i] && rc == SQLITE_OK; i++) {
+        switch (spec[i]) {
+        case 'i':
+            rc = sqlite3_bind_int64(st, i + 1, va_arg(ap, int64_t));
+            break;
+        case 'b': {
+            const void *b = va_arg(ap, const void *);
+            size_t len = va_arg(ap, size_t);
+            rc = sqlite3_bind_blob(st, i + 1, len ? b : "", (int)len, SQLITE_STATIC);
+            break;
+        }
+        case 't':
+            rc = sqlite3_bind_text(st, i + 1, va_arg(ap, const char *), -1, SQLITE_STATIC);
+            break;
+        default:
+            KEG_PANIC("bad bind spec %c", spec[i]);
+        }
+    }
+    return rc == SQLITE_OK ? 0 : sq_rc(c, rc, "bind");
+}
+
+/* Prepare + bind + first step.  Returns 1 (positioned on a row), 0 (no row) or
+ * -errno/SQ_BUSY.  *out is the statement (valid until the next sq_prep of sql). */
+static int sq_query(struct sq_conn *c, sqlite3_stmt **out, const char *sql, const char *spec, ...)
+{
+    va_list ap;
+    sqlite3_stmt *st = sq_prep(c, sql);
+    *out = st;
+    if (!st)
+        return -EIO;
+    va_start(ap, spec);
+    int rc = sq_bindv(c, st, spec, ap);
+    va_end(ap);
+    if (rc)
+        return rc;
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW)
+        return 1;
+    if (rc == SQLITE_DONE)
+        return 0;
+    return sq_rc(c, rc, "query");
+}
+
+/* Next row of a query: 1, 0 (done) or -errno/SQ_BUSY. */
+static int sq_next(struct sq_conn *c, sqlite3_stmt *st)
+{
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW)
+        return 1;
+    if (rc == SQLITE_DONE)
+        return 0;
+    return sq_rc(c, rc, "query");
+}
+
+/* Runs a statement to completion.  Returns the number of changed rows or -errno. */
+static int sq_exec(struct sq_conn *c, const char *sql, const char *spec, ...)
+{
+    va_list ap;
+    sqlite3_stmt *st = sq_prep(c, sql);
+    if (!st)
+        return -EIO;
+    va_start(ap, spec);
+    int rc = sq_bindv(c, st, spec, ap);
+    va_end(ap);
+    if (rc)
+        return rc;
+    do {
+        rc = sqlite3_step(st);
+    } while (rc == SQLITE_ROW);
+    if (rc != SQLITE_DONE)
+        return sq_rc(c, rc, "exec");
+    rc = sqlite3_changes(c->db);
+    sqlite3_reset(st);
+    return rc;
+}
+
+typedef int sq_fn(struct keg_meta *m, struct sq_conn *c, void *arg);
+
+#define SQ_READ   0
+#define SQ_WRITE  1
+#define SQ_CREATE 2
+
+/* Runs fn in one transaction, retrying when the database stays locked.
+ * Returns fn's result (>= 0 after a successful commit) or -errno. */
+static int sq_txn(struct keg_meta *m, int how, sq_fn *fn, void *arg)
+{
+    struct sq_priv *p = P(m);
+    struct sq_conn *c;
+    int write = how & (SQ_WRITE | SQ_CREATE);
+    int rc = sq_conn_get(p, how & SQ_CREATE, &c);
+    if (rc)
+        return rc;
+    for (int attempt = 0;; attempt++) {
+        if (write)
+            pthread_mutex_lock(&p->wlock);
+        rc = sqlite3_exec(c->db, write ? "BEGIN IMMEDIATE" : "BEGIN", NULL, NULL, NULL);
+        if (rc != SQLITE_OK) {
+            rc = sq_rc(c, rc, "begin");
+        } else {
+            rc = fn(m, c, arg);
+            sq_reset_all(c);
+            if (rc >= 0) {
+                int r2 = sqlite3_exec(c->db, "COMMIT", NULL, NULL, NULL);
+                if (r2 != SQLITE_OK)
+                    rc = sq_rc(c, r2, "commit");
+            }
+            if (rc < 0 && !sqlite3_get_autocommit(c->db))
+                sqlite3_exec(c->db, "ROLLBACK", NULL, NULL, NULL);
+        }
+        if (write)
+            pthread_mutex_unlock(&p->wlock);
+        if (rc != SQ_BUSY || attempt >= SQ_RETRIES)
+            break;
+        usleep(10000u << attempt);
+    }
+    if (rc == SQ_BUSY) {
+        KEG_ERR("sqlite3 database %s stays locked by another process; giving up", p->path);
+        rc = -EIO;
+    }
+    sq_conn_put(p, c);
+    return rc;
+}
+
+/*----------------------------------------------------------------------------
+ * Records: inodes, counters, settings, slices
+ *--------------------------------------------------------------------------*/
+
+#define SQ_ICOLS "ino,mode,uid,gid,nlink,size,rdev,parent,atime,atimensec,mtime,mtimensec," \
+                 "ctime,ctimensec"
+#define SQ_ICOLS_I "i.ino,i.mode,i.uid,i.gid,i.nlink,i.size,i.rdev,i.parent,i.atime," \
+                   "i.atimensec,i.mtime,i.mtimensec,i.ctime,i.ctimensec"
+
+static void sq_col_attr(sqlite3_stmt *st, int b, struct keg_attr *a)
+{
+    a->ino = (uint64_t)sqlite3_column_int64(st, b + 0);
+    a->mode = (uint32_t)sqlite3_column_int64(st, b + 1);
+    a->uid = (uint32_t)sqlite3_column_int64(st, b + 2);
+    a->gid = (uint32_t)sqlite3_column_int64(st, b + 3);
+    a->nlink = (uint32_t)sqlite3_column_int64(st, b + 4);
+    a->size = (uint64_t)sqlite3_column_int64(st, b + 5);
+    a->rdev = (uint64_t)sqlite3_column_int64(st, b + 6);
+    a->parent = (uint64_t)sqlite3_column_int64(st, b + 7);
+    a->atime = sqlite3_column_int64(st, b + 8);
+    a->atimensec = (uint32_t)sqlite3_column_int64(st, b + 9);
+    a->mtime = sqlite3_column_int64(st, b + 10);
+    a->mtimensec = (uint32_t)sqlite3_column_int64(st, b + 11);
+    a->ctime = sqlite3_column_int64(st, b + 12);
+    a->ctimensec = (uint32_t)sqlite3_column_int64(st, b + 13);
+}
+
+/* 0, -ENOENT or -errno. */
+static int sq_get_inode(struct sq_conn *c, uint64_t ino, struct keg_attr *a)
+{
+    static const char sql[] = "SELECT " SQ_ICOLS " FROM inode WHERE ino=?";
+    sqlite3_stmt *st;
+    int rc = sq_query(c, &st, sql, "i", I(ino));
+    if (rc == 1) {
+        sq_col_attr(st, 0, a);
+        sqlite3_reset(st);
+        return 0;
+    }
+    return rc == 0 ? -ENOENT : rc;
+}
+
+static int sq_put_inode(struct sq_conn *c, const struct keg_attr *a)
+{
+    static const char sql[] = "INSERT OR REPLACE INTO inode(" SQ_ICOLS ")"
+                              " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)";
+    int rc = sq_exec(c, sql, "iiiiiiiiiiiiii", I(a->ino), I(a->mode), I(a->uid), I(a->gid),
+                     I(a->nlink), I(a->size), I(a->rdev), I(a->parent), I(a->atime),
+                     I(a->atimensec), I(a->mtime), I(a->mtimensec), I(a->ctime),
+                     I(a->ctimensec));
+    return rc < 0 ? rc : 0;
+}
+
+static void sq_now(struct keg_attr *a, int mtime, int ctime)
+{
+    int64_t s;
+    uint32_t ns;
+    keg_attr_set_now(&s, &ns);
+    if (mtime) {
+        a->mtime = s;
+        a->mtimensec = ns;
+    }
+    if (ctime) {
+        a->ctime = s;
+        a->ctimensec = ns;
+    }
+}
+
+/* Adds delta to counter name; *val (may be NULL) gets the new value. */
+static int sq_counter_add(struct sq_conn *c, const char *name, int64_t delta, int64_t *val)
+{
+    static const char sql[] = "UPDATE counter SET value=value+? WHERE name=? RETURNING value";
+    sqlite3_stmt *st;
+    int rc = sq_query(c, &st, sql, "it", delta, name);
+    if (rc == 1) {
+        if (val)
+            *val = sqlite3_column_int64(st, 0);
+        sqlite3_reset(st);
+        return 0;
+    }
+    if (rc == 0) {
+        KEG_ERR("counter %s is missing: database not formatted or damaged", name);
+        return -EIO;
+    }
+    return rc;
+}
+
+static int sq_counter_get(struct sq_conn *c, const char *name, int64_t *val)
+{
+    static const char sql[] = "SELECT value FROM counter WHERE name=?";
+    sqlite3_stmt *st;
+    int rc = sq_query(c, &st, sql, "t", name);
+    if (rc == 1) {
+        *val = sqlite3_column_int64(st, 0);
+        sqlite3_reset(st);
+        return 0;
+    }
+    if (rc == 0) {
+        KEG_ERR("counter %s is missing: database not formatted or damaged", name);
+        return -EIO;
+    }
+    return rc;
+}
+
+/* Integer setting (0 if absent). */
+static int sq_setting_u64(struct sq_conn *c, const char *name, uint64_t *val)
+{
+    static const char sql[] = "SELECT value FROM setting WHERE name=?";
+    sqlite3_stmt *st;
+    int rc = sq_query(c, &st, sql, "t", name);
+    *val = 0;
+    if (rc == 1) {
+        *val = (uint64_t)sqlite3_column_int64(st, 0);
+        sqlite3_reset(st);
+        return 0;
+    }
+    return rc;
+}
+
+/* Charge dspace bytes and dinodes inodes.  Growth past the format's
+ * capacity / inode quota is -ENOSPC; shrinking always succeeds. */
+static int sq_charge(struct sq_conn *c, int64_t dspace, int64_t dinodes)
+{
+    int rc;
+    if (dspace > 0) {
+        uint64_t cap;
+        int64_t used;
+        rc = sq_setting_u64(c, "capacity", &cap);
+        if (!rc)
+            rc = sq_counter_get(c, "used_space", &used);
+        if (rc)
+            return rc;
+        if (cap && (uint64_t)used + (uint64_t)dspace > cap)
+            return -ENOSPC;
+    }
+    if (dinodes > 0) {
+        uint64_t quota;
+        int64_t used;
+        rc = sq_setting_u64(c, "inodes", &quota);
+        if (!rc)
+            rc = sq_counter_get(c, "used_inodes", &used);
+        if (rc)
+            return rc;
+        if (quota && (uint64_t)used + (uint64_t)dinodes > quota)
+            return -ENOSPC;
+    }
+    if (dspace) {
+        rc = sq_counter_add(c, "used_space", dspace, NULL);
+        if (rc)
+            return rc;
+    }
+    if (dinodes) {
+        rc = sq_counter_add(c, "used_inodes", dinodes, NULL);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+static int64_t sq_file_charge(const struct keg_attr *a)
+{
+    return S_ISREG(a->mode) ? (int64_t)keg_meta_charge(a->size) : 0;
+}
+
+static void sq_put32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint32_t sq_get32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* Packed record: id u64, size u32, off u32, len u32, pos u32, little-endian. */
+static void sq_pack(unsigned char *p, const struct keg_slice *s)
+{
+    sq_put32(p, (uint32_t)s->id);
+    sq_put32(p + 4, (uint32_t)(s->id >> 32));
+    sq_put32(p + 8, s->size);
+    sq_put32(p + 12, s->off);
+    sq_put32(p + 16, s->len);
+    sq_put32(p + 20, s->pos);
+}
+
+static void sq_unpack(const unsigned char *p, struct keg_slice *s)
+{
+    s->id = (uint64_t)sq_get32(p) | (uint64_t)sq_get32(p + 4) << 32;
+    s->size = sq_get32(p + 8);
+    s->off = sq_get32(p + 12);
+    s->len = sq_get32(p + 16);
+    s->pos = sq_get32(p + 20);
+}
+
+/* A new reference to slice id (created with refs 1 if unknown). */
+static int sq_ref_new(struct sq_conn *c, uint64_t id, uint32_t size)
+{
+    static const char sql[] = "INSERT INTO slice_ref(id,size,refs) VALUES(?,?,1)"
+                              " ON CONFLICT(id) DO UPDATE SET refs=refs+1";
+    int rc = sq_exec(c, sql, "ii", I(id), I(size));
+    return rc < 0 ? rc : 0;
+}
+
+/* One more reference to an existing slice; -EAGAIN if it is gone. */
+static int sq_ref_share(struct sq_conn *c, uint64_t id)
+{
+    static const char sql[] = "UPDATE slice_ref SET refs=refs+1 WHERE id=?";
+    int rc = sq_exec(c, sql, "i", I(id));
+    if (rc < 0)
+        return rc;
+    return rc == 0 ? -EAGAIN : 0;
+}
+
+/* Drops one reference; a slice left without any goes to the deletion queue. */
+static int sq_unref(struct sq_conn *c, uint64_t id)
+{
+    static const char upd[] = "UPDATE slice_ref SET refs=refs-1 WHERE id=? RETURNING refs, size";
+    static const char del[] = "DELETE FROM slice_ref WHERE id=?";
+    static const char enq[] = "INSERT OR IGNORE INTO delslice(id,size) VALUES(?,?)";
+    sqlite3_stmt *st;
+    int rc = sq_query(c, &st, upd, "i", I(id));
+    if (rc <= 0) {
+        if (rc == 0)
+            KEG_WARN("slice %" PRIu64 " has no reference record (leak found by fsck)", id);
+        return rc;
+    }
+    int64_t refs = sqlite3_column_int64(st, 0);
+    int64_t size = sqlite3_column_int64(st, 1);
+    sqlite3_reset(st);
+    if (refs > 0)
+        return 0;
+    rc = sq_exec(c, del, "i", I(id));
+    if (rc >= 0)
+        rc = sq_exec(c, enq, "ii", I(id), size);
+    return rc < 0 ? rc : 0;
+}
+
+static int sq_unref_blob(struct sq_conn *c, const unsigned char *b, size_t len)
+{
+    for (size_t o = 0; o + SQ_REC <= len; o += SQ_REC) {
+        struct keg_slice s;
+        sq_unpack(b + o, &s);
+        if (s.id) {
+            int rc = sq_unref(c, s.id);
+            if (rc)
+                return rc;
+        }
+    }
+    return 0;
+}
+
+/* Drops the chunks of ino with indx >= first; their slices lose a reference. */
+static int sq_drop_chunks(struct sq_conn *c, uint64_t ino, uint64_t first)
+{
+    static const char sel[] = "SELECT slices FROM chunk WHERE ino=? AND indx>=?";
+    static const char del[] = "DELETE FROM chunk WHERE ino=? AND indx>=?";
+    sqlite3_stmt *st;
+    int rc = sq_query(c, &st, sel, "ii", I(ino), I(first));
+    while (rc == 1) {
+        rc = sq_unref_blob(c, sqlite3_column_blob(st, 0), (size_t)sqlite3_column_bytes(st, 0));
+        if (rc)
+            return rc;
+        rc = sq_next(c, st);
+    }
+    if (rc < 0)
+        return rc;
+    rc = sq_exec(c, del, "ii", I(ino), I(first));
+    return rc < 0 ? rc : 0;
+}
+
+/* Deletes an inode that has no name left (and its data, xattrs, locks). */
+static int sq_purge_inode(struct sq_conn *c, const struct keg_attr *a)
+{
+    static const char d1[] = "DELETE FROM xattr WHERE ino=?";
+    static const char d2[] = "DELETE FROM symlink WHERE ino=?";
+    static const char d3[] = "DELETE FROM pending WHERE ino=?";
+    static const char d4[] = "DELETE FROM flock WHERE ino=?";
+    static const char d5[] = "DELETE FROM plock WHERE ino=?";
+    static const char d6[] = "DELETE FROM inode WHERE ino=?";
+    static const char *const dels[] = {d1, d2, d3, d4, d5, d6};
+    int rc = sq_drop_chunks(c, a->ino, 0);
+    for (size_t i = 0; !rc && i < sizeof(dels) / sizeof(dels[0]); i++) {
+        rc = sq_exec(c, dels[i], "i", I(a->ino));
+        rc = rc < 0 ? rc : 0;
+    }
+    if (!rc)
+        rc = sq_charge(c, -sq_file_charge(a), -1);
+    return rc;
+}
+
+/* ino lost its last link: keep it pending under the session (regular files,
+ * which may still be open) or purge it now. */
+static int sq_lost_last_link(struct keg_meta *m, struct sq_conn *c, struct keg_attr *a,
+                             struct keg_unlinked *gone)
+{
+    static const char ins[] = "INSERT OR IGNORE INTO pending(sid,ino) VALUES(?,?)";
+    uint64_t sid = sq_sid(m);
+    int rc;
+    gone->ino = a->ino;
+    gone->mode = a->mode;
+    gone->size = a->size;
+    if (S_ISREG(a->mode) && sid) {
+        a->nlink = 0;
+        rc = sq_put_inode(c, a);
+        if (!rc)
+            rc = sq_exec(c, ins, "ii", I(sid), I(a->ino));
+        return rc < 0 ? rc : 0;
+    }
+    return sq_purge_inode(c, a);
+}
+
+/*----------------------------------------------------------------------------
+ * Name checks and directory entries
+ *--------------------------------------------------------------------------*/
+
+static int sq_check_name(const char *name)
+{
+    if (!name || !*name || strchr(name, '/'))
+        return -EINVAL;
+    if (strlen(name) > KEG_NAME_MAX)
+        return -ENAMETOOLONG;
+    return 0;
+}
+
+/* The directory parent: 0, -ENOENT, -ENOTDIR. */
+static int sq_get_dir(struct sq_conn *c, uint64_t ino, struct keg_attr *a)
+{
+    int rc = sq_get_inode(c, ino, a);
+    if (rc)
+        return rc;
+    return S_ISDIR(a->mode) ? 0 : -ENOTDIR;
+}
+
+/* Entry parent/name: 1 with *ino and *type set, 0 if absent, or -errno. */
+static int sq_get_entry(struct sq_conn *c, uint64_t parent, const char *name, uint64_t *ino,
+                        uint32_t *type)
+{
+    static const char sql[] = "SELECT ino, type FROM dentry WHERE parent=? AND name=?";
+    sqlite3_stmt *st;
+    int rc = sq_query(c, &st, sql, "ib", I(parent), name, strlen(name));
+    if (rc == 1) {
+        *ino = (uint64_t)sqlite3_column_int64(st, 0);
+        *type = (uint32_t)sqlite3_column_int64(st, 1);
+        sqlite3_reset(st);
+    }
+    return rc;
+}
+
+static int sq_put_entry(struct sq_conn *c, uint64_t parent, const char *name, uint64_t ino,
+                        uint32_t type)
+{
+    static const char sql[] = "INSERT OR REPLACE INTO dentry(parent,name,ino,type) VALUES(?,?,?,?)";
+    int rc = sq_exec(c, sql, "ibii", I(parent), name, strlen(name), I(ino), I(type & S_IFMT));
+    return rc < 0 ? rc : 0;
+}
+
+static int sq_del_entry(struct sq_conn *c, uint64_t parent, const char *name)
+{
+    static const char sql[] = "DELETE FROM dentry WHERE parent=? AND name=?";
+    int rc = sq_exec(c, sql, "ib", I(parent), name, strlen(name));
+    return rc < 0 ? rc : 0;
+}
+
+/* 1 if directory ino has entries, 0 if empty. */
+static int sq_dir_has_entries(struct sq_conn *c, uint64_t ino)
+{
+    static const char sql[] = "SELECT 1 FROM dentry WHERE parent=? LIMIT 1";
+    sqlite3_stmt *st;
+    int rc = sq_query(c, &st, sql, "i", I(ino));
+    if (rc == 1)
+        sqlite3_reset(st);
+    return rc;
+}
+
+/* Looks up parent/name with its attributes.  0, -ENOENT, -ENOTDIR. */
+static int sq_lookup_attr(struct sq_conn *c, uint64_t parent, const char *name,
+                          struct keg_attr *a)
+{
+    static const char sql[] = "SELECT " SQ_ICOLS_I " FROM dentry d JOIN inode i ON i.ino=d.ino"
+                              " WHERE d.parent=? AND d.name=?";
+    sqlite3_stmt *st;
+    int rc = sq_query(c, &st, sql, "ib", I(parent), name, strlen(name));
+    if (rc == 1) {
+        sq_col_attr(st, 0, a);
+        sqlite3_reset(st);
+        return 0;
+    }
+    if (rc < 0)
+        return rc;
+    struct keg_attr pa;
+    rc = sq_get_dir(c, parent, &pa);
+    return rc ? rc : -ENOENT;
+}
+
+/*----------------------------------------------------------------------------
+ * open / close / volume
+ *--------------------------------------------------------------------------*/
+
+static int sq_open(struct keg_meta *m, const char *url)
+{
+    struct sq_priv *p = P(m);
+    struct keg_url u;
+    const char *why = NULL;
+    int rc = keg_url_parse(url, &u, &why);
+    if (rc) {
+        KEG_ERR("malformed META_URL %s: %s", m->url_redacted, why ? why : "?");
+        return rc == -ENOMEM ? rc : -EINVAL;
+    }
+    if (strcmp(u.scheme, "sqlite3") != 0) {
+        KEG_ERR("META_URL %s is not a sqlite3:// URL", m->url_redacted);
+        rc = -EINVAL;
+        goto out;
+    }
+    if (u.host[0]) {
+        KEG_ERR("META_URL %s: the sqlite3 database path must be absolute, written "
+                "sqlite3:///abs/path.db (three slashes)", m->url_redacted);
+        rc = -EINVAL;
+        goto out;
+    }
+    if (u.path[0] != '/' || u.path[1] == '\0' || u.path[strlen(u.path) - 1] == '/') {
+        KEG_ERR("META_URL %s names no database file (expected sqlite3:///abs/path.db)",
+                m->url_redacted);
+        rc = -EINVAL;
+        goto out;
+    }
+    p->path = keg_strdup(u.path);
+    if (!p->path) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    if (keg_url_unescape(p->path) || !p->path[0]) {
+        KEG_ERR("META_URL %s: bad %%-escape in the database path", m->url_redacted);
+        rc = -EINVAL;
+        goto out;
+    }
+    /* The directory must exist (the file itself is created by format). */
+    char *slash = strrchr(p->path, '/');
+    struct stat sb;
+    *slash = '\0';
+    rc = stat(p->path[0] ? p->path : "/", &sb);
+    if (rc != 0 || !S_ISDIR(sb.st_mode)) {
+        KEG_ERR("directory %s of the sqlite3 database does not exist",
+                p->path[0] ? p->path : "/");
+        *slash = '/';
+        rc = -EIO;
+        goto out;
+    }
+    *slash = '/';
+    if (!sqlite3_threadsafe()) {
+        KEG_ERR("libsqlite3 was built without thread support");
+        rc = -EIO;
+        goto out;
+    }
+    pthread_mutex_init(&p->lock, NULL);
+    pthread_mutex_init(&p->wlock, NULL);
+    p->inited = 1;
+    rc = 0;
+out:
+    if (rc) {
+        keg_free(p->path);
+        p->path = NULL;
+    }
+    keg_url_free(&u);
+    return rc;
+}
+
+static void sq_close(struct keg_meta *m)
+{
+    struct sq_priv *p = P(m);
+    if (!p->inited)
+        return;
+    while (p->idle) {
+        struct sq_conn *c = p->idle;
+        p->idle = c->next;
+        sq_conn_free(c);
+    }
+    pthread_mutex_destroy(&p->lock);
+    pthread_mutex_destroy(&p->wlock);
+    keg_free(p->path);
+    p->path = NULL;
+    p->inited = 0;
+}
+
+struct sq_format_arg {
+    const struct keg_format *f;
+    struct keg_format       *out;
+    uint32_t root_mode, uid, gid;
+    int force;
+    const char *text;
+};
+
+static int sq_format_exists(struct sq_conn *c)
+{
+    static const char t[] = "SELECT 1 FROM sqlite_master WHERE type='table' AND name='setting'";
+    static const char f[] = "SELECT 1 FROM setting WHERE name='format'";
+    sqlite3_stmt *st;
+    int rc = sq_query(c, &st, t, "");
+    if (rc == 1) {
+        sqlite3_reset(st);
+        rc = sq_query(c, &st, f, "");
+        if (rc == 1)
+            sqlite3_reset(st);
+    }
+    return rc;
+}
+
+static int sq_format_init_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
+{
+    static const char set[] = "INSERT OR REPLACE INTO setting(name,value) VALUES(?,?)";
+    static const char cnt[] = "INSERT OR REPLACE INTO counter(name,value) VALUES(?,?)";
+    struct sq_format_arg *a = arg;
+    int rc = sqlite3_exec(c->db, sq_schema, NULL, NULL, NULL);
+    if (rc != SQLITE_OK)
+        return sq_rc(c, rc, "create schema");
+    rc = sq_format_exists(c);
+    if (rc < 0)
+        return rc;
+    int exists = rc;
+    if (exists && !a->force)
+        return -EEXIST;
+    rc = sq_exec(c, set, "tb", "format", a->text, strlen(a->text));
+    if (rc >= 0)
+        rc = sq_exec(c, set, "ti", "capacity", I(a->f->capacity));
+    if (rc >= 0)
+        rc = sq_exec(c, set, "ti", "inodes", I(a->f->inodes));
+    if (rc >= 0)
+        rc = sq_exec(c, set, "ti", "schema_version", I(SQ_SCHEMA_VERSION));
+    if (rc < 0 || exists)
+        return rc < 0 ? rc : 0;
+    static const struct { const char *name; int64_t v; } counters[] = {
+        {"next_inode", 2}, {"next_slice", 1}, {"next_session", 1},
+        {"used_space", 0}, {"used_inodes", 0},
+    };
+    for (size_t i = 0; i < sizeof(counters) / sizeof(counters[0]) && rc >= 0; i++)
+        rc = sq_exec(c, cnt, "ti", counters[i].name, counters[i].v);
+    if (rc < 0)
+        return rc;
+    struct keg_attr root;
+    memset(&root, 0, sizeof(root));
+    root.ino = KEG_ROOT_INO;
+    root.mode = S_IFDIR | (a->root_mode & 07777);
+    root.uid = a->uid;
+    root.gid = a->gid;
+    root.nlink = 2;
+    root.size = 4096;
+    root.parent = KEG_ROOT_INO;
+    sq_now(&root, 1, 1);
+    root.atime = root.mtime;
+    root.atimensec = root.mtimensec;
+    return sq_put_inode(c, &root);
+}
+
+static int sq_format_init(struct keg_meta *m, const struct keg_format *f, uint32_t root_mode,
+                          uint32_t uid, uint32_t gid, int force)
+{
+    struct sq_format_arg a = {.f = f, .root_mode = root_mode, .uid = uid, .gid = gid,
+                              .force = force};
+    char *text = NULL;
+    int rc = keg_format_encode(f, &text);
+    if (rc)
+        return rc;
+    a.text = text;
+    rc = sq_txn(m, SQ_CREATE, sq_format_init_fn, &a);
+    keg_free(text);
+    return rc;
+}
+
+static int sq_format_load_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
+{
+    static const char sql[] = "SELECT value FROM setting WHERE name='format'";
+    struct sq_format_arg *a = arg;
+    sqlite3_stmt *st;
+    int rc = sq_format_exists(c);
+    if (rc <= 0)
+        return rc < 0 ? rc : -ENOENT;
+    rc = sq_query(c, &st, sql, "");
+    if (rc <= 0)
+        return rc < 0 ? rc : -ENOENT;
+    size_t len = (size_t)sqlite3_column_bytes(st, 0);
+    char *text = keg_malloc(len + 1);
+    if (!text)
+        return -ENOMEM;
+    if (len)
+        memcpy(text, sqlite3_column_blob(st, 0), len);
+    text[len] = '\0';
+    sqlite3_reset(st);
+    rc = keg_format_decode(text, a->out);
+    keg_free(text);
+    if (rc) {
+        KEG_ERR("%s: the stored volume format is damaged", m->url_redacted);
+        return -EIO;
+    }
+    return 0;
+}
+
+static int sq_format_load(struct keg_meta *m, struct keg_format *f)
+{
+    struct keg_format tmp;
+    struct sq_format_arg a = {.out = &tmp};
+    int rc = sq_txn(m, SQ_READ, sq_format_load_fn, &a);
+    if (rc == 0)
+        *f = tmp;
+    return rc;
+}
+
+static int sq_destroy_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
+{
+    char sql[64];
+    for (int i = 0; sq_tables[i]; i++) {
+        snprintf(sql, sizeof(sql), "DROP TABLE IF EXISTS %s", sq_tables[i]);
+        int rc = sqlite3_exec(c->db, sql, NULL, NULL, NULL);
+        if (rc != SQLITE_OK)
+            return sq_rc(c, rc, "destroy");
+    }
+    return 0;
+}
+
+static int sq_destroy(struct keg_meta *m)
+{
+    struct sq_priv *p = P(m);
+    int rc = sq_txn(m, SQ_WRITE, sq_destroy_fn, NULL);
+    if (rc == -ENOENT)
+        return 0;   /* no database: nothing to destroy */
+    if (rc)
+        return rc;
+    /* Give the space back; harmless if another connection is busy. */
+    struct sq_conn *c;
+    if (sq_conn_get(p, 0, &c) == 0) {
+        pthread_mutex_lock(&p->wlock);
+        sqlite3_exec(c->db, "VACUUM", NULL, NULL, NULL);
+        sqlite3_exec(c->db, "PRAGMA wal_checkpoint(TRUNCATE)", NULL, NULL, NULL);
+        pthread_mutex_unlock(&p->wlock);
+        sq_conn_put(p, c);
+    }
+    KEG_INFO("destroyed the metadata in %s", m->url_redacted);
+    return 0;
+}
+
+struct sq_ids_arg {
+    int kind;
+    uint32_t n;
+    uint64_t first;
+    uint64_t used_bytes, used_inodes;
+};
+
+static int sq_alloc_ids_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
+{
+    struct sq_ids_arg *a = arg;
+    int64_t v;
+    int rc = sq_counter_add(c, a->kind == KEG_ID_INODE ? "next_inode" : "next_slice",
+                            I(a->n), &v);
+    if (rc)
+        return rc;
+    a->first = (uint64_t)v - a->n;
+    return 0;
+}
+
+static int sq_alloc_ids(struct keg_meta *m, int kind, uint32_t n, uint64_t *first)
+{
+    struct sq_ids_arg a = {.kind = kind, .n = n};
+    if ((kind != KEG_ID_INODE && kind != KEG_ID_SLICE) || n == 0)
+        return -EINVAL;
+    int rc = sq_txn(m, SQ_WRITE, sq_alloc_ids_fn, &a);
+    if (rc == 0)
+        *first = a.first;
+    return rc;
+}
+
+static int sq_statfs_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
+{
+    struct sq_ids_arg *a = arg;
+    int64_t s, i;
+    int rc = sq_counter_get(c, "used_space", &s);
+    if (!rc)
+        rc = sq_counter_get(c, "used_inodes", &i);
+    if (rc)
+        return rc;
+    a->used_bytes = s < 0 ? 0 : (uint64_t)s;
+    a->used_inodes = i < 0 ? 0 : (uint64_t)i;
+    return 0;
+}
+
+static int sq_statfs(struct keg_meta *m, uint64_t *used_bytes, uint64_t *used_inodes)
+{
+    struct sq_ids_arg a = {0};
+    int rc = sq_txn(m, SQ_READ, sq_statfs_fn, &a);
+    if (rc == 0) {
+        *used_bytes = a.used_bytes;
+        *used_inodes = a.used_inodes;
+    }
+    return rc;
+}
+
+/*----------------------------------------------------------------------------
+ * Sessions
+ *--------------------------------------------------------------------------*/
+
+struct sq_sess_arg {
+    const char *info;
+    uint64_t sid;
+    int64_t max_age;
+    uint32_t cleaned;
+    struct keg_session_info *list;
+    size_t n;
+};
+
+static int64_t sq_now_sec(void)
+{
+    return keg_now_ns() / 1000000000LL;
+}
+
+static int sq_session_begin_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
+{
+    static const char ins[] = "INSERT INTO session(sid,heartbeat,info) VALUES(?,?,?)";
+    struct sq_sess_arg *a = arg;
+    int64_t v;
+    int rc = sq_counter_add(c, "next_session", 1, &v);
+    if (rc)
+        return rc;
+    a->sid = (uint64_t)v - 1;
+    rc = sq_exec(c, ins, "iit", I(a->sid), sq_now_sec(), a->info ? a->info : "");
+    return rc < 0 ? rc : 0;
+}
+
+static int sq_session_begin(struct keg_meta *m, const char *info, uint64_t *sid)
+{
+    struct sq_sess_arg a = {.info = info};
+    if (sq_sid(m))
+        return -EEXIST;
+    int rc = sq_txn(m, SQ_WRITE, sq_session_begin_fn, &a);
+    if (rc == 0) {
+        __atomic_store_n(&P(m)->sid, a.sid, __ATOMIC_RELEASE);
+        *sid = a.sid;
+    }
+    return rc;
+}
+
+static int sq_session_heartbeat_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
+{
+    static const char upd[] = "UPDATE session SET heartbeat=? WHERE sid=?";
+    struct sq_sess_arg *a = arg;
+    int rc = sq_exec(c, upd, "ii", sq_now_sec(), I(a->sid));
+    if (rc < 0)
+        return rc;
+    return rc == 0 ? -ENOENT : 0;
+}
+
+static int sq_session_heartbeat(struct keg_meta *m)
+{
+    struct sq_sess_arg a = {.sid = sq_sid(m)};
+    if (!a.sid)
+        return -EINVAL;
+    int rc = sq_txn(m, SQ_WRITE, sq_session_heartbeat_fn, &a);
+    if (rc == -ENOENT)
+        KEG_WARN("session %" PRIu64 " was removed by another client (stale heartbeat?)", a.sid);
+    return rc;
+}
+
+/* Releases sid's locks, purges its pending inodes and removes it. */
+static int sq_session_drop(struct sq_conn *c, uint64_t sid)
+{
+    static const char sel[] = "SELECT ino FROM pending WHERE sid=?";
+    static const char d1[] = "DELETE FROM flock WHERE sid=?";
+    static const char d2[] = "DELETE FROM plock WHERE sid=?";
+    static const char d3[] = "DELETE FROM pending WHERE sid=?";
+    static const char d4[] = "DELETE FROM session WHERE sid=?";
+    sqlite3_stmt *st;
+    uint64_t *inos = NULL;
+    size_t n = 0, cap = 0;
+    int rc = sq_query(c, &st, sel, "i", I(sid));
+    while (rc == 1) {
+        if (n == cap) {
+            size_t ncap = cap ? cap * 2 : 16;
+            uint64_t *t = keg_realloc(inos, ncap * sizeof(*inos));
+            if (!t) {
+                rc = -ENOMEM;
+                break;
+            }
+            inos = t;
+            cap = ncap;
+        }
+        inos[n++] = (uint64_t)sqlite3_column_int64(st, 0);
+        rc = sq_next(c, st);
+    }
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        struct keg_attr a;
+        rc = sq_get_inode(c, inos[i], &a);
+        if (rc == -ENOENT) {
+            rc = 0;
+            continue;
+        }
+        if (rc == 0 && a.nlink == 0)
+            rc = sq_purge_inode(c, &a);
+    }
+    keg_free(inos);
+    const char *const dels[] = {d1, d2, d3, d4};
+    for (size_t i = 0; rc == 0 && i < 4; i++) {
+        rc = sq_exec(c, dels[i], "i", I(sid));
+        rc = rc < 0 ? rc : 0;
+    }
+    return rc;
+}
+
+static int sq_session_end_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
+{
+    struct sq_sess_arg *a = arg;
+    return sq_session_drop(c, a->sid);
+}
+
+static int sq_session_end(struct keg_meta *m)
+{
+    struct sq_sess_arg a = {.sid = sq_sid(m)};
+    if (!a.sid)
+        return 0;
+    int rc = sq_txn(m, SQ_WRITE, sq_session_end_fn, &a);
+    if (rc == 0)
+        __atomic_store_n(&P(m)->sid, 0, __ATOMIC_RELEASE);
+    return rc;
+}
+
+static void sq_sess_list_free(struct sq_sess_arg *a)
+{
+    for (size_t i = 0; i < a->n; i++)
+        keg_free((char *)a->list[i].info);
+    keg_free(a->list);
+    a->list = NULL;
+    a->n = 0;
+}
+
+static int sq_session_list_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
+{
+    static const char sel[] = "SELECT sid, heartbeat, info FROM session ORDER BY sid";
+    struct sq_sess_arg *a = arg;
+    sqlite3_stmt *st;
+    size_t cap = 0;
+    sq_sess_list_free(a);
+    int rc = sq_query(c, &st, sel, "");
+    while (rc == 1) {
+        if (a->n == cap) {
+            size_t ncap = cap ? cap * 2 : 8;
+            struct keg_session_info *t = keg_realloc(a->list, ncap * sizeof(*t));
+            if (!t)
+                return -ENOMEM;
+            a->list = t;
+            cap = ncap;
+        }
+        struct keg_session_info *s = &a->list[a->n];
+        s->sid = (uint64_t)sqlite3_column_int64(st, 0);
+        s->heartbeat = sqlite3_column_int64(st, 1);
+        const char *info = (const char *)sqlite3_column_text(st, 2);
+        s->info = keg_strdup(info ? info : "");
+        if (!s->info)
+            return -ENOMEM;
+        a->n++;
+        rc = sq_next(c, st);
+    }
+    return rc;
+}
+
+static int sq_session_list(struct keg_meta *m, keg_meta_session_cb *cb, void *arg)
+{
+    struct sq_sess_arg a = {0};
+    int rc = sq_txn(m, SQ_READ, sq_session_list_fn, &a);
+    for (size_t i = 0; rc == 0 && i < a.n; i++)
+        if (cb(arg, &a.list[i]))
+            break;
+    sq_sess_list_free(&a);
+    return rc;
+}
+
+static int sq_session_clean_stale_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
+{
+    static const char sel[] = "SELECT sid FROM session WHERE heartbeat<=? AND sid<>? ORDER BY sid";
+    struct sq_sess_arg *a = arg;
+    sqlite3_stmt *st;
+    uint64_t *sids = NULL;
+    size_t n = 0, cap = 0;
+    a->cleaned = 0;
+    int rc = sq_query(c, &st, sel, "ii", sq_now_sec() - a->max_age, I(sq_sid(m)));
+    while (rc == 1) {
+        if (n == cap) {
+            size_t ncap = cap ? cap * 2 : 8;
+            uint64_t *t = keg_realloc(sids, ncap * sizeof(*t));
+            if (!t) {
+                rc = -ENOMEM;
+                break;
+            }
+            sids = t;
+            cap = ncap;
+        }
+        sids[n++] = (uint64_t)sqlite3_column_int64(st, 0);
+        rc = sq_next(c, st);
+    }
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        KEG_INFO("cleaning up stale session %" PRIu64, sids[i]);
+        rc = sq_session_drop(c, sids[i]);
+        if (rc == 0)
+            a->cleaned++;
+    }
+    keg_free(sids);
+    return rc;
+}
+
+static int sq_session_clean_stale(struct keg_meta *m, int64_t max_age, uint32_t *cleaned)
+{
+    struct sq_sess_arg a = {.max_age = max_age < 0 ? 0 : max_age};
+    int rc = sq_txn(m, SQ_WRITE, sq_session_clean_stale_fn, &a);
+    if (rc == 0)
+        *cleaned = a.cleaned;
+    return rc;
+}
+
+/*----------------------------------------------------------------------------
+ * Namespace
+ *--------------------------------------------------------------------------*/
+
+struct sq_ns_arg {
+    uint64_t parent, ino, newparent;
+    const char *name, *newname, *target;
+    uint32_t mode, uid, gid;
+    uint64_t rdev;
+    unsigned set, flags;
+    const struct keg_attr *in;
+    struct keg_attr out;
+    struct keg_unlinked gone;
+};
+
+static int sq_lookup_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
+{
+    struct sq_ns_arg *a = arg;
+    return sq_lookup_attr(c, a->parent, a->name, &a->out);
+}
+
+static int sq_lookup(struct keg_meta *m, uint64_t parent, const char *name, struct keg_attr *out)
+{
+    struct sq_ns_arg a = {.parent = parent, .name = name};
+    int rc = sq_check_name(name);
+    if (rc)
+        return rc;
+    rc = sq_txn(m, SQ_READ, sq_lookup_fn, &a);
+    if (rc == 0)
+        *out = a.out;
+    return rc;
+}
+
+static int sq_getattr_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
+{
+    struct sq_ns_arg *a = arg;
+    return sq_get_inode(c, a->ino, &a->out);
+}
+
+static int sq_getattr(struct keg_meta *m, uint64_t ino, struct keg_attr *out)
+{
+    struct sq_ns_arg a = {.ino = ino};
+    int rc = sq_txn(m, SQ_READ, sq_getattr_fn, &a);
+    if (rc == 0)
+        *out = a.out;
+    return rc;
+}
+
+static int sq_setattr_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
+{
+    struct sq_ns_arg *a = arg;
+    struct keg_attr *x = &a->out;
+    const struct keg_attr *in = a->in;
+    int64_t s;
+    uint32_t ns;
+    int rc = sq_get_inode(c, a->ino, x);
+    if (rc || !a->set)
+        return rc;
+    keg_attr_set_now(&s, &ns);
+    if (a->set & KEG_SET_MODE)
+        x->mode = (x->mode & S_IFMT) | (in->mode & 07777);
+    if (a->set & KEG_SET_UID)
+        x->uid = in->uid;
+    if (a->set & KEG_SET_GID)
+        x->gid = in->gid;
+    if (a->set & KEG_SET_ATIME) {
+        x->atime = in->atime;
+        x->atimensec = in->atimensec;
+    }
+    if (a->set & KEG_SET_MTIME) {
+        x->mtime = in->mtime;
+        x->mtimensec = in->mtimensec;
+    }
+    if (a->set & KEG_SET_ATIME_NOW) {
+        x->atime = s;
+        x->atimensec = ns;
+    }
+    if (a->set & KEG_SET_MTIME_NOW) {
+        x->mtime = s;
+        x->mtimensec = ns;
+    }
+    if (a->set & KEG_SET_CTIME) {
+        x->ctime = in->ctime;
+        x->ctimensec = in->ctimensec;
+    } else {
+        x->ctime = s;
+        x->ctimensec = ns;
+    }
+    return sq_put_inode(c, x);
+}
+
+static int sq_setattr(struct keg_meta *m, uint64_t ino, unsigned set, const struct keg_attr *in,
+                      struct keg_attr *out)
+{
+    struct sq_ns_arg a = {.ino = ino, .set = set, .in = in};
+    int rc = sq_txn(m, set ? SQ_WRITE : SQ_READ, sq_setattr_fn, &a);
+    if (rc == 0)
+        *out = a.out;
+    return rc;
+}
+
+static int sq_mknod_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
+{
+    static const char lnk[] = "INSERT OR REPLACE INTO symlink(ino,target) VALUES(?,?)";
+    struct sq_ns_arg *a = arg;
+    struct keg_attr pa, x;
+    uint64_t eino;
+    uint32_t etype;
+    int rc = sq_get_dir(c, a->parent, &pa);
+    if (rc)
+        return rc;
+    rc = sq_get_entry(c, a->parent, a->name, &eino, &etype);
+    if (rc)
+        return rc < 0 ? rc : -EEXIST;
+    rc = sq_get_inode(c, a->ino, &x);
+    if (rc != -ENOENT) {
+        if (rc == 0) {
+            KEG_ERR("mknod: inode %" PRIu64 " already exists (inode counter damaged?)", a->ino);
+            rc = -EIO;
+        }
+        return rc;
+    }
+    rc = sq_charge(c, 0, 1);
+    if (rc)
+        return rc;
+    memset(&x, 0, sizeof(x));
+    x.ino = a->ino;
+    x.mode = a->mode;
+    x.uid = a->uid;
+    x.gid = a->gid;
+    x.rdev = a->rdev;
+    if (pa.mode & S_ISGID) {
+        x.gid = pa.gid;
+        if (S_ISDIR(x.mode))
+            x.mode |= S_ISGID;
+    }
+    if (S_ISDIR(x.mode)) {
+        x.nlink = 2;
+        x.size = 4096;
+        x.parent = a->parent;
+        pa.nlink++;
+    } else {
+        x.nlink = 1;
+    }
+    if (S_ISLNK(x.mode))
+        x.size = strlen(a->target);
+    sq_now(&x, 1, 1);
+    x.atime = x.mtime;
+    x.atimensec = x.mtimensec;
+    rc = sq_put_inode(c, &x);
+    if (!rc)
+        rc = sq_put_entry(c, a->parent, a->name, x.ino, x.mode);
+    if (!rc && S_ISLNK(x.mode)) {
+        rc = sq_exec(c, lnk, "ib", I(x.ino), a->target, strlen(a->target));
+        rc = rc < 0 ? rc : 0;
+    }
+    if (rc)
+        return rc;
+    sq_now(&pa, 1, 1);
+    rc = sq_put_inode(c, &pa);
+    if (!rc)
+        a->out = x;
+    return rc;
+}
+
+static int sq_mknod(struct keg_meta *m, uint64_t parent, const char *name, uint64_t ino,
+                    uint32_t mode, uint32_t uid, uint32_t gid, uint64_t rdev, const char *target,
+                    struct keg_attr *out)
+{
+    struct sq_ns_arg a = {.parent = parent, .name = name, .ino = ino, .mode = mode, .uid = uid,
+                          .gid = gid, .rdev = rdev, .target = target};
+    int rc = sq_check_name(name);
+    if (rc)
+        return rc;
+    switch (mode & S_IFMT) {
+    case S_IFREG: case S_IFDIR: case S_IFCHR: case S_IFBLK: case S_IFIFO: case S_IFSOCK:
+        break;
+    case S_IFLNK:
+        if (!target || !*target)
+            return -EINVAL;
+        if (strlen(target) > KEG_SYMLINK_MAX)
+            return -ENAMETOOLONG;
+        break;
+    default:
+        return -EINVAL;
+    }
+    if (ino <= KEG_ROOT_INO)
+        return -EINVAL;
+    rc = sq_txn(m, SQ_WRITE, sq_mknod_fn, &a);
+    if (rc == 0)
+        *out = a.out;
+    return rc;
+}
+
+static int sq_link_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
+{
+    struct sq_ns_arg *a = arg;
+    struct keg_attr x, pa;
+    uint64_t eino;
+    uint32_t etype;
+    int rc = sq_get_inode(c, a->ino, &x);
+    if (rc)
+        return rc;
+    rc = sq_get_dir(c, a->newparent, &pa);
+    if (rc)
+        return rc;
+    rc = sq_get_entry(c, a->newparent, a->newname, &eino, &etype);
+    if (rc)
+        return rc < 0 ? rc : -EEXIST;
+    if (S_ISDIR(x.mode))
+        return -EPERM;
+    if (x.nlink == 0)
+        return -ENOENT;
+    if (x.nlink >= SQ_MAX_LINKS)
+        return -EMLINK;
+    x.nlink++;
+    sq_now(&x, 0, 1);
+    sq_now(&pa, 1, 1);
+    rc = sq_put_entry(c, a->newparent, a->newname, x.ino, x.mode);
+    if (!rc)
+        rc = sq_put_inode(c, &x);
+    if (!rc)
+        rc = sq_put_inode(c, &pa);
+    if (!rc)
+        a->out = x;
+    return rc;
+}
+
+static int sq_link(struct keg_meta *m, uint64_t ino, uint64_t newparent, const char *newname,
+                   struct keg_attr *out)
+{
+    struct sq_ns_arg a = {.ino = ino, .newparent = newparent, .newname = newname};
+    int rc = sq_check_name(newname);
+    if (rc)
+        return rc;
+    rc = sq_txn(m, SQ_WRITE, sq_link_fn, &a);
+    if (rc == 0)
+        *out = a.out;
+    return rc;
+}
+
+static int sq_unlink_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
+{
+    struct sq_ns_arg *a = arg;
+    struct keg_attr x, pa;
+    memset(&a->gone, 0, sizeof(a->gone));
+    int rc = sq_lookup_attr(c, a->parent, a->name, &x);
+    if (rc)
+        return rc;
+    if (S_ISDIR(x.mode))
+        return -EISDIR;
+    rc = sq_get_inode(c, a->parent, &pa);
+    if (rc)
+        return rc;
+    rc = sq_del_entry(c, a->parent, a->name);
+    if (rc)
+        return rc;
+    sq_now(&pa, 1, 1);
+    rc = sq_put_inode(c, &pa);
+    if (rc)
+        return rc;
+    x.nlink = x.nlink ? x.nlink - 1 : 0;
+    sq_now(&x, 0, 1);
+    if (x.nlink == 0)
+        return sq_lost_last_link(m, c, &x, &a->gone);
+    return sq_put_inode(c, &x);
+}
+
+static int sq_unlink(struct keg_meta *m, uint64_t parent, const char *name,
+                     struct keg_unlinked *gone)
+{
+    struct sq_ns_arg a = {.parent = parent, .name = name};
+    int rc = sq_check_name(name);
+    if (rc)
+        return rc;
+    rc = sq_txn(m, SQ_WRITE, sq_unlink_fn, &a);
+    if (rc == 0 && gone)
+        *gone = a.gone;
+    return rc;
+}
+
+static int sq_rmdir_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
+{
+    struct sq_ns_arg *a = arg;
+    struct keg_attr x, pa;
+    int rc = sq_lookup_attr(c, a->parent, a->name, &x);
+    if (rc)
+        return rc;
+    if (!S_ISDIR(x.mode))
+        return -ENOTDIR;
+    if (x.ino == KEG_ROOT_INO)
+        return -EBUSY;
+    rc = sq_dir_has_entries(c, x.ino);
+    if (rc)
+        return rc < 0 ? rc : -ENOTEMPTY;
+    rc = sq_get_inode(c, a->parent, &pa);
+    if (rc)
+        return rc;
+    rc = sq_del_entry(c, a->parent, a->name);
+    if (!rc)
+        rc = sq_purge_inode(c, &x);
+    if (rc)
+        return rc;
+    if (pa.nlink > 2)
+        pa.nlink--;
+    sq_now(&pa, 1, 1);
+    return sq_put_inode(c, &pa);
+}
+
+static int sq_rmdir(struct keg_meta *m, uint64_t parent, const char *name)
+{
+    struct sq_ns_arg a = {.parent = parent, .name = name};
+    int rc = sq_check_name(name);
+    if (rc)
+        return rc;
+    return sq_txn(m, SQ_WRITE, sq_rmdir_fn, &a);
+}
+
+/* 1 if dir `anc` is dir `ino` or one of its ancestors (walking parent pointers). */
+static int sq_is_ancestor(struct sq_conn *c, uint64_t anc, uint64_t ino)
+{
+    for (int depth = 0; depth < 100000; depth++) {
+        if (ino == anc)
+            return 1;
+        if (ino == KEG_ROOT_INO)
+            return 0;
+        struct keg_attr x;
+        int rc = sq_get_inode(c, ino, &x);
+        if (rc)
+            return rc == -ENOENT ? 0 : rc;
+        ino = x.parent;
+    }
+    KEG_ERR("directory parent chain too long or looping (run fsck)");
+    return -EIO;
+}
+
+/* Moves directory d (an entry of op) under np: fixes its parent pointer and
+ * both parents' link counts (attrs given by the caller, written by it). */
+static void sq_move_dir(struct keg_attr *d, struct keg_attr *op, struct keg_attr *np)
+{
+    d->parent = np->ino;
+    if (op->nlink > 2)
+        op->nlink--;
+    np->nlink++;
+}
+
+static int sq_rename_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
+{
+    struct sq_ns_arg *a = arg;
+    struct keg_attr op, npa, src, dst;
+    uint64_t dino = 0;
+    uint32_t dtype = 0;
+    int same_dir = a->parent == a->newparent;
+    struct keg_attr *np = same_dir ? &op : &npa;   /* one record when both are the same */
+    int rc;
+
+    memset(&a->gone, 0, sizeof(a->gone));
+    memset(&dst, 0, sizeof(dst));
+    rc = sq_get_dir(c, a->parent, &op);
+    if (rc)
+        return rc;
+    if (!same_dir) {
+        rc = sq_get_dir(c, a->newparent, &npa);
+        if (rc)
+            return rc;
+    }
+    rc = sq_lookup_attr(c, a->parent, a->name, &src);
+    if (rc)
+        return rc;
+    rc = sq_get_entry(c, a->newparent, a->newname, &dino, &dtype);
+    if (rc < 0)
+        return rc;
+    int have_dst = rc == 1;
+    if (have_dst) {
+        rc = sq_get_inode(c, dino, &dst);
+        if (rc)
+            return rc == -ENOENT ? -EIO : rc;
+    }
+    if (a->flags & KEG_RENAME_EXCHANGE) {
+        if (!have_dst)
+            return -ENOENT;
+    } else if (have_dst && (a->flags & KEG_RENAME_NOREPLACE)) {
+        return -EEXIST;
+    }
+    if (have_dst && dst.ino == src.ino) {
+        a->out = src;   /* hard links of one inode, or the same name: nothing to do */
+        return 0;
+    }
+    /* A directory must not end up inside itself. */
+    if (S_ISDIR(src.mode) && !same_dir) {
+        rc = sq_is_ancestor(c, src.ino, a->newparent);
+        if (rc)
+            return rc < 0 ? rc : -EINVAL;
+    }
+    if ((a->flags & KEG_RENAME_EXCHANGE) && S_ISDIR(dst.mode) && !same_dir) {
+        rc = sq_is_ancestor(c, dst.ino, a->parent);
+        if (rc)
+            return rc < 0 ? rc : -EINVAL;
+    }
+
+    if (a->flags & KEG_RENAME_EXCHANGE) {
+        rc = sq_put_entry(c, a->parent, a->name, dst.ino, dst.mode);
+        if (!rc)
+            rc = sq_put_entry(c, a->newparent, a->newname, src.ino, src.mode);
+        if (rc)
+            return rc;
+        if (!same_dir) {
+            if (S_ISDIR(src.mode))
+                sq_move_dir(&src, &op, np);
+            if (S_ISDIR(dst.mode))
+                sq_move_dir(&dst, np, &op);
+        }
+        sq_now(&dst, 0, 1);
+        rc = sq_put_inode(c, &dst);
+        if (rc)
+            return rc;
+    } else {
+        if (have_dst) {
+            if (S_ISDIR(src.mode) && !S_ISDIR(dst.mode))
+                return -ENOTDIR;
+            if (!S_ISDIR(src.mode) && S_ISDIR(dst.mode))
+                return -EISDIR;
+            if (S_ISDIR(dst.mode)) {
+                rc = sq_dir_has_entries(c, dst.ino);
+                if (rc)
+                    return rc < 0 ? rc : -ENOTEMPTY;
+            }
+        }
+        rc = sq_del_entry(c, a->parent, a->name);
+        if (!rc)
+            rc = sq_put_entry(c, a->newparent, a->newname, src.ino, src.mode);
+        if (rc)
+            return rc;
+        if (have_dst) {
+            if (S_ISDIR(dst.mode)) {
+                /* the replaced empty directory goes at once */
+                if (np->nlink > 2)
+                    np->nlink--;
+                a->gone.ino = dst.ino;
+                a->gone.mode = dst.mode;
+                a->gone.size = dst.size;
+                rc = sq_purge_inode(c, &dst);
+            } else {
+                dst.nlink = dst.nlink ? dst.nlink - 1 : 0;
+                sq_now(&dst, 0, 1);
+                if (dst.nlink == 0)
+                    rc = sq_lost_last_link(m, c, &dst, &a->gone);
+                else
+                    rc = sq_put_inode(c, &dst);
+            }
+            if (rc)
+                return rc;
+        }
+        if (S_ISDIR(src.mode) && !same_dir)
+            sq_move_dir(&src, &op, np);
+    }
+    sq_now(&src, 0, 1);
+    rc = sq_put_inode(c, &src);
+    sq_now(&op, 1, 1);
+    if (!rc)
+        rc = sq_put_inode(c, &op);
+    if (!rc && !same_dir) {
+        sq_now(np, 1, 1);
+        rc = sq_put_inode(c, np);
+    }
+    if (!rc)
+        a->out = src;
+    return rc;
+}
+
+static int sq_rename(struct keg_meta *m, uint64_t parent, const char *name, uint64_t newparent,
+                     const char *newname, unsigned flags, struct keg_attr *moved,
+                     struct keg_unlinked *gone)
+{
+    struct sq_ns_arg a = {.parent = parent, .name = name, .newparent = newparent,
+                          .newname = newname, .flags = flags};
+    int rc = sq_check_name(name);
+    if (!rc)
+        rc = sq_check_name(newname);
+    if (rc)
+        return rc;
+    if ((flags & ~(KEG_RENAME_NOREPLACE | KEG_RENAME_EXCHANGE)) ||
+        ((flags & KEG_RENAME_NOREPLACE) && (flags & KEG_RENAME_EXCHANGE)))
+        return -EINVAL;
+    rc = sq_txn(m, SQ_WRITE, sq_rename_fn, &a);
+    if (rc == 0) {
+        if (moved)
+            *moved = a.out;
+        if (gone)
+            *gone = a.gone;
+    }
+    return rc;
+}
+
+struct sq_dirent_buf {
+    char *name;
+    uint64_t ino;
+    uint32_t type;
+    struct keg_attr attr;
+};
+
+struct sq_readdir_arg {
+    uint64_t ino;
+    const char *after;
+    uint32_t max;
+    int plus;
+    struct sq_dirent_buf *ents;
+    size_t n;
+};
+
+static void sq_readdir_free(struct sq_readdir_arg *a)
+{
+    for (size_t i = 0; i < a->n; i++)
+        keg_free(a->ents[i].name);
+    keg_free(a->ents);
+    a->ents = NULL;
+    a->n = 0;
+}
+
+static int sq_readdir_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
+{
+    static const char sel[] = "SELECT d.name, d.ino, d.type FROM dentry d"
+                              " WHERE d.parent=? AND d.name>? ORDER BY d.name LIMIT ?";
+    static const char selp[] = "SELECT d.name, d.ino, d.type, " SQ_ICOLS_I " FROM dentry d"
+                               " JOIN inode i ON i.ino=d.ino"
+                               " WHERE d.parent=? AND d.name>? ORDER BY d.name LIMIT ?";
+    struct sq_readdir_arg *a = arg;
+    struct keg_attr da;
+    sqlite3_stmt *st;
+    size_t cap = 0;
+    sq_readdir_free(a);
+    int rc = sq_get_dir(c, a->ino, &da);
+    if (rc)
+        return rc;
+    const char *after = a->after ? a->after : "";
+    int64_t limit = a->max ? (int64_t)a->max : -1;
+    rc = sq_query(c, &st, a->plus ? selp : sel, "ibi", I(a->ino), after, strlen(after), limit);
+    while (rc == 1) {
+        if (a->n == cap) {
+            size_t ncap = cap ? cap * 2 : 64;
+            struct sq_dirent_buf *t = keg_realloc(a->ents, ncap * sizeof(*t));
+            if (!t)
+                return -ENOMEM;
+            a->ents = t;
+            cap = ncap;
+        }
+        struct sq_dirent_buf *e = &a->ents[a->n];
+        size_t nl = (size_t)sqlite3_column_bytes(st, 0);
+        e->name = keg_strndup(nl ? sqlite3_column_blob(st, 0) : "", nl);
+        if (!e->name)
+            return -ENOMEM;
+        e->ino = (uint64_t)sqlite3_column_int64(st, 1);
+        e->type = (uint32_t)sqlite3_column_int64(st, 2);
+        if (a->plus)
+            sq_col_attr(st, 3, &e->attr);
+        a->n++;
+        rc = sq_next(c, st);
+    }
+    return rc;
+}
+
+static int sq_readdir(struct keg_meta *m, uint64_t ino, const char *after, uint32_t max, int plus,
+                      keg_meta_dirent_cb *cb, void *arg)
+{
+    struct sq_readdir_arg a = {.ino = ino, .after = after, .max = max, .plus = plus};
+    int rc = sq_txn(m, SQ_READ, sq_readdir_fn, &a);
+    int delivered = 0;
+    for (size_t i = 0; rc == 0 && i < a.n; i++) {
+        struct keg_dirent de = {.name = a.ents[i].name, .ino = a.ents[i].ino,
+                                .type = a.ents[i].type, .attr = plus ? &a.ents[i].attr : NULL};
+        if (cb(arg, &de))
+            break;
+        delivered++;
+    }
+    sq_readdir_free(&a);
+    return rc < 0 ? rc : delivered;
+}
+
+struct sq_buf_arg {
+    uint64_t ino;
+    const char *name;
+    void *buf;
+    size_t size;
+    const void *val;
+    size_t len;
+    int flags;
+};
+
+static int sq_readlink_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
+{
+    static const char sel[] = "SELECT target FROM symlink WHERE ino=?";
+    struct sq_buf_arg *a = arg;
+    struct keg_attr x;
+    sqlite3_stmt *st;
+    int rc = sq_get_inode(c, a->ino, &x);
+    if (rc)
+        return rc;
+    if (!S_ISLNK(x.mode))
+        return -EINVAL;
+    rc = sq_query(c, &st, sel, "i", I(a->ino));
+    if (rc <= 0)
+        return rc < 0 ? rc : -EIO;
+    int len = sqlite3_column_bytes(st, 0);
+    if (a->size && (size_t)len > a->size)
+        return -ERANGE;
+    if (a->size && len)
+        memcpy(a->buf, sqlite3_column_blob(st, 0), (size_t)len);
+    sqlite3_reset(st);
+    return len;
+}
+
+static ssize_t sq_readlink(struct keg_meta *m, uint64_t ino, char *buf, size_t size)
+{
+    struct sq_buf_arg a = {.ino = ino, .buf = buf, .size = size};
+    return sq_txn(m, SQ_READ, sq_readlink_fn, &a);
+}
+
+static int sq_purge_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
+{
+    struct sq_ns_arg *a = arg;
+    struct keg_attr x;
+    int rc = sq_get_inode(c, a->ino, &x);
+    if (rc)
+        return rc == -ENOENT ? 0 : rc;
+    if (x.nlink > 0)
+        return 0;   /* linked again (or never unlinked): nothing to purge */
+    return sq_purge_inode(c, &x);
+}
+
+static int sq_purge(struct keg_meta *m, uint64_t ino)
+{
+    struct sq_ns_arg a = {.ino = ino};
+    return sq_txn(m, SQ_WRITE, sq_purge_fn, &a);
+}
+
+/*----------------------------------------------------------------------------
+ * Data
+ *--------------------------------------------------------------------------*/
+
+struct sq_data_arg {
+    uint64_t ino;
+    uint32_t indx;
+    struct keg_slice *slices;
+    size_t n;
+    const struct keg_chunk_slice *cs;
+    uint64_t size;
+    unsigned flags;
+    uint32_t nslices;
+    const struct keg_slice *old;
+    const struct keg_slice *repl;
+    struct keg_attr out;
+    struct keg_del_slice *dels;
+    const struct keg_del_slice *done;
+    uint32_t max;
+};
+
+static int sq_read_chunk_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
+{
+    static const char sel[] = "SELECT slices FROM chunk WHERE ino=? AND indx=?";
+    struct sq_data_arg *a = arg;
+    sqlite3_stmt *st;
+    keg_free(a->slices);
+    a->slices = NULL;
+    a->n = 0;
+    int rc = sq_query(c, &st, sel, "ii", I(a->ino), I(a->indx));
+    if (rc <= 0)
+        return rc;
+    size_t len = (size_t)sqlite3_column_bytes(st, 0);
+    const unsigned char *b = sqlite3_column_blob(st, 0);
+    if (len % SQ_REC) {
+        KEG_ERR("chunk %" PRIu64 ":%" PRIu32 " has a damaged slice list", a->ino, a->indx);
+        return -EIO;
+    }
+    if (len == 0)
+        return 0;
+    a->slices = keg_malloc(len / SQ_REC * sizeof(*a->slices));
+    if (!a->slices)
+        return -ENOMEM;
+    for (size_t i = 0; i < len / SQ_REC; i++)
+        sq_unpack(b + i * SQ_REC, &a->slices[i]);
+    a->n = len / SQ_REC;
+    sqlite3_reset(st);
+    return 0;
+}
+
+static int sq_read_chunk(struct keg_meta *m, uint64_t ino, uint32_t indx, struct keg_slice **out,
+                         size_t *n)
+{
+    struct sq_data_arg a = {.ino = ino, .indx = indx};
+    int rc = sq_txn(m, SQ_READ, sq_read_chunk_fn, &a);
+    if (rc) {
+        keg_free(a.slices);
+        return rc;
+    }
+    *out = a.slices;
+    *n = a.n;
+    return 0;
+}
+
+/* Appends one record to chunk (ino, indx); *count = records now in it.
+ * || yields TEXT (and length() of TEXT stops at a NUL byte): cast back to BLOB. */
+static int sq_chunk_append(struct sq_conn *c, uint64_t ino, uint32_t indx,
+                           const struct keg_slice *s, uint32_t *count)
+{
+    static const char sql[] = "INSERT INTO chunk(ino,indx,slices) VALUES(?,?,?)"
+                              " ON CONFLICT(ino,indx) DO UPDATE"
+                              " SET slices=CAST(slices||excluded.slices AS BLOB)"
+                              " RETURNING length(slices)";
+    unsigned char rec[SQ_REC];
+    sqlite3_stmt *st;
+    sq_pack(rec, s);
+    int rc = sq_query(c, &st, sql, "iib", I(ino), I(indx), (const void *)rec, (size_t)SQ_REC);
+    if (rc <= 0)
+        return rc < 0 ? rc : -EIO;
+    *count = (uint32_t)(sqlite3_column_int64(st, 0) / SQ_REC);
+    sqlite3_reset(st);
+    return 0;
+}
+
+/* The inode of a regular file: -EISDIR for directories, -EPERM for others. */
+static int sq_get_reg(struct sq_conn *c, uint64_t ino, struct keg_attr *x)
+{
+    int rc = sq_get_inode(c, ino, x);
+    if (rc)
+        return rc;
+    if (S_ISDIR(x->mode))
+        return -EISDIR;
+    return S_ISREG(x->mode) ? 0 : -EPERM;
+}
+
+static int sq_write_slices_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
+{
+    struct sq_data_arg *a = arg;
+    struct keg_attr *x = &a->out;
+    int rc = sq_get_reg(c, a->ino, x);
+    if (rc)
+        return rc;
+    a->nslices = 0;
+    for (size_t i = 0; i < a->n; i++) {
+        const struct keg_chunk_slice *cs = &a->cs[i];
+        uint32_t cnt;
+        if (cs->s.id) {
+            rc = (a->flags & KEG_WS_SHARE) ? sq_ref_share(c, cs->s.id)
+                                           : sq_ref_new(c, cs->s.id, cs->s.size);
+            if (rc)
+                return rc;
+        }
+        rc = sq_chunk_append(c, a->ino, cs->indx, &cs->s, &cnt);
+        if (rc)
+            return rc;
+        a->nslices = KEG_MAX(a->nslices, cnt);
+    }
+    if (a->size > x->size) {
+        rc = sq_charge(c, (int64_t)keg_meta_charge(a->size) - (int64_t)keg_meta_charge(x->size),
+                       0);
+        if (rc)
+            return rc;
+        x->size = a->size;
+    }
+    if (!(a->flags & KEG_WS_NOMTIME))
+        sq_now(x, 1, 1);
+    return sq_put_inode(c, x);
+}
+
+static int sq_write_slices(struct keg_meta *m, uint64_t ino, size_t n,
+                           const struct keg_chunk_slice *cs, uint64_t min_size, unsigned flags,
+                           uint32_t *nslices, struct keg_attr *out)
+{
+    struct sq_data_arg a = {.ino = ino, .n = n, .cs = cs, .size = min_size, .flags = flags};
+    for (size_t i = 0; i < n; i++) {
+        const struct keg_slice *s = &cs[i].s;
+        if ((uint64_t)s->pos + s->len > KEG_CHUNK_SIZE || s->len == 0 ||
+            (s->id && (uint64_t)s->off + s->len > s->size))
+            return -EINVAL;
+    }
+    int rc = sq_txn(m, SQ_WRITE, sq_write_slices_fn, &a);
+    if (rc == 0) {
+        if (nslices)
+            *nslices = a.nslices;
+        if (out)
+            *out = a.out;
+    }
+    return rc;
+}
+
+static int sq_truncate_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
+{
+    static const char sel[] = "SELECT 1 FROM chunk WHERE ino=? AND indx=?";
+    struct sq_data_arg *a = arg;
+    struct keg_attr *x = &a->out;
+    int rc = sq_get_reg(c, a->ino, x);
+    if (rc)
+        return rc;
+    int64_t delta = (int64_t)keg_meta_charge(a->size) - (int64_t)keg_meta_charge(x->size);
+    if (a->size < x->size) {
+        uint64_t keep = (a->size + KEG_CHUNK_SIZE - 1) / KEG_CHUNK_SIZE;
+        rc = sq_drop_chunks(c, a->ino, keep);
+        if (rc)
+            return rc;
+        uint32_t pos = (uint32_t)(a->size % KEG_CHUNK_SIZE);
+        if (pos) {
+            uint32_t last = (uint32_t)(a->size / KEG_CHUNK_SIZE);
+            sqlite3_stmt *st;
+            rc = sq_query(c, &st, sel, "ii", I(a->ino), I(last));
+            if (rc < 0)
+                return rc;
+            if (rc == 1) {
+                sqlite3_reset(st);
+                uint32_t hl = (uint32_t)(KEG_CHUNK_SIZE - pos), cnt;
+                struct keg_slice hole = {.id = 0, .size = hl, .off = 0, .len = hl, .pos = pos};
+                rc = sq_chunk_append(c, a->ino, last, &hole, &cnt);
+                if (rc)
+                    return rc;
+            }
+        }
+    }
+    rc = sq_charge(c, delta, 0);
+    if (rc)
+        return rc;
+    x->size = a->size;
+    sq_now(x, 1, 1);
+    return sq_put_inode(c, x);
+}
+
+static int sq_truncate(struct keg_meta *m, uint64_t ino, uint64_t size, struct keg_attr *out)
+{
+    struct sq_data_arg a = {.ino = ino, .size = size};
+    int rc = sq_txn(m, SQ_WRITE, sq_truncate_fn, &a);
+    if (rc == 0 && out)
+        *out = a.out;
+    return rc;
+}
+
+static int sq_compact_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
+{
+    static const char sel[] = "SELECT slices FROM chunk WHERE ino=? AND indx=?";
+    static const char upd[] = "UPDATE chunk SET slices=? WHERE ino=? AND indx=?";
+    struct sq_data_arg *a = arg;
+    sqlite3_stmt *st;
+    int rc = sq_query(c, &st, sel, "ii", I(a->ino), I(a->indx));
+    if (rc <= 0)
+        return rc < 0 ? rc : -EAGAIN;
+    size_t len = (size_t)sqlite3_column_bytes(st, 0);
+    const unsigned char *b = sqlite3_column_blob(st, 0);
+    if (len % SQ_REC || len / SQ_REC < a->n) {
+        sqlite3_reset(st);
+        return len % SQ_REC ? -EIO : -EAGAIN;
+    }
+    for (size_t i = 0; i < a->n; i++) {
+        struct keg_slice s;
+        sq_unpack(b + i * SQ_REC, &s);
+        const struct keg_slice *o = &a->old[i];
+        if (s.id != o->id || s.size != o->size || s.off != o->off || s.len != o->len ||
+            s.pos != o->pos) {
+            sqlite3_reset(st);
+            return -EAGAIN;
+        }
+    }
+    size_t rest = len - a->n * SQ_REC;
+    unsigned char *nb = keg_malloc(SQ_REC + rest);
+    if (!nb)
+        return -ENOMEM;
+    sq_pack(nb, a->repl);
+    if (rest)
+        memcpy(nb + SQ_REC, b + a->n * SQ_REC, rest);
+    sqlite3_reset(st);
+    rc = sq_exec(c, upd, "bii", (const void *)nb, SQ_REC + rest, I(a->ino), I(a->indx));
+    keg_free(nb);
+    if (rc < 0)
+        return rc;
+    if (a->repl->id) {
+        rc = sq_ref_new(c, a->repl->id, a->repl->size);
+        if (rc)
+            return rc;
+    }
+    for (size_t i = 0; i < a->n; i++) {
+        if (a->old[i].id) {
+            rc = sq_unref(c, a->old[i].id);
+            if (rc)
+                return rc;
+        }
+    }
+    return 0;
+}
+
+static int sq_compact_chunk(struct keg_meta *m, uint64_t ino, uint32_t indx,
+                            const struct keg_slice *old, size_t nold, const struct keg_slice *repl)
+{
+    struct sq_data_arg a = {.ino = ino, .indx = indx, .old = old, .n = nold, .repl = repl};
+    if (nold == 0 || !repl)
+        return -EINVAL;
+    return sq_txn(m, SQ_WRITE, sq_compact_fn, &a);
+}
+
+static int sq_delq_peek_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
+{
+    static const char sel[] = "SELECT id, size FROM delslice ORDER BY id LIMIT ?";
+    struct sq_data_arg *a = arg;
+    sqlite3_stmt *st;
+    int n = 0;
+    int rc = sq_query(c, &st, sel, "i", I(a->max));
+    while (rc == 1) {
+        a->dels[n].id = (uint64_t)sqlite3_column_int64(st, 0);
+        a->dels[n].size = (uint32_t)sqlite3_column_int64(st, 1);
+        n++;
+        rc = sq_next(c, st);
+    }
+    return rc < 0 ? rc : n;
+}
+
+static int sq_delq_peek(struct keg_meta *m, struct keg_del_slice *out, uint32_t max)
+{
+    struct sq_data_arg a = {.max = max};
+    if (max == 0)
+        return 0;
+    a.dels = keg_malloc(max * sizeof(*a.dels));
+    if (!a.dels)
+        return -ENOMEM;
+    int rc = sq_txn(m, SQ_READ, sq_delq_peek_fn, &a);
+    if (rc > 0)
+        memcpy(out, a.dels, (size_t)rc * sizeof(*out));
+    keg_free(a.dels);
+    return rc;
+}
+
+static int sq_delq_ack_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
+{
+    static const char del[] = "DELETE FROM delslice WHERE id=?";
+    struct sq_data_arg *a = arg;
+    for (uint32_t i = 0; i < a->max; i++) {
+        int rc = sq_exec(c, del, "i", I(a->done[i].id));
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+static int sq_delq_ack(struct keg_meta *m, const struct keg_del_slice *done, uint32_t n)
+{
+    struct sq_data_arg a = {.done = done, .max = n};
+    if (n == 0)
+        return 0;
+    return sq_txn(m, SQ_WRITE, sq_delq_ack_fn, &a);
+}
+
+/*----------------------------------------------------------------------------
+ * Extended attributes
+ *--------------------------------------------------------------------------*/
+
+static int sq_getxattr_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
+{
+    static const char sel[] = "SELECT value FROM xattr WHERE ino=? AND name=?";
+    struct sq_buf_arg *a = arg;
+    struct keg_attr x;
+    sqlite3_stmt *st;
+    int rc = sq_get_inode(c, a->ino, &x);
+    if (rc)
+        return rc;
+    rc = sq_query(c, &st, sel, "ib", I(a->ino), a->name, strlen(a->name));
+    if (rc <= 0)
+        return rc < 0 ? rc : -ENODATA;
+    int len = sqlite3_column_bytes(st, 0);
+    if (a->size && (size_t)len > a->size)
+        return -ERANGE;
+    if (a->size && len)
+        memcpy(a->buf, sqlite3_column_blob(st, 0), (size_t)len);
+    sqlite3_reset(st);
+    return len;
+}
+
+static int sq_check_xname(const char *name)
+{
+    if (!name || !*name)
+        return -EINVAL;
+    return strlen(name) > KEG_XATTR_NAME_MAX ? -ERANGE : 0;
+}
+
+static ssize_t sq_getxattr(struct keg_meta *m, uint64_t ino, const char *name, void *buf,
+                           size_t size)
+{
+    struct sq_buf_arg a = {.ino = ino, .name = name, .buf = buf, .size = size};
+    int rc = sq_check_xname(name);
+    if (rc)
+        return rc;
+    return sq_txn(m, SQ_READ, sq_getxattr_fn, &a);
+}
+
+static int sq_setxattr_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
+{
+    static const char sel[] = "SELECT 1 FROM xattr WHERE ino=? AND name=?";
+    static const char ins[] = "INSERT OR REPLACE INTO xattr(ino,name,value) VALUES(?,?,?)";
+    struct sq_buf_arg *a = arg;
+    struct keg_attr x;
+    sqlite3_stmt *st;
+    int rc = sq_get_inode(c, a->ino, &x);
+    if (rc)
+        return rc;
+    rc = sq_query(c, &st, sel, "ib", I(a->ino), a->name, strlen(a->name));
+    if (rc < 0)
+        return rc;
+    if (rc == 1)
+        sqlite3_reset(st);
+    if (rc == 1 && (a->flags & XATTR_CREATE))
+        return -EEXIST;
+    if (rc == 0 && (a->flags & XATTR_REPLACE))
+        return -ENODATA;
+    rc = sq_exec(c, ins, "ibb", I(a->ino), a->name, strlen(a->name), a->val, a->len);
+    if (rc < 0)
+        return rc;
+    sq_now(&x, 0, 1);
+    return sq_put_inode(c, &x);
+}
+
+static int sq_setxattr(struct keg_meta *m, uint64_t ino, const char *name, const void *val,
+                       size_t len, int flags)
+{
+    struct sq_buf_arg a = {.ino = ino, .name = name, .val = val, .len = len, .flags = flags};
+    int rc = sq_check_xname(name);
+    if (rc)
+        return rc;
+    if (len > KEG_XATTR_SIZE_MAX)
+        return -E2BIG;
+    if ((flags & ~(XATTR_CREATE | XATTR_REPLACE)) ||
+        ((flags & XATTR_CREATE) && (flags & XATTR_REPLACE)))
+        return -EINVAL;
+    return sq_txn(m, SQ_WRITE, sq_setxattr_fn, &a);
+}
+
+static int sq_listxattr_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
+{
+    static const char sel[] = "SELECT name FROM xattr WHERE ino=? ORDER BY name";
+    struct sq_buf_arg *a = arg;
+    struct keg_attr x;
+    sqlite3_stmt *st;
+    size_t total = 0;
+    int rc = sq_get_inode(c, a->ino, &x);
+    if (rc)
+        return rc;
+    rc = sq_query(c, &st, sel, "i", I(a->ino));
+    while (rc == 1) {
+        size_t nl = (size_t)sqlite3_column_bytes(st, 0);
+        if (a->size) {
+            if (total + nl + 1 > a->size) {
+                sqlite3_reset(st);
+                return -ERANGE;
+            }
+            memcpy((char *)a->buf + total, sqlite3_column_blob(st, 0), nl);
+            ((char *)a->buf)[total + nl] = '\0';
+        }
+        total += nl + 1;
+        rc = sq_next(c, st);
+    }
+    return rc < 0 ? rc : (int)total;
+}
+
+static ssize_t sq_listxattr(struct keg_meta *m, uint64_t ino, char *buf, size_t size)
+{
+    struct sq_buf_arg a = {.ino = ino, .buf = buf, .size = size};
+    return sq_txn(m, SQ_READ, sq_listxattr_fn, &a);
+}
+
+static int sq_removexattr_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
+{
+    static const char del[] = "DELETE FROM xattr WHERE ino=? AND name=?";
+    struct sq_buf_arg *a = arg;
+    struct keg_attr x;
+    int rc = sq_get_inode(c, a->ino, &x);
+    if (rc)
+        return rc;
+    rc = sq_exec(c, del, "ib", I(a->ino), a->name, strlen(a->name));
+    if (rc <= 0)
+        return rc < 0 ? rc : -ENODATA;
+    sq_now(&x, 0, 1);
+    return sq_put_inode(c, &x);
+}
+
+static int sq_removexattr(struct keg_meta *m, uint64_t ino, const char *name)
+{
+    struct sq_buf_arg a = {.ino = ino, .name = name};
+    int rc = sq_check_xname(name);
+    if (rc)
+        return rc;
+    return sq_txn(m, SQ_WRITE, sq_removexattr_fn, &a);
+}
+
+/*----------------------------------------------------------------------------
+ * Locks
+ *--------------------------------------------------------------------------*/
+
+struct sq_lock_arg {
+    uint64_t ino, owner, sid;
+    uint32_t type;
+    struct keg_plock lk;
+};
+
+static int sq_flock_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
+{
+    static const char sel[] = "SELECT type FROM flock WHERE ino=? AND NOT (sid=? AND owner=?)";
+    static const char del[] = "DELETE FROM flock WHERE ino=? AND sid=? AND owner=?";
+    static const char ins[] = "INSERT OR REPLACE INTO flock(ino,sid,owner,type) VALUES(?,?,?,?)";
+    struct sq_lock_arg *a = arg;
+    struct keg_attr x;
+    sqlite3_stmt *st;
+    int rc = sq_get_inode(c, a->ino, &x);
+    if (rc)
+        return rc;
+    if (a->type == F_UNLCK) {
+        rc = sq_exec(c, del, "iii", I(a->ino), I(a->sid), I(a->owner));
+        return rc < 0 ? rc : 0;
+    }
+    rc = sq_query(c, &st, sel, "iii", I(a->ino), I(a->sid), I(a->owner));
+    while (rc == 1) {
+        uint32_t t = (uint32_t)sqlite3_column_int64(st, 0);
+        if (a->type == F_WRLCK || t == F_WRLCK) {
+            sqlite3_reset(st);
+            return -EAGAIN;
+        }
+        rc = sq_next(c, st);
+    }
+    if (rc < 0)
+        return rc;
+    rc = sq_exec(c, ins, "iiii", I(a->ino), I(a->sid), I(a->owner), I(a->type));
+    return rc < 0 ? rc : 0;
+}
+
+static int sq_flock(struct keg_meta *m, uint64_t ino, uint64_t owner, uint32_t type)
+{
+    struct sq_lock_arg a = {.ino = ino, .owner = owner, .type = type, .sid = sq_sid(m)};
+    if (type != F_RDLCK && type != F_WRLCK && type != F_UNLCK)
+        return -EINVAL;
+    return sq_txn(m, SQ_WRITE, sq_flock_fn, &a);
+}
+
+struct sq_range {
+    uint32_t type;
+    uint64_t start, end;
+    uint32_t pid;
+};
+
+static int sq_overlap(uint64_t s1, uint64_t e1, uint64_t s2, uint64_t e2)
+{
+    return s1 <= e2 && s2 <= e1;
+}
+
+/* Finds the first (lowest start) lock of another (sid, owner) on ino that
+ * conflicts with lk.  1 with *hit set, 0 if none, or -errno. */
+static int sq_plock_conflict(struct sq_conn *c, const struct sq_lock_arg *a,
+                             const struct keg_plock *lk, struct keg_plock *hit)
+{
+    static const char sel[] = "SELECT type, start, end, pid FROM plock"
+                              " WHERE ino=? AND NOT (sid=? AND owner=?)";
+    sqlite3_stmt *st;
+    int found = 0;
+    int rc = sq_query(c, &st, sel, "iii", I(a->ino), I(a->sid), I(a->owner));
+    while (rc == 1) {
+        struct keg_plock o = {
+            .type = (uint32_t)sqlite3_column_int64(st, 0),
+            .start = (uint64_t)sqlite3_column_int64(st, 1),
+            .end = (uint64_t)sqlite3_column_int64(st, 2),
+            .pid = (uint32_t)sqlite3_column_int64(st, 3),
+        };
+        if (sq_overlap(o.start, o.end, lk->start, lk->end) &&
+            (o.type == F_WRLCK || lk->type == F_WRLCK) && (!found || o.start < hit->start)) {
+            *hit = o;
+            found = 1;
+        }
+        rc = sq_next(c, st);
+    }
+    return rc < 0 ? rc : found;
+}
+
+static int sq_getlk_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
+{
+    struct sq_lock_arg *a = arg;
+    struct keg_plock hit;
+    struct keg_attr x;
+    int rc = sq_get_inode(c, a->ino, &x);
+    if (rc)
+        return rc;
+    rc = sq_plock_conflict(c, a, &a->lk, &hit);
+    if (rc < 0)
+        return rc;
+    if (rc == 1)
+        a->lk = hit;
+    else
+        a->lk.type = F_UNLCK;
+    return 0;
+}
+
+static int sq_getlk(struct keg_meta *m, uint64_t ino, uint64_t owner, struct keg_plock *lk)
+{
+    struct sq_lock_arg a = {.ino = ino, .owner = owner, .sid = sq_sid(m), .lk = *lk};
+    if ((lk->type != F_RDLCK && lk->type != F_WRLCK) || lk->start > lk->end)
+        return -EINVAL;
+    int rc = sq_txn(m, SQ_READ, sq_getlk_fn, &a);
+    if (rc == 0)
+        *lk = a.lk;
+    return rc;
+}
+
+static int sq_setlk_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
+{
+    static const char sel[] = "SELECT type, start, end, pid FROM plock"
+                              " WHERE ino=? AND sid=? AND owner=? ORDER BY start";
+    static const char del[] = "DELETE FROM plock WHERE ino=? AND sid=? AND owner=?";
+    static const char ins[] = "INSERT INTO plock(ino,sid,owner,type,start,end,pid)"
+                              " VALUES(?,?,?,?,?,?,?)";
+    struct sq_lock_arg *a = arg;
+    const struct keg_plock *lk = &a->lk;
+    struct keg_plock hit;
+    struct keg_attr x;
+    struct sq_range *r = NULL;
+    size_t n = 0, cap = 0;
+    sqlite3_stmt *st;
+    int rc = sq_get_inode(c, a->ino, &x);
+    if (rc)
+        return rc;
+    if (lk->type != F_UNLCK) {
+        rc = sq_plock_conflict(c, a, lk, &hit);
+        if (rc)
+            return rc < 0 ? rc : -EAGAIN;
+    }
+    /* Rebuild this owner's ranges: cut [start, end] out of them ... */
+    rc = sq_query(c, &st, sel, "iii", I(a->ino), I(a->sid), I(a->owner));
+    while (rc == 1) {
+        if (n + 3 > cap) {
+            size_t ncap = cap ? cap * 2 : 8;
+            struct sq_range *t = keg_realloc(r, ncap * sizeof(*t));
+            if (!t) {
+                rc = -ENOMEM;
+                goto out;
+            }
+            r = t;
+            cap = ncap;
+        }
+        struct sq_range o = {
+            .type = (uint32_t)sqlite3_column_int64(st, 0),
+            .start = (uint64_t)sqlite3_column_int64(st, 1),
+            .end = (uint64_t)sqlite3_column_int64(st, 2),
+            .pid = (uint32_t)sqlite3_column_int64(st, 3),
+        };
+        if (!sq_overlap(o.start, o.end, lk->start, lk->end)) {
+            r[n++] = o;
+        } else {
+            if (o.start < lk->start) {
+                r[n] = o;
+                r[n++].end = lk->start - 1;
+            }
+            if (o.end > lk->end) {
+                r[n] = o;
+                r[n++].start = lk->end + 1;
+            }
+        }
+        rc = sq_next(c, st);
+    }
+    if (rc < 0)
+        goto out;
+    /* ... then add the new range, merging same-type neighbours it touches. */
+    if (lk->type != F_UNLCK) {
+        struct sq_range nr = {.type = lk->type, .start = lk->start, .end = lk->end,
+                              .pid = lk->pid};
+        size_t w = 0;
+        for (size_t i = 0; i < n; i++) {
+            int touches = (r[i].end != UINT64_MAX && r[i].end + 1 == nr.start) ||
+                          (nr.end != UINT64_MAX && nr.end + 1 == r[i].start);
+            if (r[i].type == nr.type && touches) {
+                nr.start = KEG_MIN(nr.start, r[i].start);
+                nr.end = KEG_MAX(nr.end, r[i].end);
+            } else {
+                r[w++] = r[i];
+            }
+        }
+        n = w;
+        if (n == cap) {
+            struct sq_range *t = keg_realloc(r, (cap + 1) * sizeof(*t));
+            if (!t) {
+                rc = -ENOMEM;
+                goto out;
+            }
+            r = t;
+        }
+        r[n++] = nr;
+    }
+    rc = sq_exec(c, del, "iii", I(a->ino), I(a->sid), I(a->owner));
+    for (size_t i = 0; rc >= 0 && i < n; i++)
+        rc = sq_exec(c, ins, "iiiiiii", I(a->ino), I(a->sid), I(a->owner), I(r[i].type),
+                     I(r[i].start), I(r[i].end), I(r[i].pid));
+    rc = rc < 0 ? rc : 0;
+out:
+    keg_free(r);
+    return rc;
+}
+
+static int sq_setlk(struct keg_meta *m, uint64_t ino, uint64_t owner, const struct keg_plock *lk)
+{
+    struct sq_lock_arg a = {.ino = ino, .owner = owner, .sid = sq_sid(m), .lk = *lk};
+    if ((lk->type != F_RDLCK && lk->type != F_WRLCK && lk->type != F_UNLCK) ||
+        lk->start > lk->end)
+        return -EINVAL;
+    return sq_txn(m, SQ_WRITE, sq_setlk_fn, &a);
+}
+
+/*----------------------------------------------------------------------------
+ * Durability
+ *--------------------------------------------------------------------------*/
+
+/* Checkpoints what it can, then fsyncs the WAL: every transaction committed
+ * before the call survives a power loss afterwards (synchronous=NORMAL alone
+ * only protects against process crashes). */
+static int sq_sync(struct keg_meta *m)
+{
+    struct sq_priv *p = P(m);
+    struct sq_conn *c;
+    int rc = sq_conn_get(p, 0, &c);
+    if (rc)
+        return rc;
+    rc = sqlite3_exec(c->db, "PRAGMA wal_checkpoint(PASSIVE)", NULL, NULL, NULL);
+    rc = (rc & 0xff) == SQLITE_BUSY ? 0 : sq_rc(c, rc, "checkpoint");
+    sq_conn_put(p, c);
+    if (rc)
+        return rc;
+    char *wal = keg_asprintf("%s-wal", p->path);
+    if (!wal)
+        return -ENOMEM;
+    int fd = open(wal, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        if (fsync(fd) != 0) {
+            rc = -errno;
+            KEG_ERR("fsync %s: %s", wal, strerror(-rc));
+        }
+        close(fd);
+    }
+    keg_free(wal);
+    return rc;
+}
+
+const struct keg_meta_ops keg_meta_sqlite_ops = {
+    .name = "sqlite3",
+    .version = 1,
+    .caps = KEG_META_CAP_TXN,
+    .priv_size = sizeof(struct sq_priv),
+    .schemes = NULL,
+    .open = sq_open,
+    .close = sq_close,
+    .format_init = sq_format_init,
+    .format_load = sq_format_load,
+    .destroy = sq_destroy,
+    .alloc_ids = sq_alloc_ids,
+    .statfs = sq_statfs,
+    .session_begin = sq_session_begin,
+    .session_heartbeat = sq_session_heartbeat,
+    .session_end = sq_session_end,
+    .session_list = sq_session_list,
+    .session_clean_stale = sq_session_clean_stale,
+    .lookup = sq_lookup,
+    .getattr = sq_getattr,
+    .setattr = sq_setattr,
+    .mknod = sq_mknod,
+    .link = sq_link,
+    .unlink = sq_unlink,
+    .rmdir = sq_rmdir,
+    .rename = sq_rename,
+    .readdir = sq_readdir,
+    .readlink = sq_readlink,
+    .purge = sq_purge,
+    .read_chunk = sq_read_chunk,
+    .write_slices = sq_write_slices,
+    .truncate = sq_truncate,
+    .compact_chunk = sq_compact_chunk,
+    .delq_peek = sq_delq_peek,
+    .delq_ack = sq_delq_ack,
+    .getxattr = sq_getxattr,
+    .setxattr = sq_setxattr,
+    .listxattr = sq_listxattr,
+    .removexattr = sq_removexattr,
+    .flock = sq_flock,
+    .getlk = sq_getlk,
+    .setlk = sq_setlk,
+    .sync = sq_sync,
+};
