@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# syscalls.sh -- the C POSIX exerciser (keg_syscalls, tests/mount/syscalls.c) on the mount.
+# timeout: 300
+. "$(dirname "$0")/../lib.sh"
+need_bin KEG_SYSCALLS keg_syscalls
+
+"$KEG_SYSCALLS" -q "$MNT" || fail "keg_syscalls reported failures (see FAIL lines above)"

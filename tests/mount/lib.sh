@@ -1,0 +1,109 @@
+# lib.sh -- helpers sourced by tests/mount/cases/*.sh (not a case itself).
+#
+# The runner exports MNT KEGFS META WORK OBJDIR VOL STORAGE META_KIND BUCKET MT_LOG
+# MT_MOUNT_EXTRA KEG_SYSCALLS KEG_FSMODEL.  Run a case by hand against any
+# directory:  MNT=/tmp/somedir bash tests/mount/cases/model.sh
+# (cases that need kegfs itself -- remount, corrupt_block, ... -- then skip).
+set -uo pipefail
+
+MT_CASE=${MT_CASE:-$(basename "$0" .sh)}
+: "${MNT:?MNT must name the directory under test}"
+KEGFS=${KEGFS:-}
+META=${META:-}
+WORK=${WORK:-$(mktemp -d "${TMPDIR:-/tmp}/kegmt-hand.XXXX")}
+OBJDIR=${OBJDIR:-}
+STORAGE=${STORAGE:-}
+MT_LOG=${MT_LOG:-$WORK/mounter.log}
+MT_MOUNT_EXTRA=${MT_MOUNT_EXTRA:-}
+
+fail() {
+  echo "FAIL $MT_CASE: $*"
+  exit 1
+}
+
+skip() {
+  echo "SKIP $MT_CASE: $*"
+  exit 77
+}
+
+note() {
+  echo "# $*"
+}
+
+need_cmd() {
+  local c
+  for c in "$@"; do
+    command -v "$c" >/dev/null 2>&1 || skip "command '$c' not installed"
+  done
+}
+
+# A C helper: $KEG_SYSCALLS / $KEG_FSMODEL from the runner, else on PATH.
+need_bin() {   # need_bin VAR NAME
+  local var=$1 name=$2 path
+  path=${!var:-}
+  if [ -z "$path" ] || [ ! -x "$path" ]; then
+    path=$(command -v "$name" 2>/dev/null) || skip "$name not built (set $var)"
+  fi
+  printf -v "$var" '%s' "$path"
+}
+
+need_kegfs() {
+  [ -n "$KEGFS" ] && [ -n "$META" ] || skip "needs a kegfs mount (run through run-tests.sh)"
+}
+
+need_objdir() {
+  [ -n "$OBJDIR" ] && [ -d "$OBJDIR" ] || skip "needs file storage (OBJDIR)"
+}
+
+assert_eq() {   # assert_eq GOT WANT WHAT
+  [ "$1" = "$2" ] || fail "$3: expected '$2', got '$1'"
+}
+
+is_mounted() {
+  grep -qs " $MNT " /proc/self/mountinfo
+}
+
+mounter_pid() {
+  pgrep -f "kegfs.* mount .*$MNT\$" 2>/dev/null | head -1
+}
+
+mt_umount() {
+  "$KEGFS" umount "$MNT" || fail "kegfs umount $MNT failed"
+  is_mounted && fail "$MNT still mounted after kegfs umount"
+  [ -z "$(mounter_pid)" ] || fail "mounter still running after kegfs umount"
+  return 0
+}
+
+mt_mount() {   # mt_mount [EXTRA ARGS]
+  # shellcheck disable=SC2086
+  "$KEGFS" mount -d --log-file "$MT_LOG" $MT_MOUNT_EXTRA "$@" "$META" "$MNT" \
+    || fail "kegfs mount $META $MNT failed"
+  is_mounted || fail "$MNT is not mounted after kegfs mount -d returned"
+}
+
+# expect_fail REGEX CMD...: CMD must exit non-zero and print a line matching REGEX.
+expect_fail() {
+  local re=$1 out rc
+  shift
+  out=$("$@" 2>&1)
+  rc=$?
+  [ $rc != 0 ] || fail "'$*' succeeded, expected failure ($out)"
+  echo "$out" | grep -qiE -- "$re" || fail "'$*' failed (rc $rc) without a message matching /$re/: $out"
+  note "ok: '$*' -> rc $rc: $(echo "$out" | head -1)"
+}
+
+# Run a command as uid/gid 65534 in the current directory.
+as_nobody() {
+  setpriv --reuid=65534 --regid=65534 --clear-groups -- "$@"
+}
+
+# Wait up to N seconds for a command to succeed.
+wait_for() {   # wait_for SECONDS CMD...
+  local t=$1 i
+  shift
+  for i in $(seq 1 $((t * 10))); do
+    "$@" && return 0
+    sleep 0.1
+  done
+  return 1
+}
