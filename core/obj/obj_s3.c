@@ -449,8 +449,10 @@ int s3_parse_list(const char *xml, size_t len, s3_list_item_fn *fn, void *arg, i
             return -ENOMEM;
         *next_token = tok.p;
     }
-    if (*truncated && !*next_token)
+    if (*truncated && !*next_token) {
+        *truncated = 0;
         return -EIO;              /* would loop forever */
+    }
 
     const char *cur = xml;
     for (;;) {
