@@ -1,0 +1,2161 @@
+/* meta_redis.c -- the Redis metadata engine (META_URL redis://, unix://,
+ * redis+sentinel://), built on hiredis.
+ *
+ * DESIGN
+ * Every key of a volume starts with the hash tag "{NS}" (NS = ?ns=, default
+ * "kegfs"), so Redis Cluster keeps a volume on one slot and one volume is one
+ * SCAN MATCH "{NS}*" away from being listed or destroyed.  The schema is in
+ * docs/internals/meta-redis.md.
+ *
+ * Round trips: every mutation is ONE EVALSHA of a Lua script from
+ * meta_redis_lua_i.h (Lua scripts run atomically, so an op fully happens or
+ * not at all, also against other mounters).  Reads that need more than one
+ * key (lookup, readdir with its attributes, xattrs) are read-only scripts,
+ * also one round trip; getattr, read_chunk, statfs and the deletion queue are
+ * plain single commands.  Scripts are loaded with SCRIPT LOAD at open and
+ * reloaded when a server answers NOSCRIPT (restart, SCRIPT FLUSH, failover),
+ * after which the call is repeated once: NOSCRIPT means the script did not run.
+ *
+ * Connections: a pool of at most MR_POOL_MAX blocking hiredis contexts
+ * (mutex + condvar), each with a connect and a command timeout.  A context
+ * that failed is freed; the next user dials a new one (through the sentinels
+ * for redis+sentinel://, which is how a failover is followed).  Before an idle
+ * context is reused it is polled: a server that closed it (restart, timeout)
+ * left it readable, and it is replaced without sending anything.
+ *
+ * Retries (bounded by MR_RETRY_MS in total, with exponential backoff) happen
+ * only when the command certainly did not run: connecting failed, writing the
+ * request failed, or the server answered LOADING / BUSY / MASTERDOWN /
+ * TRYAGAIN / READONLY / NOSCRIPT.  When the request was sent but the reply was
+ * lost, read-only commands and idempotent scripts are repeated; any other
+ * mutation fails with -EIO (it ran completely or not at all -- Lua scripts
+ * are atomic -- but blindly repeating it could apply it twice).
+ *
+ * Out of memory: writing scripts carry no "allow-oom" flag, so a server at
+ * maxmemory (policy noeviction) refuses them BEFORE they run with -OOM, which
+ * becomes -ENOSPC; read-only scripts keep working.  Scripts that only free
+ * memory (unlink, rmdir, purge, session cleanup, delq_ack) are allowed.
+ *
+ * LOCKS: p->lock protects the idle pool, the open-context count and the
+ * current master address; it is never held across network I/O.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <hiredis/hiredis.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <time.h>
+
+#include "keg/mem.h"
+#include "keg/meta.h"
+#include "keg/url.h"
+#include "meta_redis_i.h"
+#include "meta_redis_lua_i.h"
+#define KEG_LOG_TAG "meta_redis"
+#include "keg/log.h"
+
+/* The Lua scripts return these errno values as plain numbers. */
+_Static_assert(EPERM == 1 && ENOENT == 2 && EIO == 5 && EAGAIN == 11 && EBUSY == 16 &&
+               EEXIST == 17 && ENOTDIR == 20 && EISDIR == 21 && EINVAL == 22 &&
+               ENOSPC == 28 && EMLINK == 31 && ENOTEMPTY == 39 && ENODATA == 61,
+               "Lua scripts hard-code Linux errno values");
+_Static_assert(F_RDLCK == 0 && F_WRLCK == 1 && F_UNLCK == 2, "Lua scripts hard-code lock types");
+
+#define MR_POOL_MAX      8
+#define MR_CONNECT_MS    5000       /* connect timeout */
+#define MR_COMMAND_MS    5000       /* per-command timeout */
+#define MR_RETRY_MS      10000      /* total time spent retrying one call */
+#define MR_ATTR_LEN      80         /* packed attribute record */
+#define MR_REC           24         /* packed slice record */
+#define MR_DIRENT_LEN    10         /* packed directory entry value */
+#define MR_READDIR_PAGE  512        /* entries per readdir script call */
+#define MR_CLEAN_BATCH   100        /* locks / pending inodes per cleanup script call */
+#define MR_MAXARGS       24
+#define MR_NS_DEFAULT    "kegfs"
+#define MR_NS_MAX        64
+
+enum mr_kind { MR_TCP, MR_UNIX, MR_SENTINEL };
+
+/*----------------------------------------------------------------------------
+ * Scripts
+ *--------------------------------------------------------------------------*/
+
+enum mr_script {
+    S_LOOKUP, S_MKNOD, S_LINK, S_UNLINK, S_RMDIR, S_RENAME, S_SETATTR, S_READDIR, S_READLINK,
+    S_PURGE, S_WRITE, S_TRUNCATE, S_COMPACT, S_XGET, S_XSET, S_XLIST, S_XREMOVE, S_FLOCK,
+    S_GETLK, S_SETLK, S_FORMAT, S_ALLOC, S_SESS_BEGIN, S_SESS_BEAT, S_SESS_LIST, S_SESS_CLEAN,
+    S_NSCRIPTS
+};
+
+struct mr_script_def {
+    const char *name;
+    const char *src;
+    int         idem;   /* safe to repeat when the reply was lost */
+};
+
+#define RO(body)   MR_LUA_RO MR_LUA_PRELUDE body
+#define RW(body)   MR_LUA_RW MR_LUA_PRELUDE body
+#define FREE(body) MR_LUA_FREE MR_LUA_PRELUDE body
+
+static const struct mr_script_def mr_scripts[S_NSCRIPTS] = {
+    [S_LOOKUP]     = {"lookup", RO(MR_LUA_LOOKUP), 1},
+    [S_MKNOD]      = {"mknod", RW(MR_LUA_MKNOD), 0},
+    [S_LINK]       = {"link", RW(MR_LUA_LINK), 0},
+    [S_UNLINK]     = {"unlink", FREE(MR_LUA_UNLINK), 0},
+    [S_RMDIR]      = {"rmdir", FREE(MR_LUA_RMDIR), 0},
+    [S_RENAME]     = {"rename", RW(MR_LUA_RENAME), 0},
+    [S_SETATTR]    = {"setattr", RW(MR_LUA_SETATTR), 0},
+    [S_READDIR]    = {"readdir", RO(MR_LUA_READDIR), 1},
+    [S_READLINK]   = {"readlink", RO(MR_LUA_READLINK), 1},
+    [S_PURGE]      = {"purge", FREE(MR_LUA_PURGE), 1},
+    [S_WRITE]      = {"write_slices", RW(MR_LUA_WRITE), 0},
+    [S_TRUNCATE]   = {"truncate", RW(MR_LUA_TRUNCATE), 0},
+    [S_COMPACT]    = {"compact_chunk", RW(MR_LUA_COMPACT), 0},
+    [S_XGET]       = {"getxattr", RO(MR_LUA_XGET), 1},
+    [S_XSET]       = {"setxattr", RW(MR_LUA_XSET), 0},
+    [S_XLIST]      = {"listxattr", RO(MR_LUA_XLIST), 1},
+    [S_XREMOVE]    = {"removexattr", FREE(MR_LUA_XREMOVE), 0},
+    [S_FLOCK]      = {"flock", RW(MR_LUA_FLOCK), 0},
+    [S_GETLK]      = {"getlk", RO(MR_LUA_GETLK), 1},
+    [S_SETLK]      = {"setlk", RW(MR_LUA_SETLK), 0},
+    [S_FORMAT]     = {"format_init", RW(MR_LUA_FORMAT), 0},
+    [S_ALLOC]      = {"alloc_ids", RW(MR_LUA_ALLOC), 0},
+    [S_SESS_BEGIN] = {"session_begin", RW(MR_LUA_SESS_BEGIN), 0},
+    [S_SESS_BEAT]  = {"session_heartbeat", RW(MR_LUA_SESS_BEAT), 1},
+    [S_SESS_LIST]  = {"session_list", RO(MR_LUA_SESS_LIST), 1},
+    [S_SESS_CLEAN] = {"session_cleanup", FREE(MR_LUA_SESS_CLEAN), 1},
+};
+
+/*----------------------------------------------------------------------------
+ * Instance
+ *--------------------------------------------------------------------------*/
+
+struct mr_priv {
+    /* set by open, read-only afterwards */
+    enum mr_kind kind;
+    char   *host;                   /* TCP host (not for sentinel) */
+    int     port;
+    char   *sock;                   /* unix socket path */
+    char   *user;                   /* AUTH user ("" = default) */
+    char   *password;               /* AUTH password ("" = none); never logged */
+    int     db;                     /* SELECT db */
+    char   *prefix;                 /* "{NS}" */
+    char  **sentinels;              /* "host:port" of each sentinel */
+    int     nsentinels;
+    char   *master;                 /* sentinel master name */
+    char    sha[S_NSCRIPTS][41];    /* SHA1 of each script (the server computes it) */
+    int     inited;
+
+    pthread_mutex_t lock;
+    pthread_cond_t  cond;           /* a context was returned or closed */
+    redisContext   *idle[MR_POOL_MAX];  /* protected by lock */
+    int             nidle;          /* protected by lock */
+    int             nopen;          /* contexts alive incl. those in use; protected by lock */
+    char            addr[300];      /* address last dialled, for logs; protected by lock */
+    uint64_t        sid;            /* session id or 0; atomic access */
+};
+
+#define PRIV(m) ((struct mr_priv *)(m)->priv)
+
+static uint64_t mr_sid(struct mr_priv *p)
+{
+    return __atomic_load_n(&p->sid, __ATOMIC_ACQUIRE);
+}
+
+static void mr_addr(struct mr_priv *p, char *buf, size_t len)
+{
+    pthread_mutex_lock(&p->lock);
+    snprintf(buf, len, "%s", p->addr);
+    pthread_mutex_unlock(&p->lock);
+}
+
+static void mr_set_addr(struct mr_priv *p, const char *host, int port, const char *sock)
+{
+    pthread_mutex_lock(&p->lock);
+    if (sock)
+        snprintf(p->addr, sizeof(p->addr), "unix:%s", sock);
+    else if (strchr(host, ':'))
+        snprintf(p->addr, sizeof(p->addr), "[%s]:%d", host, port);
+    else
+        snprintf(p->addr, sizeof(p->addr), "%s:%d", host, port);
+    pthread_mutex_unlock(&p->lock);
+}
+
+static void mr_sleep_ms(int ms)
+{
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static struct timeval mr_tv(int ms)
+{
+    struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
+    return tv;
+}
+
+/*----------------------------------------------------------------------------
+ * Dialling
+ *--------------------------------------------------------------------------*/
+
+/* -ECONNREFUSED for a refused connection, else -EIO. */
+static int mr_dial_err(const redisContext *c)
+{
+    if (c->err == REDIS_ERR_IO && strstr(c->errstr, "refused"))
+        return -ECONNREFUSED;
+    return -EIO;
+}
+
+/* Connects to one server and authenticates.  *why gets a static-or-context
+ * reason on failure (copied into whybuf).
+ * OWNERSHIP: returns a context the caller frees with redisFree(), or NULL. */
+static redisContext *mr_dial(const char *host, int port, const char *sock, const char *user,
+                             const char *password, int *rc, char *whybuf, size_t whylen)
+{
+    redisContext *c = sock ? redisConnectUnixWithTimeout(sock, mr_tv(MR_CONNECT_MS))
+                           : redisConnectWithTimeout(host, port, mr_tv(MR_CONNECT_MS));
+    *rc = 0;
+    if (!c) {
+        *rc = -ENOMEM;
+        snprintf(whybuf, whylen, "out of memory");
+        return NULL;
+    }
+    if (c->err) {
+        *rc = mr_dial_err(c);
+        snprintf(whybuf, whylen, "%s", c->errstr);
+        redisFree(c);
+        return NULL;
+    }
+    redisSetTimeout(c, mr_tv(MR_COMMAND_MS));
+    if (!sock)
+        redisEnableKeepAlive(c);
+    if (password && *password) {
+        redisReply *r = (user && *user) ? redisCommand(c, "AUTH %s %s", user, password)
+                                        : redisCommand(c, "AUTH %s", password);
+        if (!r || r->type == REDIS_REPLY_ERROR) {
+            /* the server's message never contains the password */
+            snprintf(whybuf, whylen, "authentication failed: %s",
+                     r ? r->str : c->errstr);
+            *rc = r ? -EACCES : -EIO;
+            if (r)
+                freeReplyObject(r);
+            redisFree(c);
+            return NULL;
+        }
+        freeReplyObject(r);
+    }
+    return c;
+}
+
+/* Asks the sentinels for the master's address.  Returns 0 or -errno. */
+static int mr_sentinel_master(struct mr_priv *p, char *host, size_t hlen, int *port,
+                              char *why, size_t whylen)
+{
+    int rc = -EIO;
+    for (int i = 0; i < p->nsentinels; i++) {
+        char sh[256];
+        int sport = 26379;
+        const char *s = p->sentinels[i];
+        const char *colon = strrchr(s, ':');
+        size_t n = colon ? (size_t)(colon - s) : strlen(s);
+        if (n >= sizeof(sh))
+            continue;
+        memcpy(sh, s, n);
+        sh[n] = '\0';
+        if (colon)
+            sport = (int)strtol(colon + 1, NULL, 10);
+        redisContext *c = mr_dial(sh, sport, NULL, NULL, NULL, &rc, why, whylen);
+        if (!c) {
+            KEG_WARN("sentinel %s: %s", s, why);
+            continue;
+        }
+        if (p->password[0]) {
+            /* sentinels may or may not require the password: try it */
+            redisReply *a = redisCommand(c, "AUTH %s", p->password);
+            if (a)
+                freeReplyObject(a);
+        }
+        redisReply *r = redisCommand(c, "SENTINEL get-master-addr-by-name %s", p->master);
+        if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+            r->element[0]->type == REDIS_REPLY_STRING && r->element[0]->len < hlen) {
+            snprintf(host, hlen, "%s", r->element[0]->str);
+            *port = (int)strtol(r->element[1]->str ? r->element[1]->str : "0", NULL, 10);
+            freeReplyObject(r);
+            redisFree(c);
+            return 0;
+        }
+        snprintf(why, whylen, "sentinel %s does not know master '%s'%s%s", s, p->master,
+                 r && r->type == REDIS_REPLY_ERROR ? ": " : "",
+                 r && r->type == REDIS_REPLY_ERROR ? r->str : "");
+        KEG_WARN("%s", why);
+        rc = -EIO;
+        if (r)
+            freeReplyObject(r);
+        redisFree(c);
+    }
+    return rc;
+}
+
+/* Opens a new context to the (current) master, authenticated, db selected.
+ * OWNERSHIP: *out is freed with redisFree().  Returns 0 or -errno. */
+static int mr_connect(struct mr_priv *p, redisContext **out, char *why, size_t whylen)
+{
+    char host[256];
+    int port = p->port, rc;
+    *out = NULL;
+    if (p->kind == MR_SENTINEL) {
+        rc = mr_sentinel_master(p, host, sizeof(host), &port, why, whylen);
+        if (rc)
+            return rc;
+    } else if (p->kind == MR_TCP) {
+        snprintf(host, sizeof(host), "%s", p->host);
+    }
+    mr_set_addr(p, host, port, p->kind == MR_UNIX ? p->sock : NULL);
+    redisContext *c = mr_dial(host, port, p->kind == MR_UNIX ? p->sock : NULL, p->user,
+                              p->password, &rc, why, whylen);
+    if (!c)
+        return rc;
+    if (p->db) {
+        redisReply *r = redisCommand(c, "SELECT %d", p->db);
+        if (!r || r->type == REDIS_REPLY_ERROR) {
+            snprintf(why, whylen, "SELECT %d failed: %s", p->db, r ? r->str : c->errstr);
+            rc = r ? -EINVAL : -EIO;
+            goto fail;
+        }
+        freeReplyObject(r);
+    }
+    if (p->kind == MR_SENTINEL) {
+        redisReply *r = redisCommand(c, "ROLE");
+        int master = r && r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+                     r->element[0]->type == REDIS_REPLY_STRING &&
+                     strcmp(r->element[0]->str, "master") == 0;
+        if (r)
+            freeReplyObject(r);
+        if (!master) {
+            snprintf(why, whylen, "the server named by the sentinels is not a master (yet)");
+            rc = -EAGAIN;
+            redisFree(c);
+            return rc;
+        }
+    }
+    *out = c;
+    return 0;
+fail:
+    redisFree(c);
+    return rc;
+}
+
+/*----------------------------------------------------------------------------
+ * Pool
+ *--------------------------------------------------------------------------*/
+
+/* 1 if an idle context still looks usable: nothing may be readable on it
+ * (a server that closed it makes it readable with EOF). */
+static int mr_alive(redisContext *c)
+{
+    if (c->err)
+        return 0;
+    struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
+    int n = poll(&pfd, 1, 0);
+    return n == 0;
+}
+
+/* Takes a context from the pool or dials a new one.
+ * OWNERSHIP: give it back with mr_put().  Returns 0 or -errno (*why set).
+ * LOCKS: takes p->lock (not across dialling). */
+static int mr_get(struct mr_priv *p, redisContext **out, char *why, size_t whylen)
+{
+    redisContext *c = NULL;
+    *out = NULL;
+    pthread_mutex_lock(&p->lock);
+    for (;;) {
+        if (p->nidle > 0) {
+            c = p->idle[--p->nidle];
+            if (mr_alive(c))
+                break;
+            redisFree(c);
+            c = NULL;
+            p->nopen--;
+            continue;
+        }
+        if (p->nopen < MR_POOL_MAX) {
+            p->nopen++;
+            break;
+        }
+        pthread_cond_wait(&p->cond, &p->lock);
+    }
+    pthread_mutex_unlock(&p->lock);
+    if (c) {
+        *out = c;
+        return 0;
+    }
+    int rc = mr_connect(p, &c, why, whylen);
+    if (rc) {
+        pthread_mutex_lock(&p->lock);
+        p->nopen--;
+        pthread_cond_signal(&p->cond);
+        pthread_mutex_unlock(&p->lock);
+        return rc;
+    }
+    *out = c;
+    return 0;
+}
+
+/* TAKES: c.  broken: the context failed and is closed instead of pooled. */
+static void mr_put(struct mr_priv *p, redisContext *c, int broken)
+{
+    if (broken || c->err) {
+        redisFree(c);
+        pthread_mutex_lock(&p->lock);
+        p->nopen--;
+    } else {
+        pthread_mutex_lock(&p->lock);
+        KEG_ASSERT(p->nidle < MR_POOL_MAX);
+        p->idle[p->nidle++] = c;
+    }
+    pthread_cond_signal(&p->cond);
+    pthread_mutex_unlock(&p->lock);
+}
+
+/*----------------------------------------------------------------------------
+ * Commands
+ *--------------------------------------------------------------------------*/
+
+/* Error replies after which the command certainly did not run. */
+static int mr_err_transient(const redisReply *r)
+{
+    static const char *const pfx[] = {"LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN", "READONLY",
+                                      "CLUSTERDOWN", NULL};
+    for (int i = 0; pfx[i]; i++)
+        if (strncmp(r->str, pfx[i], strlen(pfx[i])) == 0)
+            return 1;
+    return 0;
+}
+
+/* Sends one command and reads its reply.  *sent = 1 once the whole request
+ * went out (from then on the server may have run it). */
+static int mr_roundtrip(redisContext *c, int argc, const char **argv, const size_t *lens,
+                        redisReply **out, int *sent, char *why, size_t whylen)
+{
+    int done = 0;
+    void *r = NULL;
+    *sent = 0;
+    *out = NULL;
+    if (redisAppendCommandArgv(c, argc, argv, lens) != REDIS_OK) {
+        snprintf(why, whylen, "%s", c->err ? c->errstr : "out of memory");
+        return c->err ? -EIO : -ENOMEM;
+    }
+    while (!done) {
+        if (redisBufferWrite(c, &done) != REDIS_OK) {
+            snprintf(why, whylen, "send: %s", c->errstr);
+            return -EIO;
+        }
+    }
+    *sent = 1;
+    if (redisGetReply(c, &r) != REDIS_OK || !r) {
+        snprintf(why, whylen, "reply: %s", c->err ? c->errstr : "none");
+        return -EIO;
+    }
+    *out = r;
+    return 0;
+}
+
+/* Runs one command with bounded retries (see DESIGN).  idem: may be repeated
+ * when the reply was lost.  Error replies other than the transient ones are
+ * returned to the caller as replies.
+ * OWNERSHIP: caller frees *out with freeReplyObject().  Returns 0 or -errno. */
+static int mr_exec(struct mr_priv *p, int argc, const char **argv, const size_t *lens, int idem,
+                   const char *what, redisReply **out)
+{
+    int64_t deadline = keg_mono_ns() + (int64_t)MR_RETRY_MS * 1000000;
+    int backoff = 10, rc;
+    char why[256] = "";
+    *out = NULL;
+    for (;;) {
+        redisContext *c;
+        redisReply *r = NULL;
+        int sent = 0;
+        rc = mr_get(p, &c, why, sizeof(why));
+        if (rc == 0) {
+            rc = mr_roundtrip(c, argc, argv, lens, &r, &sent, why, sizeof(why));
+            if (rc == 0 && r->type == REDIS_REPLY_ERROR && mr_err_transient(r)) {
+                snprintf(why, sizeof(why), "%s", r->str);
+                /* a replica after failover answers READONLY: re-ask the sentinels */
+                mr_put(p, c, strncmp(r->str, "READONLY", 8) == 0);
+                freeReplyObject(r);
+                rc = -EAGAIN;
+                sent = 0;
+            } else if (rc == 0) {
+                mr_put(p, c, 0);
+                *out = r;
+                return 0;
+            } else {
+                mr_put(p, c, 1);
+                if (rc == -ENOMEM)
+                    return rc;
+                if (sent && !idem) {
+                    char addr[300];
+                    mr_addr(p, addr, sizeof(addr));
+                    KEG_ERR("%s: redis %s: %s; not repeated (it may or may not have been "
+                            "applied)", what, addr, why);
+                    return -EIO;
+                }
+            }
+        } else if (rc == -EACCES || rc == -EINVAL || rc == -ENOMEM) {
+            char addr[300];
+            mr_addr(p, addr, sizeof(addr));
+            KEG_ERR("%s: redis %s: %s", what, addr, why);
+            return rc;
+        }
+        if (keg_mono_ns() + (int64_t)backoff * 1000000 > deadline) {
+            char addr[300];
+            mr_addr(p, addr, sizeof(addr));
+            KEG_ERR("%s: redis %s unavailable for %d s: %s", what, addr, MR_RETRY_MS / 1000,
+                    why);
+            return -EIO;
+        }
+        KEG_DEBUG("%s: %s; retrying in %d ms", what, why, backoff);
+        mr_sleep_ms(backoff);
+        backoff = KEG_MIN(backoff * 2, 500);
+    }
+}
+
+/* printf-style command (read-only or idempotent ones only). */
+static int mr_cmd(struct mr_priv *p, const char *what, redisReply **out, int argc,
+                  const char **argv, const size_t *lens)
+{
+    int rc = mr_exec(p, argc, argv, lens, 1, what, out);
+    if (rc)
+        return rc;
+    if ((*out)->type == REDIS_REPLY_ERROR) {
+        if (strncmp((*out)->str, "OOM", 3) == 0) {
+            rc = -ENOSPC;
+        } else {
+            KEG_ERR("%s: redis error: %s", what, (*out)->str);
+            rc = -EIO;
+        }
+        freeReplyObject(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
+/* Argument list builder. */
+struct mr_args {
+    int         n;
+    const char *v[MR_MAXARGS];
+    size_t      len[MR_MAXARGS];
+    char        num[MR_MAXARGS][24];
+};
+
+static void mr_arg_bin(struct mr_args *a, const void *p, size_t len)
+{
+    KEG_ASSERT(a->n < MR_MAXARGS);
+    a->v[a->n] = p;
+    a->len[a->n] = len;
+    a->n++;
+}
+
+static void mr_arg_str(struct mr_args *a, const char *s)
+{
+    mr_arg_bin(a, s, strlen(s));
+}
+
+static void mr_arg_u64(struct mr_args *a, uint64_t x)
+{
+    KEG_ASSERT(a->n < MR_MAXARGS);
+    snprintf(a->num[a->n], sizeof(a->num[0]), "%" PRIu64, x);
+    mr_arg_str(a, a->num[a->n]);
+}
+
+static void mr_arg_i64(struct mr_args *a, int64_t x)
+{
+    KEG_ASSERT(a->n < MR_MAXARGS);
+    snprintf(a->num[a->n], sizeof(a->num[0]), "%" PRId64, x);
+    mr_arg_str(a, a->num[a->n]);
+}
+
+static void mr_arg_hex(struct mr_args *a, uint64_t x, int width)
+{
+    KEG_ASSERT(a->n < MR_MAXARGS);
+    snprintf(a->num[a->n], sizeof(a->num[0]), "%0*" PRIx64, width, x);
+    mr_arg_str(a, a->num[a->n]);
+}
+
+static int mr_load_script(struct mr_priv *p, int id)
+{
+    const char *argv[] = {"SCRIPT", "LOAD", mr_scripts[id].src};
+    size_t lens[] = {6, 4, strlen(mr_scripts[id].src)};
+    redisReply *r;
+    int rc = mr_cmd(p, "SCRIPT LOAD", &r, 3, argv, lens);
+    if (rc)
+        return rc;
+    if (r->type != REDIS_REPLY_STRING || r->len != 40) {
+        KEG_ERR("SCRIPT LOAD %s: unexpected reply", mr_scripts[id].name);
+        freeReplyObject(r);
+        return -EIO;
+    }
+    if (p->sha[id][0] && memcmp(p->sha[id], r->str, 40) != 0) {
+        KEG_ERR("SCRIPT LOAD %s: the server computed a different SHA1", mr_scripts[id].name);
+        freeReplyObject(r);
+        return -EIO;
+    }
+    memcpy(p->sha[id], r->str, 40);
+    p->sha[id][40] = '\0';
+    freeReplyObject(r);
+    return 0;
+}
+
+/* Runs script id with args after the common ones (see meta_redis_lua_i.h).
+ * On success *out is the script's array reply with element[0] == 0.
+ * OWNERSHIP: caller frees *out with freeReplyObject().
+ * Returns 0 or -errno (the script's errno, -ENOSPC for OOM, -EIO). */
+static int mr_eval(struct mr_priv *p, int id, const struct mr_args *args, redisReply **out)
+{
+    const char *argv[MR_MAXARGS + 8];
+    size_t lens[MR_MAXARGS + 8];
+    char now_s[24], now_ns[24], sid[24];
+    int64_t now = keg_now_ns();
+    int argc = 0, rc;
+
+    *out = NULL;
+    snprintf(now_s, sizeof(now_s), "%" PRId64, (int64_t)(now / 1000000000LL));
+    snprintf(now_ns, sizeof(now_ns), "%" PRId64, (int64_t)(now % 1000000000LL));
+    snprintf(sid, sizeof(sid), "%" PRIu64, mr_sid(p));
+    argv[argc++] = "EVALSHA";
+    argv[argc++] = p->sha[id];
+    argv[argc++] = "1";
+    argv[argc++] = p->prefix;
+    argv[argc++] = now_s;
+    argv[argc++] = now_ns;
+    argv[argc++] = sid;
+    for (int i = 0; i < argc; i++)
+        lens[i] = strlen(argv[i]);
+    for (int i = 0; args && i < args->n; i++) {
+        argv[argc] = args->v[i];
+        lens[argc++] = args->len[i];
+    }
+    for (int tries = 0;; tries++) {
+        redisReply *r;
+        rc = mr_exec(p, argc, argv, lens, mr_scripts[id].idem, mr_scripts[id].name, &r);
+        if (rc)
+            return rc;
+        if (r->type == REDIS_REPLY_ERROR) {
+            if (strncmp(r->str, "NOSCRIPT", 8) == 0 && tries == 0) {
+                freeReplyObject(r);
+                KEG_INFO("reloading Lua scripts (server restarted or scripts flushed)");
+                rc = mr_load_script(p, id);
+                if (rc)
+                    return rc;
+                continue;
+            }
+            if (strncmp(r->str, "OOM", 3) == 0) {
+                KEG_WARN("%s: redis is out of memory (maxmemory reached): %s",
+                         mr_scripts[id].name, r->str);
+                rc = -ENOSPC;
+            } else {
+                KEG_ERR("%s: redis script error: %s", mr_scripts[id].name, r->str);
+                rc = -EIO;
+            }
+            freeReplyObject(r);
+            return rc;
+        }
+        if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+            r->element[0]->type != REDIS_REPLY_INTEGER) {
+            KEG_ERR("%s: unexpected reply type %d from redis", mr_scripts[id].name, r->type);
+            freeReplyObject(r);
+            return -EIO;
+        }
+        long long st = r->element[0]->integer;
+        if (st != 0) {
+            if (st == EIO && r->elements > 1 && r->element[1]->type == REDIS_REPLY_STRING)
+                KEG_ERR("%s: %s (run fsck)", mr_scripts[id].name, r->element[1]->str);
+            freeReplyObject(r);
+            return (st > 0 && st < 4096) ? -(int)st : -EIO;
+        }
+        *out = r;
+        return 0;
+    }
+}
+
+/*----------------------------------------------------------------------------
+ * Records
+ *--------------------------------------------------------------------------*/
+
+static uint32_t mr_get32(const unsigned char *b)
+{
+    return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+}
+
+static uint64_t mr_get64(const unsigned char *b)
+{
+    return (uint64_t)mr_get32(b) | (uint64_t)mr_get32(b + 4) << 32;
+}
+
+static void mr_put32(unsigned char *b, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        b[i] = (unsigned char)(v >> (8 * i));
+}
+
+static void mr_put64(unsigned char *b, uint64_t v)
+{
+    mr_put32(b, (uint32_t)v);
+    mr_put32(b + 4, (uint32_t)(v >> 32));
+}
+
+/* Decodes a packed attribute record (layout in meta_redis_lua_i.h). */
+static int mr_attr_decode(uint64_t ino, const redisReply *e, struct keg_attr *a)
+{
+    if (!e || e->type != REDIS_REPLY_STRING || e->len != MR_ATTR_LEN) {
+        KEG_ERR("inode %" PRIu64 ": damaged attribute record (run fsck)", ino);
+        return -EIO;
+    }
+    const unsigned char *b = (const unsigned char *)e->str;
+    memset(a, 0, sizeof(*a));
+    a->ino = ino;
+    a->mode = mr_get32(b);
+    a->uid = mr_get32(b + 4);
+    a->gid = mr_get32(b + 8);
+    a->nlink = mr_get32(b + 12);
+    a->size = mr_get64(b + 16);
+    a->rdev = mr_get64(b + 24);
+    a->parent = mr_get64(b + 32);
+    a->atime = (int64_t)mr_get64(b + 40);
+    a->mtime = (int64_t)mr_get64(b + 48);
+    a->ctime = (int64_t)mr_get64(b + 56);
+    a->atimensec = mr_get32(b + 64);
+    a->mtimensec = mr_get32(b + 68);
+    a->ctimensec = mr_get32(b + 72);
+    return 0;
+}
+
+static void mr_slice_pack(unsigned char *b, const struct keg_slice *s)
+{
+    mr_put64(b, s->id);
+    mr_put32(b + 8, s->size);
+    mr_put32(b + 12, s->off);
+    mr_put32(b + 16, s->len);
+    mr_put32(b + 20, s->pos);
+}
+
+static void mr_slice_unpack(const unsigned char *b, struct keg_slice *s)
+{
+    s->id = mr_get64(b);
+    s->size = mr_get32(b + 8);
+    s->off = mr_get32(b + 12);
+    s->len = mr_get32(b + 16);
+    s->pos = mr_get32(b + 20);
+}
+
+/* Key "{NS}<tag><ino>[_<indx>]" into buf. */
+static size_t mr_key(const struct mr_priv *p, char *buf, size_t len, char tag, uint64_t ino,
+                     int64_t indx)
+{
+    int n = indx >= 0 ? snprintf(buf, len, "%s%c%" PRIu64 "_%" PRId64, p->prefix, tag, ino, indx)
+                      : snprintf(buf, len, "%s%c%" PRIu64, p->prefix, tag, ino);
+    return n < 0 ? 0 : KEG_MIN((size_t)n, len - 1);
+}
+
+/* Inode numbers and slice ids must stay exact as Lua doubles. */
+#define MR_ID_MAX (1ULL << 53)
+
+static int mr_check_name(const char *name)
+{
+    if (!name || !*name || strchr(name, '/'))
+        return -EINVAL;
+    if (strlen(name) > KEG_NAME_MAX)
+        return -ENAMETOOLONG;
+    return 0;
+}
+
+static int mr_check_xname(const char *name)
+{
+    if (!name || !*name)
+        return -EINVAL;
+    return strlen(name) > KEG_XATTR_NAME_MAX ? -ERANGE : 0;
+}
+
+/*----------------------------------------------------------------------------
+ * URL parsing, open, close
+ *--------------------------------------------------------------------------*/
+
+static int mr_ns_valid(const char *ns)
+{
+    size_t n = strlen(ns);
+    if (n == 0 || n > MR_NS_MAX)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = ns[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '-' || c == '_' || c == '.' || c == ':'))
+            return 0;
+    }
+    return 1;
+}
+
+static int mr_parse_db(const char *s, int *db)
+{
+    char *end;
+    if (!*s)
+        return -EINVAL;
+    long v = strtol(s, &end, 10);
+    if (*end || v < 0 || v > 1000000)
+        return -EINVAL;
+    *db = (int)v;
+    return 0;
+}
+
+/* Parses the query string (ns=, db=).  Unknown parameters are logged and ignored. */
+static int mr_parse_query(struct mr_priv *p, const char *query, const char *red, char **ns)
+{
+    char *q = keg_strdup(query);
+    int rc = 0;
+    if (!q)
+        return -ENOMEM;
+    for (char *s = q; s && *s;) {
+        char *amp = strchr(s, '&');
+        if (amp)
+            *amp = '\0';
+        char *eq = strchr(s, '=');
+        const char *val = eq ? eq + 1 : "";
+        if (eq)
+            *eq = '\0';
+        if (strcmp(s, "ns") == 0) {
+            keg_free(*ns);
+            *ns = keg_strdup(val);
+            if (!*ns) {
+                rc = -ENOMEM;
+                break;
+            }
+            if (keg_url_unescape(*ns) || !mr_ns_valid(*ns)) {
+                KEG_ERR("META_URL %s: ns must be 1-%d characters of [A-Za-z0-9._:-]", red,
+                        MR_NS_MAX);
+                rc = -EINVAL;
+                break;
+            }
+        } else if (strcmp(s, "db") == 0) {
+            if (mr_parse_db(val, &p->db)) {
+                KEG_ERR("META_URL %s: db must be a number", red);
+                rc = -EINVAL;
+                break;
+            }
+        } else if (*s) {
+            KEG_WARN("META_URL %s: ignoring unknown parameter '%s'", red, s);
+        }
+        s = amp ? amp + 1 : NULL;
+    }
+    keg_free(q);
+    return rc;
+}
+
+static int mr_parse_url(struct mr_priv *p, const char *url, const char *red)
+{
+    struct keg_url u;
+    const char *why = NULL;
+    char *ns = NULL;
+    int rc = keg_url_parse(url, &u, &why);
+    if (rc) {
+        KEG_ERR("malformed META_URL %s: %s", red, why ? why : "?");
+        return rc == -ENOMEM ? rc : -EINVAL;
+    }
+    const char *path = u.path;
+    if (strcmp(u.scheme, "rediss") == 0) {
+        KEG_ERR("META_URL %s: rediss:// needs hiredis with TLS; use stunnel (redis:// to a "
+                "local stunnel that wraps the TLS connection)", red);
+        rc = -EINVAL;
+        goto out;
+    } else if (strcmp(u.scheme, "redis") == 0) {
+        p->kind = MR_TCP;
+        if (!u.host[0] || strchr(u.host, ',')) {
+            KEG_ERR("META_URL %s: expected redis://[[user]:password@]host[:port][/db][?ns=NAME]",
+                    red);
+            rc = -EINVAL;
+            goto out;
+        }
+        p->host = keg_strdup(u.host);
+        p->port = u.port ? u.port : 6379;
+    } else if (strcmp(u.scheme, "unix") == 0) {
+        p->kind = MR_UNIX;
+        if (u.host[0] || u.path[0] != '/' || u.path[1] == '\0') {
+            KEG_ERR("META_URL %s: expected unix:///path/to/redis.sock[?db=N&ns=NAME]", red);
+            rc = -EINVAL;
+            goto out;
+        }
+        p->sock = keg_strdup(u.path);
+        if (p->sock && keg_url_unescape(p->sock)) {
+            KEG_ERR("META_URL %s: bad %%-escape in the socket path", red);
+            rc = -EINVAL;
+            goto out;
+        }
+        path = "";
+    } else if (strcmp(u.scheme, "redis+sentinel") == 0) {
+        p->kind = MR_SENTINEL;
+        if (!u.host[0]) {
+            KEG_ERR("META_URL %s: expected redis+sentinel://[:password@]host1:26379,"
+                    "host2:26379/mastername[/db][?ns=NAME]", red);
+            rc = -EINVAL;
+            goto out;
+        }
+        /* host list "h1:p1,h2:p2" (a single host has its port split off) */
+        char *hosts = u.port ? keg_asprintf("%s:%d", u.host, u.port) : keg_strdup(u.host);
+        if (!hosts) {
+            rc = -ENOMEM;
+            goto out;
+        }
+        int n = 1;
+        for (const char *c = hosts; *c; c++)
+            n += *c == ',';
+        p->sentinels = keg_calloc((size_t)n, sizeof(char *));
+        for (char *s = hosts; p->sentinels && s;) {
+            char *comma = strchr(s, ',');
+            if (comma)
+                *comma = '\0';
+            if (*s)
+                p->sentinels[p->nsentinels++] = keg_strdup(s);
+            s = comma ? comma + 1 : NULL;
+        }
+        keg_free(hosts);
+        if (!p->sentinels) {
+            rc = -ENOMEM;
+            goto out;
+        }
+        for (int i = 0; i < p->nsentinels; i++)
+            if (!p->sentinels[i]) {
+                rc = -ENOMEM;
+                goto out;
+            }
+        /* path: /mastername[/db] */
+        const char *mn = u.path[0] == '/' ? u.path + 1 : u.path;
+        const char *sl = strchr(mn, '/');
+        size_t mlen = sl ? (size_t)(sl - mn) : strlen(mn);
+        if (mlen == 0 || p->nsentinels == 0) {
+            KEG_ERR("META_URL %s: the sentinel URL names no master "
+                    "(redis+sentinel://host1:26379,host2:26379/mastername)", red);
+            rc = -EINVAL;
+            goto out;
+        }
+        p->master = keg_strndup(mn, mlen);
+        path = sl ? sl : "";
+        p->port = 0;
+    } else {
+        KEG_ERR("META_URL %s: not a redis URL", red);
+        rc = -EINVAL;
+        goto out;
+    }
+    p->user = keg_strdup(u.user);
+    p->password = keg_strdup(u.password);
+    if ((p->kind == MR_TCP && !p->host) || (p->kind == MR_UNIX && !p->sock) ||
+        (p->kind == MR_SENTINEL && !p->master) || !p->user || !p->password) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    /* path: "", "/" or "/db" */
+    if (path[0] == '/' && path[1]) {
+        if (mr_parse_db(path + 1, &p->db)) {
+            KEG_ERR("META_URL %s: the path must be a database number (/0 .. /15)", red);
+            rc = -EINVAL;
+            goto out;
+        }
+    }
+    rc = mr_parse_query(p, u.query, red, &ns);
+    if (rc)
+        goto out;
+    p->prefix = keg_asprintf("{%s}", ns ? ns : MR_NS_DEFAULT);
+    if (!p->prefix)
+        rc = -ENOMEM;
+out:
+    keg_free(ns);
+    keg_url_free(&u);
+    return rc;
+}
+
+static void mr_free_conf(struct mr_priv *p)
+{
+    keg_free(p->host);
+    keg_free(p->sock);
+    keg_free(p->user);
+    if (p->password)
+        memset(p->password, 0, strlen(p->password));
+    keg_free(p->password);
+    keg_free(p->prefix);
+    for (int i = 0; i < p->nsentinels; i++)
+        keg_free(p->sentinels[i]);
+    keg_free(p->sentinels);
+    keg_free(p->master);
+    p->host = p->sock = p->user = p->password = p->prefix = p->master = NULL;
+    p->sentinels = NULL;
+    p->nsentinels = 0;
+}
+
+/* Reads maxmemory-policy through CONFIG GET, or INFO memory when CONFIG is
+ * renamed away (managed services). */
+static int mr_policy(struct mr_priv *p, char *buf, size_t len)
+{
+    redisReply *r;
+    const char *cargv[] = {"CONFIG", "GET", "maxmemory-policy"};
+    size_t clens[] = {6, 3, 16};
+    buf[0] = '\0';
+    int rc = mr_exec(p, 3, cargv, clens, 1, "CONFIG GET", &r);
+    if (rc)
+        return rc;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        r->element[1]->type == REDIS_REPLY_STRING) {
+        snprintf(buf, len, "%s", r->element[1]->str);
+        freeReplyObject(r);
+        return strcmp(buf, "noeviction") == 0;
+    }
+    freeReplyObject(r);
+    const char *iargv[] = {"INFO", "memory"};
+    size_t ilens[] = {4, 6};
+    rc = mr_exec(p, 2, iargv, ilens, 1, "INFO memory", &r);
+    if (rc)
+        return rc;
+    rc = -ENOTSUP;
+    if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS) {
+        const char *s = strstr(r->str, "maxmemory_policy:");
+        if (s) {
+            s += strlen("maxmemory_policy:");
+            size_t n = strcspn(s, "\r\n");
+            snprintf(buf, len, "%.*s", (int)n, s);
+            rc = strcmp(buf, "noeviction") == 0;
+        }
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
+int keg_meta_redis_policy(struct keg_meta *m, char *buf, size_t len)
+{
+    if (!m || m->ops != &keg_meta_redis_ops || !PRIV(m)->inited) {
+        if (len)
+            buf[0] = '\0';
+        return -EINVAL;
+    }
+    return mr_policy(PRIV(m), buf, len);
+}
+
+static void mr_close(struct keg_meta *m)
+{
+    struct mr_priv *p = PRIV(m);
+    if (!p->inited)
+        return;
+    pthread_mutex_lock(&p->lock);
+    KEG_ASSERT(p->nidle == p->nopen);   /* no op may still be running */
+    while (p->nidle > 0)
+        redisFree(p->idle[--p->nidle]);
+    p->nopen = 0;
+    pthread_mutex_unlock(&p->lock);
+    pthread_mutex_destroy(&p->lock);
+    pthread_cond_destroy(&p->cond);
+    mr_free_conf(p);
+    p->inited = 0;
+}
+
+static int mr_open(struct keg_meta *m, const char *url)
+{
+    struct mr_priv *p = PRIV(m);
+    char redbuf[512];
+    const char *red = m->url_redacted ? m->url_redacted
+                                      : keg_url_redact(url, redbuf, sizeof(redbuf));
+    char why[256] = "", addr[300];
+    redisContext *c;
+    int rc = mr_parse_url(p, url, red);
+    if (rc) {
+        mr_free_conf(p);
+        return rc;
+    }
+    pthread_mutex_init(&p->lock, NULL);
+    pthread_cond_init(&p->cond, NULL);
+    p->inited = 1;
+
+    /* One attempt: an unreachable server at open is reported at once. */
+    rc = mr_get(p, &c, why, sizeof(why));
+    if (rc) {
+        mr_addr(p, addr, sizeof(addr));
+        if (p->kind == MR_SENTINEL && !addr[0])
+            KEG_ERR("cannot reach redis master '%s' through the sentinels of %s: %s",
+                    p->master, red, why);
+        else
+            KEG_ERR("cannot reach redis at %s (%s): %s", addr, red, why);
+        goto fail;
+    }
+    mr_put(p, c, 0);
+    for (int i = 0; i < S_NSCRIPTS; i++) {
+        rc = mr_load_script(p, i);
+        if (rc)
+            goto fail;
+    }
+    char pol[64];
+    rc = mr_policy(p, pol, sizeof(pol));
+    if (rc == 0) {
+        KEG_WARN("WARNING: redis %s has maxmemory-policy '%s': Redis may EVICT filesystem "
+                 "metadata when it fills up and corrupt the volume.  Set "
+                 "maxmemory-policy noeviction (see docs/redis.md).", red, pol);
+    } else if (rc < 0) {
+        KEG_WARN("cannot read maxmemory-policy of redis %s; make sure it is noeviction", red);
+    }
+    mr_addr(p, addr, sizeof(addr));
+    KEG_DEBUG("connected to redis %s (%s), namespace %s", addr, red, p->prefix);
+    return 0;
+fail:
+    mr_close(m);
+    return rc < 0 ? rc : -EIO;
+}
+
+/*----------------------------------------------------------------------------
+ * Volume
+ *--------------------------------------------------------------------------*/
+
+static int mr_format_init(struct keg_meta *m, const struct keg_format *f, uint32_t root_mode,
+                          uint32_t uid, uint32_t gid, int force)
+{
+    struct mr_args a = {0};
+    redisReply *r;
+    char *text = NULL;
+    int rc = keg_format_encode(f, &text);
+    if (rc)
+        return rc;
+    mr_arg_str(&a, text);
+    mr_arg_u64(&a, root_mode);
+    mr_arg_u64(&a, uid);
+    mr_arg_u64(&a, gid);
+    mr_arg_str(&a, force ? "1" : "0");
+    mr_arg_u64(&a, f->capacity);
+    mr_arg_u64(&a, f->inodes);
+    rc = mr_eval(PRIV(m), S_FORMAT, &a, &r);
+    keg_free(text);
+    if (rc == 0)
+        freeReplyObject(r);
+    return rc;
+}
+
+static int mr_format_load(struct keg_meta *m, struct keg_format *f)
+{
+    struct mr_priv *p = PRIV(m);
+    char key[128];
+    size_t kl = (size_t)snprintf(key, sizeof(key), "%ssetting", p->prefix);
+    const char *argv[] = {"GET", key};
+    size_t lens[] = {3, kl};
+    redisReply *r;
+    struct keg_format tmp;
+    int rc = mr_cmd(p, "format_load", &r, 2, argv, lens);
+    if (rc)
+        return rc;
+    if (r->type != REDIS_REPLY_STRING) {
+        freeReplyObject(r);
+        return -ENOENT;
+    }
+    rc = keg_format_decode(r->str, &tmp);
+    freeReplyObject(r);
+    if (rc) {
+        KEG_ERR("%s: the stored volume format is damaged", m->url_redacted);
+        return -EIO;
+    }
+    *f = tmp;
+    return 0;
+}
+
+/* Deletes every key of the namespace: SCAN MATCH "{NS}*" + UNLINK in batches.
+ * Idempotent (a repeated SCAN after a lost reply just finds fewer keys). */
+static int mr_destroy(struct keg_meta *m)
+{
+    struct mr_priv *p = PRIV(m);
+    char pattern[MR_NS_MAX + 8];
+    char cursor[32] = "0";
+    uint64_t total = 0;
+    snprintf(pattern, sizeof(pattern), "%s*", p->prefix);
+    do {
+        const char *argv[] = {"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"};
+        size_t lens[] = {4, strlen(cursor), 5, strlen(pattern), 5, 4};
+        redisReply *r;
+        int rc = mr_cmd(p, "destroy", &r, 6, argv, lens);
+        if (rc)
+            return rc;
+        if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+            r->element[0]->type != REDIS_REPLY_STRING ||
+            r->element[1]->type != REDIS_REPLY_ARRAY) {
+            freeReplyObject(r);
+            return -EIO;
+        }
+        snprintf(cursor, sizeof(cursor), "%s", r->element[0]->str);
+        redisReply *keys = r->element[1];
+        if (keys->elements > 0) {
+            const char **argv2 = keg_malloc((keys->elements + 1) * sizeof(char *));
+            size_t *lens2 = keg_malloc((keys->elements + 1) * sizeof(size_t));
+            if (!argv2 || !lens2) {
+                keg_free(argv2);
+                keg_free(lens2);
+                freeReplyObject(r);
+                return -ENOMEM;
+            }
+            argv2[0] = "UNLINK";
+            lens2[0] = 6;
+            for (size_t i = 0; i < keys->elements; i++) {
+                argv2[i + 1] = keys->element[i]->str;
+                lens2[i + 1] = keys->element[i]->len;
+            }
+            redisReply *d;
+            rc = mr_exec(p, (int)keys->elements + 1, argv2, lens2, 1, "destroy", &d);
+            keg_free(argv2);
+            keg_free(lens2);
+            if (rc == 0) {
+                if (d->type == REDIS_REPLY_ERROR) {
+                    KEG_ERR("destroy: redis error: %s", d->str);
+                    rc = -EIO;
+                }
+                freeReplyObject(d);
+            }
+            if (rc) {
+                freeReplyObject(r);
+                return rc;
+            }
+            total += keys->elements;
+        }
+        freeReplyObject(r);
+    } while (strcmp(cursor, "0") != 0);
+    KEG_INFO("destroyed %" PRIu64 " keys of namespace %s in %s", total, p->prefix,
+             m->url_redacted);
+    return 0;
+}
+
+static int mr_alloc_ids(struct keg_meta *m, int kind, uint32_t n, uint64_t *first)
+{
+    struct mr_args a = {0};
+    redisReply *r;
+    if ((kind != KEG_ID_INODE && kind != KEG_ID_SLICE) || n == 0)
+        return -EINVAL;
+    mr_arg_str(&a, kind == KEG_ID_INODE ? "0" : "1");
+    mr_arg_u64(&a, n);
+    int rc = mr_eval(PRIV(m), S_ALLOC, &a, &r);
+    if (rc)
+        return rc;
+    if (r->elements < 2 || r->element[1]->type != REDIS_REPLY_INTEGER ||
+        r->element[1]->integer <= 0 || (uint64_t)r->element[1]->integer + n > MR_ID_MAX) {
+        KEG_ERR("alloc_ids: id counter out of range");
+        rc = -EIO;
+    } else {
+        *first = (uint64_t)r->element[1]->integer;
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
+static int mr_statfs(struct keg_meta *m, uint64_t *used_bytes, uint64_t *used_inodes)
+{
+    struct mr_priv *p = PRIV(m);
+    char key[128];
+    size_t kl = (size_t)snprintf(key, sizeof(key), "%scounter", p->prefix);
+    const char *argv[] = {"HMGET", key, "usedSpace", "usedInodes"};
+    size_t lens[] = {5, kl, 9, 10};
+    redisReply *r;
+    int rc = mr_cmd(p, "statfs", &r, 4, argv, lens);
+    if (rc)
+        return rc;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+        freeReplyObject(r);
+        return -EIO;
+    }
+    long long v[2] = {0, 0};
+    for (int i = 0; i < 2; i++)
+        if (r->element[i]->type == REDIS_REPLY_STRING)
+            v[i] = strtoll(r->element[i]->str, NULL, 10);
+    freeReplyObject(r);
+    *used_bytes = v[0] < 0 ? 0 : (uint64_t)v[0];
+    *used_inodes = v[1] < 0 ? 0 : (uint64_t)v[1];
+    return 0;
+}
+
+/*----------------------------------------------------------------------------
+ * Sessions
+ *--------------------------------------------------------------------------*/
+
+static int mr_session_begin(struct keg_meta *m, const char *info, uint64_t *sid)
+{
+    struct mr_priv *p = PRIV(m);
+    struct mr_args a = {0};
+    redisReply *r;
+    if (mr_sid(p))
+        return -EEXIST;
+    mr_arg_str(&a, info ? info : "");
+    int rc = mr_eval(p, S_SESS_BEGIN, &a, &r);
+    if (rc)
+        return rc;
+    if (r->elements < 2 || r->element[1]->type != REDIS_REPLY_INTEGER ||
+        r->element[1]->integer <= 0) {
+        rc = -EIO;
+    } else {
+        uint64_t s = (uint64_t)r->element[1]->integer;
+        __atomic_store_n(&p->sid, s, __ATOMIC_RELEASE);
+        *sid = s;
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
+static int mr_session_heartbeat(struct keg_meta *m)
+{
+    struct mr_priv *p = PRIV(m);
+    redisReply *r;
+    uint64_t sid = mr_sid(p);
+    if (!sid)
+        return -EINVAL;
+    int rc = mr_eval(p, S_SESS_BEAT, NULL, &r);
+    if (rc == 0)
+        freeReplyObject(r);
+    else if (rc == -ENOENT)
+        KEG_WARN("session %" PRIu64 " was removed by another client (stale heartbeat?)", sid);
+    return rc;
+}
+
+/* Releases sid's locks, purges its pending inodes and removes it, in bounded
+ * script calls (each does at most MR_CLEAN_BATCH items). */
+static int mr_session_drop(struct mr_priv *p, uint64_t sid)
+{
+    for (;;) {
+        struct mr_args a = {0};
+        redisReply *r;
+        mr_arg_u64(&a, sid);
+        mr_arg_u64(&a, MR_CLEAN_BATCH);
+        int rc = mr_eval(p, S_SESS_CLEAN, &a, &r);
+        if (rc)
+            return rc;
+        int done = r->elements > 1 && r->element[1]->type == REDIS_REPLY_INTEGER &&
+                   r->element[1]->integer == 1;
+        freeReplyObject(r);
+        if (done)
+            return 0;
+    }
+}
+
+static int mr_session_end(struct keg_meta *m)
+{
+    struct mr_priv *p = PRIV(m);
+    uint64_t sid = mr_sid(p);
+    if (!sid)
+        return 0;
+    int rc = mr_session_drop(p, sid);
+    if (rc == 0)
+        __atomic_store_n(&p->sid, 0, __ATOMIC_RELEASE);
+    return rc;
+}
+
+static int mr_session_list(struct keg_meta *m, keg_meta_session_cb *cb, void *arg)
+{
+    redisReply *r;
+    int rc = mr_eval(PRIV(m), S_SESS_LIST, NULL, &r);
+    if (rc)
+        return rc;
+    for (size_t i = 1; i + 3 <= r->elements; i += 3) {
+        const redisReply *sid = r->element[i], *hb = r->element[i + 1], *info = r->element[i + 2];
+        if (sid->type != REDIS_REPLY_STRING || hb->type != REDIS_REPLY_STRING ||
+            info->type != REDIS_REPLY_STRING)
+            continue;
+        struct keg_session_info s = {.sid = strtoull(sid->str, NULL, 10),
+                                     .heartbeat = (int64_t)strtod(hb->str, NULL),
+                                     .info = info->str};
+        if (cb(arg, &s))
+            break;
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
+static int mr_session_clean_stale(struct keg_meta *m, int64_t max_age, uint32_t *cleaned)
+{
+    struct mr_priv *p = PRIV(m);
+    char key[128], maxs[32];
+    size_t kl = (size_t)snprintf(key, sizeof(key), "%ssessions", p->prefix);
+    int64_t limit = keg_now_ns() / 1000000000LL - (max_age < 0 ? 0 : max_age);
+    snprintf(maxs, sizeof(maxs), "%" PRId64, limit);
+    const char *argv[] = {"ZRANGEBYSCORE", key, "-inf", maxs};
+    size_t lens[] = {13, kl, 4, strlen(maxs)};
+    redisReply *r;
+    uint32_t n = 0;
+    int rc = mr_cmd(p, "session_clean_stale", &r, 4, argv, lens);
+    if (rc)
+        return rc;
+    uint64_t self = mr_sid(p);
+    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
+        if (r->element[i]->type != REDIS_REPLY_STRING)
+            continue;
+        uint64_t sid = strtoull(r->element[i]->str, NULL, 10);
+        if (sid == self || sid == 0)
+            continue;
+        KEG_INFO("cleaning up stale session %" PRIu64, sid);
+        rc = mr_session_drop(p, sid);
+        if (rc)
+            break;
+        n++;
+    }
+    freeReplyObject(r);
+    if (rc == 0)
+        *cleaned = n;
+    return rc;
+}
+
+/*----------------------------------------------------------------------------
+ * Namespace
+ *--------------------------------------------------------------------------*/
+
+/* Decodes the attr in element i of a script reply. */
+static int mr_reply_attr(const redisReply *r, size_t i, uint64_t ino, struct keg_attr *out)
+{
+    if (r->elements <= i)
+        return -EIO;
+    return mr_attr_decode(ino, r->element[i], out);
+}
+
+static int mr_lookup(struct keg_meta *m, uint64_t parent, const char *name, struct keg_attr *out)
+{
+    struct mr_args a = {0};
+    redisReply *r;
+    int rc = mr_check_name(name);
+    if (rc)
+        return rc;
+    mr_arg_u64(&a, parent);
+    mr_arg_str(&a, name);
+    rc = mr_eval(PRIV(m), S_LOOKUP, &a, &r);
+    if (rc)
+        return rc;
+    /* the inode number is not in the record: the script returns it */
+    struct keg_attr tmp;
+    rc = -EIO;
+    if (r->elements > 2 && r->element[2]->type == REDIS_REPLY_INTEGER)
+        rc = mr_reply_attr(r, 1, (uint64_t)r->element[2]->integer, &tmp);
+    freeReplyObject(r);
+    if (rc)
+        return rc;
+    *out = tmp;
+    return 0;
+}
+
+static int mr_getattr(struct keg_meta *m, uint64_t ino, struct keg_attr *out)
+{
+    struct mr_priv *p = PRIV(m);
+    char key[128];
+    size_t kl = mr_key(p, key, sizeof(key), 'i', ino, -1);
+    const char *argv[] = {"GET", key};
+    size_t lens[] = {3, kl};
+    redisReply *r;
+    struct keg_attr tmp;
+    int rc = mr_cmd(p, "getattr", &r, 2, argv, lens);
+    if (rc)
+        return rc;
+    if (r->type == REDIS_REPLY_NIL)
+        rc = -ENOENT;
+    else
+        rc = mr_attr_decode(ino, r, &tmp);
+    freeReplyObject(r);
+    if (rc == 0)
+        *out = tmp;
+    return rc;
+}
+
+static int mr_setattr(struct keg_meta *m, uint64_t ino, unsigned set, const struct keg_attr *in,
+                      struct keg_attr *out)
+{
+    struct mr_args a = {0};
+    struct keg_attr zero, tmp;
+    redisReply *r;
+    memset(&zero, 0, sizeof(zero));
+    if (!in)
+        in = &zero;
+    mr_arg_u64(&a, ino);
+    mr_arg_u64(&a, set & 0xff);
+    mr_arg_u64(&a, in->mode);
+    mr_arg_u64(&a, in->uid);
+    mr_arg_u64(&a, in->gid);
+    mr_arg_i64(&a, in->atime);
+    mr_arg_u64(&a, in->atimensec);
+    mr_arg_i64(&a, in->mtime);
+    mr_arg_u64(&a, in->mtimensec);
+    mr_arg_i64(&a, in->ctime);
+    mr_arg_u64(&a, in->ctimensec);
+    int rc = mr_eval(PRIV(m), S_SETATTR, &a, &r);
+    if (rc)
+        return rc;
+    rc = mr_reply_attr(r, 1, ino, &tmp);
+    freeReplyObject(r);
+    if (rc == 0 && out)
+        *out = tmp;
+    return rc;
+}
+
+static int mr_mknod(struct keg_meta *m, uint64_t parent, const char *name, uint64_t ino,
+                    uint32_t mode, uint32_t uid, uint32_t gid, uint64_t rdev, const char *target,
+                    struct keg_attr *out)
+{
+    struct mr_args a = {0};
+    struct keg_attr tmp;
+    redisReply *r;
+    int rc = mr_check_name(name);
+    if (rc)
+        return rc;
+    switch (mode & S_IFMT) {
+    case S_IFREG: case S_IFDIR: case S_IFCHR: case S_IFBLK: case S_IFIFO: case S_IFSOCK:
+        target = "";
+        break;
+    case S_IFLNK:
+        if (!target || !*target)
+            return -EINVAL;
+        if (strlen(target) > KEG_SYMLINK_MAX)
+            return -ENAMETOOLONG;
+        break;
+    default:
+        return -EINVAL;
+    }
+    if (ino <= KEG_ROOT_INO || ino >= MR_ID_MAX)
+        return -EINVAL;
+    mr_arg_u64(&a, parent);
+    mr_arg_str(&a, name);
+    mr_arg_u64(&a, ino);
+    mr_arg_u64(&a, mode);
+    mr_arg_u64(&a, uid);
+    mr_arg_u64(&a, gid);
+    mr_arg_u64(&a, rdev);
+    mr_arg_str(&a, target);
+    rc = mr_eval(PRIV(m), S_MKNOD, &a, &r);
+    if (rc)
+        return rc;
+    rc = mr_reply_attr(r, 1, ino, &tmp);
+    freeReplyObject(r);
+    if (rc == 0 && out)
+        *out = tmp;
+    return rc;
+}
+
+static int mr_link(struct keg_meta *m, uint64_t ino, uint64_t newparent, const char *newname,
+                   struct keg_attr *out)
+{
+    struct mr_args a = {0};
+    struct keg_attr tmp;
+    redisReply *r;
+    int rc = mr_check_name(newname);
+    if (rc)
+        return rc;
+    mr_arg_u64(&a, ino);
+    mr_arg_u64(&a, newparent);
+    mr_arg_str(&a, newname);
+    rc = mr_eval(PRIV(m), S_LINK, &a, &r);
+    if (rc)
+        return rc;
+    rc = mr_reply_attr(r, 1, ino, &tmp);
+    freeReplyObject(r);
+    if (rc == 0 && out)
+        *out = tmp;
+    return rc;
+}
+
+/* Reads {gone_ino, gone_mode, gone_size} from elements i..i+2. */
+static void mr_reply_gone(const redisReply *r, size_t i, struct keg_unlinked *gone)
+{
+    memset(gone, 0, sizeof(*gone));
+    if (r->elements < i + 3)
+        return;
+    for (size_t k = i; k < i + 3; k++)
+        if (r->element[k]->type != REDIS_REPLY_INTEGER)
+            return;
+    gone->ino = (uint64_t)r->element[i]->integer;
+    gone->mode = (uint32_t)r->element[i + 1]->integer;
+    gone->size = (uint64_t)r->element[i + 2]->integer;
+}
+
+static int mr_unlink(struct keg_meta *m, uint64_t parent, const char *name,
+                     struct keg_unlinked *gone)
+{
+    struct mr_args a = {0};
+    redisReply *r;
+    int rc = mr_check_name(name);
+    if (rc)
+        return rc;
+    mr_arg_u64(&a, parent);
+    mr_arg_str(&a, name);
+    rc = mr_eval(PRIV(m), S_UNLINK, &a, &r);
+    if (rc)
+        return rc;
+    if (gone)
+        mr_reply_gone(r, 1, gone);
+    freeReplyObject(r);
+    return 0;
+}
+
+static int mr_rmdir(struct keg_meta *m, uint64_t parent, const char *name)
+{
+    struct mr_args a = {0};
+    redisReply *r;
+    int rc = mr_check_name(name);
+    if (rc)
+        return rc;
+    mr_arg_u64(&a, parent);
+    mr_arg_str(&a, name);
+    rc = mr_eval(PRIV(m), S_RMDIR, &a, &r);
+    if (rc == 0)
+        freeReplyObject(r);
+    return rc;
+}
+
+static int mr_rename(struct keg_meta *m, uint64_t parent, const char *name, uint64_t newparent,
+                     const char *newname, unsigned flags, struct keg_attr *moved,
+                     struct keg_unlinked *gone)
+{
+    struct mr_args a = {0};
+    struct keg_attr tmp;
+    redisReply *r;
+    int rc = mr_check_name(name);
+    if (!rc)
+        rc = mr_check_name(newname);
+    if (rc)
+        return rc;
+    if ((flags & ~(KEG_RENAME_NOREPLACE | KEG_RENAME_EXCHANGE)) ||
+        ((flags & KEG_RENAME_NOREPLACE) && (flags & KEG_RENAME_EXCHANGE)))
+        return -EINVAL;
+    mr_arg_u64(&a, parent);
+    mr_arg_str(&a, name);
+    mr_arg_u64(&a, newparent);
+    mr_arg_str(&a, newname);
+    mr_arg_u64(&a, flags);
+    rc = mr_eval(PRIV(m), S_RENAME, &a, &r);
+    if (rc)
+        return rc;
+    rc = -EIO;
+    if (r->elements > 2 && r->element[2]->type == REDIS_REPLY_INTEGER)
+        rc = mr_reply_attr(r, 1, (uint64_t)r->element[2]->integer, &tmp);
+    if (rc == 0) {
+        if (moved)
+            *moved = tmp;
+        if (gone)
+            mr_reply_gone(r, 3, gone);
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
+/* Pages through the entries with one script call per MR_READDIR_PAGE names. */
+static int mr_readdir(struct keg_meta *m, uint64_t ino, const char *after, uint32_t max, int plus,
+                      keg_meta_dirent_cb *cb, void *arg)
+{
+    struct mr_priv *p = PRIV(m);
+    char *cursor = NULL;
+    int delivered = 0, rc = 0, stop = 0;
+    size_t step = plus ? 3 : 2;
+    if (after && *after) {
+        cursor = keg_strdup(after);
+        if (!cursor)
+            return -ENOMEM;
+    }
+    while (!stop) {
+        struct mr_args a = {0};
+        redisReply *r;
+        uint32_t page = MR_READDIR_PAGE;
+        if (max && max - (uint32_t)delivered < page)
+            page = max - (uint32_t)delivered;
+        mr_arg_u64(&a, ino);
+        mr_arg_str(&a, cursor ? "1" : "0");
+        mr_arg_str(&a, cursor ? cursor : "");
+        mr_arg_u64(&a, page);
+        mr_arg_str(&a, plus ? "1" : "0");
+        rc = mr_eval(p, S_READDIR, &a, &r);
+        if (rc)
+            break;
+        if (r->elements < 3 || r->element[1]->type != REDIS_REPLY_INTEGER ||
+            r->element[2]->type != REDIS_REPLY_STRING) {
+            freeReplyObject(r);
+            rc = -EIO;
+            break;
+        }
+        long long scanned = r->element[1]->integer;
+        size_t n = (r->elements - 3) / step;
+        for (size_t i = 0; i < n; i++) {
+            const redisReply *nm = r->element[3 + i * step], *dv = r->element[4 + i * step];
+            struct keg_attr at;
+            if (nm->type != REDIS_REPLY_STRING || dv->type != REDIS_REPLY_STRING ||
+                dv->len != MR_DIRENT_LEN) {
+                KEG_ERR("directory %" PRIu64 ": damaged entry (run fsck)", ino);
+                rc = -EIO;
+                stop = 1;
+                break;
+            }
+            const unsigned char *b = (const unsigned char *)dv->str;
+            struct keg_dirent de = {.name = nm->str, .ino = mr_get64(b),
+                                    .type = (uint32_t)b[8] | (uint32_t)b[9] << 8, .attr = NULL};
+            if (plus) {
+                rc = mr_attr_decode(de.ino, r->element[5 + i * step], &at);
+                if (rc) {
+                    stop = 1;
+                    break;
+                }
+                de.attr = &at;
+            }
+            if (cb(arg, &de)) {
+                stop = 1;
+                break;
+            }
+            delivered++;
+        }
+        if (!stop && scanned > 0) {
+            keg_free(cursor);
+            cursor = keg_strdup(r->element[2]->str);
+            if (!cursor) {
+                rc = -ENOMEM;
+                stop = 1;
+            }
+        }
+        if (scanned < (long long)page || (max && (uint32_t)delivered >= max))
+            stop = 1;
+        freeReplyObject(r);
+    }
+    keg_free(cursor);
+    return rc < 0 ? rc : delivered;
+}
+
+static ssize_t mr_readlink(struct keg_meta *m, uint64_t ino, char *buf, size_t size)
+{
+    struct mr_args a = {0};
+    redisReply *r;
+    mr_arg_u64(&a, ino);
+    int rc = mr_eval(PRIV(m), S_READLINK, &a, &r);
+    if (rc)
+        return rc;
+    const redisReply *t = r->elements > 1 ? r->element[1] : NULL;
+    ssize_t len;
+    if (!t || t->type != REDIS_REPLY_STRING) {
+        len = -EIO;
+    } else if (size && t->len > size) {
+        len = -ERANGE;
+    } else {
+        len = (ssize_t)t->len;
+        if (size && t->len)
+            memcpy(buf, t->str, t->len);
+    }
+    freeReplyObject(r);
+    return len;
+}
+
+static int mr_purge(struct keg_meta *m, uint64_t ino)
+{
+    struct mr_args a = {0};
+    redisReply *r;
+    mr_arg_u64(&a, ino);
+    int rc = mr_eval(PRIV(m), S_PURGE, &a, &r);
+    if (rc == 0)
+        freeReplyObject(r);
+    return rc;
+}
+
+/*----------------------------------------------------------------------------
+ * Data
+ *--------------------------------------------------------------------------*/
+
+static int mr_read_chunk(struct keg_meta *m, uint64_t ino, uint32_t indx, struct keg_slice **out,
+                         size_t *n)
+{
+    struct mr_priv *p = PRIV(m);
+    char key[128];
+    size_t kl = mr_key(p, key, sizeof(key), 'c', ino, indx);
+    const char *argv[] = {"GET", key};
+    size_t lens[] = {3, kl};
+    redisReply *r;
+    int rc = mr_cmd(p, "read_chunk", &r, 2, argv, lens);
+    if (rc)
+        return rc;
+    struct keg_slice *s = NULL;
+    size_t cnt = 0;
+    if (r->type == REDIS_REPLY_STRING && r->len > 0) {
+        if (r->len % MR_REC) {
+            KEG_ERR("chunk %" PRIu64 ":%" PRIu32 " has a damaged slice list", ino, indx);
+            freeReplyObject(r);
+            return -EIO;
+        }
+        cnt = r->len / MR_REC;
+        s = keg_malloc(cnt * sizeof(*s));
+        if (!s) {
+            freeReplyObject(r);
+            return -ENOMEM;
+        }
+        for (size_t i = 0; i < cnt; i++)
+            mr_slice_unpack((const unsigned char *)r->str + i * MR_REC, &s[i]);
+    } else if (r->type != REDIS_REPLY_NIL && r->type != REDIS_REPLY_STRING) {
+        freeReplyObject(r);
+        return -EIO;
+    }
+    freeReplyObject(r);
+    *out = s;
+    *n = cnt;
+    return 0;
+}
+
+static int mr_write_slices(struct keg_meta *m, uint64_t ino, size_t n,
+                           const struct keg_chunk_slice *cs, uint64_t min_size, unsigned flags,
+                           uint32_t *nslices, struct keg_attr *out)
+{
+    struct mr_args a = {0};
+    struct keg_attr tmp;
+    redisReply *r;
+    for (size_t i = 0; i < n; i++) {
+        const struct keg_slice *s = &cs[i].s;
+        if ((uint64_t)s->pos + s->len > KEG_CHUNK_SIZE || s->len == 0 ||
+            (s->id && (uint64_t)s->off + s->len > s->size) || s->id >= MR_ID_MAX)
+            return -EINVAL;
+    }
+    if (min_size >= MR_ID_MAX)
+        return -EFBIG;
+    unsigned char *recs = keg_malloc(n ? n * (MR_REC + 4) : 1);
+    if (!recs)
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        mr_put32(recs + i * (MR_REC + 4), cs[i].indx);
+        mr_slice_pack(recs + i * (MR_REC + 4) + 4, &cs[i].s);
+    }
+    mr_arg_u64(&a, ino);
+    mr_arg_u64(&a, min_size);
+    mr_arg_u64(&a, flags & (KEG_WS_SHARE | KEG_WS_NOMTIME));
+    mr_arg_bin(&a, recs, n * (MR_REC + 4));
+    int rc = mr_eval(PRIV(m), S_WRITE, &a, &r);
+    keg_free(recs);
+    if (rc)
+        return rc;
+    rc = mr_reply_attr(r, 1, ino, &tmp);
+    if (rc == 0) {
+        if (nslices)
+            *nslices = (r->elements > 2 && r->element[2]->type == REDIS_REPLY_INTEGER)
+                           ? (uint32_t)r->element[2]->integer : 0;
+        if (out)
+            *out = tmp;
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
+static int mr_truncate(struct keg_meta *m, uint64_t ino, uint64_t size, struct keg_attr *out)
+{
+    struct mr_args a = {0};
+    struct keg_attr tmp;
+    redisReply *r;
+    if (size >= MR_ID_MAX)
+        return -EFBIG;
+    mr_arg_u64(&a, ino);
+    mr_arg_u64(&a, size);
+    int rc = mr_eval(PRIV(m), S_TRUNCATE, &a, &r);
+    if (rc)
+        return rc;
+    rc = mr_reply_attr(r, 1, ino, &tmp);
+    freeReplyObject(r);
+    if (rc == 0 && out)
+        *out = tmp;
+    return rc;
+}
+
+static int mr_compact_chunk(struct keg_meta *m, uint64_t ino, uint32_t indx,
+                            const struct keg_slice *old, size_t nold, const struct keg_slice *repl)
+{
+    struct mr_args a = {0};
+    unsigned char rb[MR_REC];
+    redisReply *r;
+    if (nold == 0 || !repl || !old)
+        return -EINVAL;
+    unsigned char *ob = keg_malloc(nold * MR_REC);
+    if (!ob)
+        return -ENOMEM;
+    for (size_t i = 0; i < nold; i++)
+        mr_slice_pack(ob + i * MR_REC, &old[i]);
+    mr_slice_pack(rb, repl);
+    mr_arg_u64(&a, ino);
+    mr_arg_u64(&a, indx);
+    mr_arg_bin(&a, ob, nold * MR_REC);
+    mr_arg_bin(&a, rb, MR_REC);
+    int rc = mr_eval(PRIV(m), S_COMPACT, &a, &r);
+    keg_free(ob);
+    if (rc == 0)
+        freeReplyObject(r);
+    return rc;
+}
+
+static int mr_delq_peek(struct keg_meta *m, struct keg_del_slice *out, uint32_t max)
+{
+    struct mr_priv *p = PRIV(m);
+    char key[128], stop[16];
+    if (max == 0)
+        return 0;
+    size_t kl = (size_t)snprintf(key, sizeof(key), "%sdelq", p->prefix);
+    snprintf(stop, sizeof(stop), "%" PRIu32, max - 1);
+    const char *argv[] = {"ZRANGE", key, "0", stop};
+    size_t lens[] = {6, kl, 1, strlen(stop)};
+    redisReply *r;
+    int rc = mr_cmd(p, "delq_peek", &r, 4, argv, lens);
+    if (rc)
+        return rc;
+    int n = 0;
+    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements && n < (int)max; i++) {
+        const redisReply *e = r->element[i];
+        char *us;
+        if (e->type != REDIS_REPLY_STRING)
+            continue;
+        unsigned long long id = strtoull(e->str, &us, 10);
+        if (*us != '_')
+            continue;
+        out[n].id = id;
+        out[n].size = (uint32_t)strtoul(us + 1, NULL, 10);
+        n++;
+    }
+    freeReplyObject(r);
+    return n;
+}
+
+/* One ZREM of "id_size" members: atomic and idempotent. */
+static int mr_delq_ack(struct keg_meta *m, const struct keg_del_slice *done, uint32_t n)
+{
+    struct mr_priv *p = PRIV(m);
+    char key[128];
+    if (n == 0)
+        return 0;
+    size_t kl = (size_t)snprintf(key, sizeof(key), "%sdelq", p->prefix);
+    const char **argv = keg_malloc((n + 2) * sizeof(char *));
+    size_t *lens = keg_malloc((n + 2) * sizeof(size_t));
+    char *mem = keg_malloc((size_t)n * 40);
+    int rc = -ENOMEM;
+    if (!argv || !lens || !mem)
+        goto out;
+    argv[0] = "ZREM";
+    lens[0] = 4;
+    argv[1] = key;
+    lens[1] = kl;
+    for (uint32_t i = 0; i < n; i++) {
+        char *s = mem + (size_t)i * 40;
+        int l = snprintf(s, 40, "%" PRIu64 "_%" PRIu32, done[i].id, done[i].size);
+        argv[i + 2] = s;
+        lens[i + 2] = (size_t)l;
+    }
+    redisReply *r;
+    rc = mr_cmd(p, "delq_ack", &r, (int)n + 2, argv, lens);
+    if (rc == 0)
+        freeReplyObject(r);
+out:
+    keg_free(argv);
+    keg_free(lens);
+    keg_free(mem);
+    return rc;
+}
+
+/*----------------------------------------------------------------------------
+ * Extended attributes
+ *--------------------------------------------------------------------------*/
+
+static ssize_t mr_getxattr(struct keg_meta *m, uint64_t ino, const char *name, void *buf,
+                           size_t size)
+{
+    struct mr_args a = {0};
+    redisReply *r;
+    int rc = mr_check_xname(name);
+    if (rc)
+        return rc;
+    mr_arg_u64(&a, ino);
+    mr_arg_str(&a, name);
+    rc = mr_eval(PRIV(m), S_XGET, &a, &r);
+    if (rc)
+        return rc;
+    const redisReply *v = r->elements > 1 ? r->element[1] : NULL;
+    ssize_t len;
+    if (!v || v->type != REDIS_REPLY_STRING) {
+        len = -EIO;
+    } else if (size && v->len > size) {
+        len = -ERANGE;
+    } else {
+        len = (ssize_t)v->len;
+        if (size && v->len)
+            memcpy(buf, v->str, v->len);
+    }
+    freeReplyObject(r);
+    return len;
+}
+
+static int mr_setxattr(struct keg_meta *m, uint64_t ino, const char *name, const void *val,
+                       size_t len, int flags)
+{
+    struct mr_args a = {0};
+    redisReply *r;
+    int rc = mr_check_xname(name);
+    if (rc)
+        return rc;
+    if (len > KEG_XATTR_SIZE_MAX)
+        return -E2BIG;
+    if ((flags & ~(XATTR_CREATE | XATTR_REPLACE)) ||
+        ((flags & XATTR_CREATE) && (flags & XATTR_REPLACE)))
+        return -EINVAL;
+    mr_arg_u64(&a, ino);
+    mr_arg_str(&a, name);
+    mr_arg_bin(&a, len ? val : "", len);
+    mr_arg_u64(&a, (uint64_t)flags);
+    rc = mr_eval(PRIV(m), S_XSET, &a, &r);
+    if (rc == 0)
+        freeReplyObject(r);
+    return rc;
+}
+
+static ssize_t mr_listxattr(struct keg_meta *m, uint64_t ino, char *buf, size_t size)
+{
+    struct mr_args a = {0};
+    redisReply *r;
+    mr_arg_u64(&a, ino);
+    int rc = mr_eval(PRIV(m), S_XLIST, &a, &r);
+    if (rc)
+        return rc;
+    size_t total = 0;
+    ssize_t res = 0;
+    for (size_t i = 1; i < r->elements; i++) {
+        const redisReply *e = r->element[i];
+        if (e->type != REDIS_REPLY_STRING)
+            continue;
+        if (size) {
+            if (total + e->len + 1 > size) {
+                res = -ERANGE;
+                break;
+            }
+            memcpy(buf + total, e->str, e->len);
+            buf[total + e->len] = '\0';
+        }
+        total += e->len + 1;
+    }
+    freeReplyObject(r);
+    return res < 0 ? res : (ssize_t)total;
+}
+
+static int mr_removexattr(struct keg_meta *m, uint64_t ino, const char *name)
+{
+    struct mr_args a = {0};
+    redisReply *r;
+    int rc = mr_check_xname(name);
+    if (rc)
+        return rc;
+    mr_arg_u64(&a, ino);
+    mr_arg_str(&a, name);
+    rc = mr_eval(PRIV(m), S_XREMOVE, &a, &r);
+    if (rc == 0)
+        freeReplyObject(r);
+    return rc;
+}
+
+/*----------------------------------------------------------------------------
+ * Locks
+ *--------------------------------------------------------------------------*/
+
+static int mr_flock(struct keg_meta *m, uint64_t ino, uint64_t owner, uint32_t type)
+{
+    struct mr_args a = {0};
+    redisReply *r;
+    if (type != F_RDLCK && type != F_WRLCK && type != F_UNLCK)
+        return -EINVAL;
+    mr_arg_u64(&a, ino);
+    mr_arg_u64(&a, owner);
+    mr_arg_u64(&a, type);
+    int rc = mr_eval(PRIV(m), S_FLOCK, &a, &r);
+    if (rc == 0)
+        freeReplyObject(r);
+    return rc;
+}
+
+static int mr_getlk(struct keg_meta *m, uint64_t ino, uint64_t owner, struct keg_plock *lk)
+{
+    struct mr_args a = {0};
+    redisReply *r;
+    if ((lk->type != F_RDLCK && lk->type != F_WRLCK) || lk->start > lk->end)
+        return -EINVAL;
+    mr_arg_u64(&a, ino);
+    mr_arg_u64(&a, owner);
+    mr_arg_u64(&a, lk->type);
+    mr_arg_hex(&a, lk->start, 16);
+    mr_arg_hex(&a, lk->end, 16);
+    int rc = mr_eval(PRIV(m), S_GETLK, &a, &r);
+    if (rc)
+        return rc;
+    if (r->elements >= 2 && r->element[1]->type == REDIS_REPLY_STRING &&
+        r->element[1]->str[0] == 'U') {
+        lk->type = F_UNLCK;
+    } else if (r->elements >= 5) {
+        lk->type = r->element[1]->str[0] == 'W' ? F_WRLCK : F_RDLCK;
+        lk->start = strtoull(r->element[2]->str, NULL, 16);
+        lk->end = strtoull(r->element[3]->str, NULL, 16);
+        lk->pid = (uint32_t)strtoul(r->element[4]->str, NULL, 16);
+    } else {
+        rc = -EIO;
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
+static int mr_setlk(struct keg_meta *m, uint64_t ino, uint64_t owner, const struct keg_plock *lk)
+{
+    struct mr_args a = {0};
+    redisReply *r;
+    if ((lk->type != F_RDLCK && lk->type != F_WRLCK && lk->type != F_UNLCK) ||
+        lk->start > lk->end)
+        return -EINVAL;
+    mr_arg_u64(&a, ino);
+    mr_arg_u64(&a, owner);
+    mr_arg_u64(&a, lk->type);
+    mr_arg_hex(&a, lk->start, 16);
+    mr_arg_hex(&a, lk->end, 16);
+    mr_arg_hex(&a, lk->pid, 8);
+    int rc = mr_eval(PRIV(m), S_SETLK, &a, &r);
+    if (rc == 0)
+        freeReplyObject(r);
+    return rc;
+}
+
+/* Durability is the server's setting (appendfsync); nothing to do per client. */
+static int mr_sync(struct keg_meta *m)
+{
+    return 0;
+}
+
+static const char *const mr_schemes[] = {"redis", "rediss", "unix", "redis+sentinel", NULL};
+
+const struct keg_meta_ops keg_meta_redis_ops = {
+    .name = "redis",
+    .version = 1,
+    .caps = KEG_META_CAP_TXN | KEG_META_CAP_SHARED,
+    .priv_size = sizeof(struct mr_priv),
+    .schemes = mr_schemes,
+    .open = mr_open,
+    .close = mr_close,
+    .format_init = mr_format_init,
+    .format_load = mr_format_load,
+    .destroy = mr_destroy,
+    .alloc_ids = mr_alloc_ids,
+    .statfs = mr_statfs,
+    .session_begin = mr_session_begin,
+    .session_heartbeat = mr_session_heartbeat,
+    .session_end = mr_session_end,
+    .session_list = mr_session_list,
+    .session_clean_stale = mr_session_clean_stale,
+    .lookup = mr_lookup,
+    .getattr = mr_getattr,
+    .setattr = mr_setattr,
+    .mknod = mr_mknod,
+    .link = mr_link,
+    .unlink = mr_unlink,
+    .rmdir = mr_rmdir,
+    .rename = mr_rename,
+    .readdir = mr_readdir,
+    .readlink = mr_readlink,
+    .purge = mr_purge,
+    .read_chunk = mr_read_chunk,
+    .write_slices = mr_write_slices,
+    .truncate = mr_truncate,
+    .compact_chunk = mr_compact_chunk,
+    .delq_peek = mr_delq_peek,
+    .delq_ack = mr_delq_ack,
+    .getxattr = mr_getxattr,
+    .setxattr = mr_setxattr,
+    .listxattr = mr_listxattr,
+    .removexattr = mr_removexattr,
+    .flock = mr_flock,
+    .getlk = mr_getlk,
+    .setlk = mr_setlk,
+    .sync = mr_sync,
+};
