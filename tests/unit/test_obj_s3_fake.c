@@ -1,0 +1,360 @@
+/* test_obj_s3_fake.c -- the S3 store against a scripted in-process HTTP server on
+ * 127.0.0.1 (no external server): what goes on the wire (path encoding, signed
+ * payload hash, no Expect), retries on 503/SlowDown and dropped connections, no
+ * retry on 403, a server ignoring Range or sending more than asked, 416. */
+#define _GNU_SOURCE   /* memmem, strcasestr */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "keg/keg.h"
+#include "keg/log.h"
+#include "keg/obj.h"
+#include "obj/s3_sign_i.h"
+
+/* What the server answers, per request number (0-based); past the end: the last. */
+enum reply {
+    R_OK_EMPTY,          /* 200, no body */
+    R_SLOWDOWN,          /* 503 <Code>SlowDown</Code> */
+    R_FORBIDDEN,         /* 403 SignatureDoesNotMatch */
+    R_BODY_200,          /* 200 with the whole 100-byte object, Range ignored */
+    R_BODY_206_LONG,     /* 206 but 100 bytes, more than asked */
+    R_BODY_206,          /* a correct 206 for the Range asked */
+    R_416,               /* 416 InvalidRange */
+    R_CUT,               /* Content-Length 100, 50 bytes sent, connection closed */
+    R_500,
+};
+
+static struct {
+    pthread_mutex_t lock;
+    int             lfd;
+    int             port;
+    enum reply      script[16];
+    int             nscript;
+    int             nreq;                  /* requests seen */
+    char            method[16], path[512];
+    char            hdrs[4096];            /* headers of the last request */
+    char            body_hash[S3_SHA256_HEX];
+    int             stop;
+} srv = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static unsigned char object[100];
+
+static void send_all(int fd, const void *p, size_t n)
+{
+    const char *c = p;
+    while (n) {
+        ssize_t w = send(fd, c, n, MSG_NOSIGNAL);
+        if (w <= 0)
+            return;
+        c += w;
+        n -= (size_t)w;
+    }
+}
+
+static void reply_err(int fd, int status, const char *reason, const char *code)
+{
+    char body[256], head[256];
+    int bn = snprintf(body, sizeof(body), "<?xml version=\"1.0\"?><Error><Code>%s</Code>"
+                                          "<Message>scripted</Message></Error>", code);
+    int hn = snprintf(head, sizeof(head), "HTTP/1.1 %d %s\r\nContent-Length: %d\r\n"
+                                          "Content-Type: application/xml\r\n\r\n",
+                      status, reason, bn);
+    send_all(fd, head, (size_t)hn);
+    send_all(fd, body, (size_t)bn);
+}
+
+/* Serve one connection until it closes.  Returns when the peer or a reply closes. */
+static void serve_conn(int fd)
+{
+    char buf[65536];
+    size_t have = 0;
+    for (;;) {
+        char *end;
+        while (!(end = memmem(buf, have, "\r\n\r\n", 4))) {
+            ssize_t r = recv(fd, buf + have, sizeof(buf) - have - 1, 0);
+            if (r <= 0)
+                return;
+            have += (size_t)r;
+        }
+        size_t hlen = (size_t)(end - buf) + 4;
+        buf[hlen - 1] = '\0';
+        size_t clen = 0;
+        const char *cl = strcasestr(buf, "\r\nContent-Length:");
+        if (cl)
+            clen = (size_t)strtoull(cl + 17, NULL, 10);
+        static char body[1 << 20];
+        size_t got = KEG_MIN(have - hlen, clen);
+        memcpy(body, buf + hlen, got);
+        size_t extra = have - hlen - got;
+        memmove(buf, buf + hlen + got, extra);
+        have = extra;
+        while (got < clen) {
+            ssize_t r = recv(fd, body + got, KEG_MIN(clen - got, sizeof(body) - got), 0);
+            if (r <= 0)
+                return;
+            got += (size_t)r;
+        }
+        pthread_mutex_lock(&srv.lock);
+        int n = srv.nreq++;
+        sscanf(buf, "%15s %511s", srv.method, srv.path);
+        size_t hcopy = KEG_MIN(hlen, sizeof(srv.hdrs) - 1);
+        memcpy(srv.hdrs, buf, hcopy);
+        srv.hdrs[hcopy] = '\0';
+        s3_sha256_hex(body, clen, srv.body_hash);
+        enum reply rp = srv.script[n < srv.nscript ? n : srv.nscript - 1];
+        pthread_mutex_unlock(&srv.lock);
+
+        char head[512];
+        int hn;
+        unsigned long a = 0, b = 0;
+        const char *range = strcasestr(buf, "\r\nRange: bytes=");
+        if (range)
+            sscanf(range + 15, "%lu-%lu", &a, &b);
+        switch (rp) {
+        case R_OK_EMPTY:
+            send_all(fd, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", 38);
+            break;
+        case R_SLOWDOWN:
+            reply_err(fd, 503, "Slow Down", "SlowDown");
+            break;
+        case R_FORBIDDEN:
+            reply_err(fd, 403, "Forbidden", "SignatureDoesNotMatch");
+            break;
+        case R_500:
+            reply_err(fd, 500, "Internal Server Error", "InternalError");
+            break;
+        case R_416:
+            reply_err(fd, 416, "Requested Range Not Satisfiable", "InvalidRange");
+            break;
+        case R_BODY_200:
+        case R_BODY_206_LONG:
+            hn = snprintf(head, sizeof(head), "HTTP/1.1 %s\r\nContent-Length: 100\r\n\r\n",
+                          rp == R_BODY_200 ? "200 OK" : "206 Partial Content");
+            send_all(fd, head, (size_t)hn);
+            send_all(fd, object, 100);
+            break;
+        case R_BODY_206:
+            if (b >= sizeof(object))
+                b = sizeof(object) - 1;
+            hn = snprintf(head, sizeof(head), "HTTP/1.1 206 Partial Content\r\n"
+                          "Content-Range: bytes %lu-%lu/100\r\nContent-Length: %lu\r\n\r\n",
+                          a, b, b - a + 1);
+            send_all(fd, head, (size_t)hn);
+            send_all(fd, object + a, b - a + 1);
+            break;
+        case R_CUT:
+            send_all(fd, "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n", 40);
+            send_all(fd, object, 50);
+            return;
+        }
+    }
+}
+
+static void *server_main(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        int fd = accept(srv.lfd, NULL, NULL);
+        if (fd < 0)
+            return NULL;
+        pthread_mutex_lock(&srv.lock);
+        int stop = srv.stop;
+        pthread_mutex_unlock(&srv.lock);
+        if (stop) {
+            close(fd);
+            return NULL;
+        }
+        serve_conn(fd);     /* one connection at a time: enough for these tests */
+        close(fd);
+    }
+}
+
+static pthread_t srv_thread;
+
+static int group_setup(void **state)
+{
+    (void)state;
+    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t sl = sizeof(sa);
+    for (size_t i = 0; i < sizeof(object); i++)
+        object[i] = (unsigned char)(i * 7 + 3);
+    srv.lfd = socket(AF_INET, SOCK_STREAM, 0);
+    if (srv.lfd < 0 || bind(srv.lfd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+        listen(srv.lfd, 16) < 0 || getsockname(srv.lfd, (struct sockaddr *)&sa, &sl) < 0)
+        return -1;
+    srv.port = ntohs(sa.sin_port);
+    keg_log_set_level(LOG_CRIT);     /* the scripted failures would fill the output */
+    return pthread_create(&srv_thread, NULL, server_main, NULL) == 0 ? 0 : -1;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    pthread_mutex_lock(&srv.lock);
+    srv.stop = 1;
+    pthread_mutex_unlock(&srv.lock);
+    /* wake accept() */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)srv.port),
+                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    connect(fd, (struct sockaddr *)&sa, sizeof(sa));
+    close(fd);
+    pthread_join(srv_thread, NULL);
+    close(srv.lfd);
+    return 0;
+}
+
+static void script(int n, ...)
+{
+    va_list ap;
+    pthread_mutex_lock(&srv.lock);
+    va_start(ap, n);
+    for (int i = 0; i < n; i++)
+        srv.script[i] = (enum reply)va_arg(ap, int);
+    va_end(ap);
+    srv.nscript = n;
+    srv.nreq = 0;
+    pthread_mutex_unlock(&srv.lock);
+}
+
+static int nreq(void)
+{
+    pthread_mutex_lock(&srv.lock);
+    int n = srv.nreq;
+    pthread_mutex_unlock(&srv.lock);
+    return n;
+}
+
+static struct keg_obj *open_fake(unsigned deadline_ms)
+{
+    char url[128];
+    struct keg_obj *o = NULL;
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d/bkt/pre", srv.port);
+    struct keg_obj_conf c = { .bucket = url, .access_key = "AK", .secret_key = "SK",
+                              .concurrency = 2, .retry_deadline_ms = deadline_ms };
+    assert_int_equal(keg_obj_open("s3", &c, NULL, &o), 0);
+    return o;
+}
+
+static void test_put_wire_format(void **state)
+{
+    (void)state;
+    struct keg_obj *o = open_fake(2000);
+    const char *body = "hello, wire";
+    char want[S3_SHA256_HEX];
+    s3_sha256_hex(body, strlen(body), want);
+    script(1, R_OK_EMPTY);
+    assert_int_equal(keg_obj_put(o, "dir/a b+c~", body, strlen(body)), 0);
+    assert_int_equal(nreq(), 1);
+    assert_string_equal(srv.method, "PUT");
+    assert_string_equal(srv.path, "/bkt/pre/dir/a%20b%2Bc~");
+    assert_string_equal(srv.body_hash, want);
+    char hdr[128];
+    snprintf(hdr, sizeof(hdr), "x-amz-content-sha256: %s", want);
+    assert_non_null(strstr(srv.hdrs, hdr));
+    assert_non_null(strstr(srv.hdrs, "Authorization: AWS4-HMAC-SHA256 Credential=AK/"));
+    assert_non_null(strstr(srv.hdrs, "/us-east-1/s3/aws4_request, SignedHeaders="
+                                      "host;x-amz-content-sha256;x-amz-date, Signature="));
+    assert_null(strcasestr(srv.hdrs, "Expect:"));
+    keg_obj_close(o);
+}
+
+static void test_retry_then_ok(void **state)
+{
+    (void)state;
+    struct keg_obj *o = open_fake(10000);
+    script(3, R_SLOWDOWN, R_500, R_OK_EMPTY);
+    assert_int_equal(keg_obj_put(o, "k", "x", 1), 0);
+    assert_int_equal(nreq(), 3);
+    /* A body cut short (curl: partial file) is retried too. */
+    unsigned char buf[100];
+    script(2, R_CUT, R_BODY_206);
+    assert_int_equal(keg_obj_get(o, "k", 0, buf, 100), 100);
+    assert_memory_equal(buf, object, 100);
+    assert_int_equal(nreq(), 2);
+    keg_obj_close(o);
+}
+
+static void test_no_retry_on_403(void **state)
+{
+    (void)state;
+    struct keg_obj *o = open_fake(10000);
+    script(1, R_FORBIDDEN);
+    assert_int_equal(keg_obj_put(o, "k", "x", 1), -EACCES);
+    assert_int_equal(nreq(), 1);
+    keg_obj_close(o);
+}
+
+static void test_retries_run_out(void **state)
+{
+    (void)state;
+    struct keg_obj *o = open_fake(600);
+    script(1, R_SLOWDOWN);
+    int64_t t0 = keg_mono_ns();
+    assert_int_equal(keg_obj_put(o, "k", "x", 1), -EAGAIN);
+    int64_t ms = (keg_mono_ns() - t0) / 1000000;
+    assert_true(ms >= 550 && ms < 2000);
+    assert_true(nreq() >= 2);
+    keg_obj_close(o);
+}
+
+static void test_get_guards(void **state)
+{
+    (void)state;
+    struct keg_obj *o = open_fake(2000);
+    unsigned char buf[200];
+
+    /* The server ignores Range and sends the whole object with 200. */
+    script(1, R_BODY_200);
+    memset(buf, 0xEE, sizeof(buf));
+    assert_int_equal(keg_obj_get(o, "k", 10, buf, 20), 20);
+    assert_memory_equal(buf, object + 10, 20);
+    assert_int_equal(buf[20], 0xEE);                   /* nothing past what was asked */
+    assert_non_null(strstr(srv.hdrs, "Range: bytes=10-29"));
+    /* ... starting near the end: a short read. */
+    assert_int_equal(keg_obj_get(o, "k", 90, buf, 50), 10);
+    assert_memory_equal(buf, object + 90, 10);
+
+    /* A 206 with more bytes than asked: the rest is dropped, never written. */
+    script(1, R_BODY_206_LONG);
+    memset(buf, 0xEE, sizeof(buf));
+    assert_int_equal(keg_obj_get(o, "k", 0, buf, 5), 5);
+    assert_memory_equal(buf, object, 5);
+    assert_int_equal(buf[5], 0xEE);
+
+    /* 416: the range starts past the end -> 0 bytes. */
+    script(1, R_416);
+    assert_int_equal(keg_obj_get(o, "k", 500, buf, 10), 0);
+
+    /* A correct 206. */
+    script(1, R_BODY_206);
+    assert_int_equal(keg_obj_get(o, "k", 30, buf, 40), 40);
+    assert_memory_equal(buf, object + 30, 40);
+    keg_obj_close(o);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_put_wire_format),
+        cmocka_unit_test(test_retry_then_ok),
+        cmocka_unit_test(test_no_retry_on_403),
+        cmocka_unit_test(test_retries_run_out),
+        cmocka_unit_test(test_get_guards),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
