@@ -26,8 +26,8 @@ int keg_url_unescape(char *s)
         if (*r == '%') {
             int hi = hexval((unsigned char)r[1]);
             int lo = hi < 0 ? -1 : hexval((unsigned char)r[2]);
-            if (hi < 0 || lo < 0)
-                return -EINVAL;
+            if (hi < 0 || lo < 0 || (hi == 0 && lo == 0))
+                return -EINVAL;     /* %00 would silently cut the string */
             *w++ = (char)(hi * 16 + lo);
             r += 2;
         } else {
@@ -64,6 +64,10 @@ int keg_url_parse(const char *url, struct keg_url *out, const char **err)
         why = "missing scheme (expected scheme://...)";
         goto bad;
     }
+    if (!isalpha((unsigned char)url[0])) {
+        why = "scheme must start with a letter";
+        goto bad;
+    }
     for (const char *p = url; p < sep; p++) {
         if (!isalnum((unsigned char)*p) && *p != '+' && *p != '-' && *p != '.') {
             why = "invalid character in scheme";
@@ -98,7 +102,9 @@ int keg_url_parse(const char *url, struct keg_url *out, const char **err)
     }
     size_t hlen = (size_t)(auth + alen - hostp);
     const char *portp = NULL;
-    if (hlen && hostp[0] == '[') {
+    if (memchr(hostp, ',', hlen)) {
+        out->host = keg_strndup(hostp, hlen);   /* host list: ports stay inside */
+    } else if (hlen && hostp[0] == '[') {
         const char *rb = memchr(hostp, ']', hlen);
         if (!rb) {
             why = "unterminated [IPv6] host";
@@ -112,8 +118,6 @@ int keg_url_parse(const char *url, struct keg_url *out, const char **err)
             }
             portp = rb + 2;
         }
-    } else if (memchr(hostp, ',', hlen)) {
-        out->host = keg_strndup(hostp, hlen);   /* host list: ports stay inside */
     } else {
         const char *colon = memchr(hostp, ':', hlen);
         if (colon) {
@@ -199,10 +203,15 @@ char *keg_url_redact(const char *url, char *buf, size_t buflen)
     }
     const char *sep = strstr(url, "://");
     const char *p = url;
-    if (sep) {
-        for (; p < sep + 3; p++)
-            PUT(*p);
-        size_t alen = strcspn(p, "/?");
+    {
+        /* without "://" the text may still be "user:pass@host...": treat it alike */
+        if (sep) {
+            for (; p < sep + 3; p++)
+                PUT(*p);
+        }
+        /* The '@' may follow an unescaped '/' in a password: look up to the
+         * query, not just to the end of the authority (over-redacting is safe). */
+        size_t alen = strcspn(p, "?");
         const char *at = NULL;
         for (const char *x = p; x < p + alen; x++)
             if (*x == '@')
