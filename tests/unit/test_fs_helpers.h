@@ -24,7 +24,7 @@ struct tvol {
 
 static const struct keg_ctx tv_root = {.uid = 0, .gid = 0};
 
-static void tvol_init(struct tvol *v, uint32_t bs, const char *compress)
+static inline void tvol_init(struct tvol *v, uint32_t bs, const char *compress)
 {
     struct keg_meta *m = NULL;
     struct keg_format f;
@@ -47,7 +47,7 @@ static void tvol_init(struct tvol *v, uint32_t bs, const char *compress)
     keg_meta_close(m);
 }
 
-static int tvol_mount_conf(struct tvol *v, int no_session, int read_only, uint64_t buffer_size)
+static inline int tvol_mount_conf(struct tvol *v, int no_session, int read_only, uint64_t buffer_size)
 {
     struct keg_fs_conf conf;
     memset(&conf, 0, sizeof(conf));
@@ -60,18 +60,18 @@ static int tvol_mount_conf(struct tvol *v, int no_session, int read_only, uint64
     return keg_fs_new(&conf, &v->fs);
 }
 
-static void tvol_mount(struct tvol *v)
+static inline void tvol_mount(struct tvol *v)
 {
     assert_int_equal(tvol_mount_conf(v, 0, 0, 0), 0);
 }
 
-static void tvol_umount(struct tvol *v)
+static inline void tvol_umount(struct tvol *v)
 {
     keg_fs_free(v->fs);
     v->fs = NULL;
 }
 
-static int tvol_rm_cb(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+static inline int tvol_rm_cb(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
     (void)sb;
     (void)flag;
@@ -80,7 +80,7 @@ static int tvol_rm_cb(const char *path, const struct stat *sb, int flag, struct 
     return 0;
 }
 
-static void tvol_cleanup(struct tvol *v)
+static inline void tvol_cleanup(struct tvol *v)
 {
     if (v->fs)
         tvol_umount(v);
@@ -90,7 +90,7 @@ static void tvol_cleanup(struct tvol *v)
 static long tvol_nobj;
 static char tvol_first_obj[512];
 
-static int tvol_count_cb(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+static inline int tvol_count_cb(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
     (void)sb;
     if (flag == FTW_F && strncmp(path + ftw->base, ".tmp.", 5) != 0) {
@@ -102,7 +102,7 @@ static int tvol_count_cb(const char *path, const struct stat *sb, int flag, stru
 }
 
 /* Number of objects in the store (the first one's path in tvol_first_obj). */
-static long tvol_count_objects(struct tvol *v)
+static inline long tvol_count_objects(struct tvol *v)
 {
     tvol_nobj = 0;
     tvol_first_obj[0] = '\0';
@@ -111,7 +111,7 @@ static long tvol_count_objects(struct tvol *v)
 }
 
 /* Create parent/name and open it read-write. */
-static struct keg_fh *tvol_create(struct tvol *v, uint64_t parent, const char *name,
+static inline struct keg_fh *tvol_create(struct tvol *v, uint64_t parent, const char *name,
                                   uint64_t *ino)
 {
     struct keg_attr a;
@@ -123,7 +123,7 @@ static struct keg_fh *tvol_create(struct tvol *v, uint64_t parent, const char *n
     return fh;
 }
 
-static struct keg_fh *tvol_open(struct tvol *v, uint64_t ino, int flags)
+static inline struct keg_fh *tvol_open(struct tvol *v, uint64_t ino, int flags)
 {
     struct keg_fh *fh = NULL;
     int keep = 0;
