@@ -1,0 +1,204 @@
+/* main.c -- kegfs-csi: command-line flags, then serve the CSI socket. */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "csi_i.h"
+#include "keg/mem.h"
+#include "mount_mgr.h"
+#include "state.h"
+#define KEG_LOG_TAG "csi"
+#include "keg/log.h"
+
+static void usage(FILE *fp)
+{
+    fprintf(fp,
+        "usage: kegfs-csi --endpoint unix:///csi/csi.sock --nodeid NODE [options]\n"
+        "\n"
+        "The KegFS CSI driver (" CSI_DRIVER_NAME ").\n"
+        "\n"
+        "  --endpoint EP        unix socket to serve (also $CSI_ENDPOINT)\n"
+        "  --nodeid NODE        this node's name (also $NODE_ID / $KUBE_NODE_NAME)\n"
+        "  --mode MODE          controller | node | all (default all)\n"
+        "  --state-dir DIR      node state: publish records, mounter configs, logs\n"
+        "                       (default " CSI_STATE_DIR_DEFAULT ")\n"
+        "  --mounter PATH       the kegfs binary (default: kegfs next to this binary,\n"
+        "                       else /usr/local/bin/kegfs)\n"
+        "  --workers N          gRPC worker threads (default 8)\n"
+        "  --watchdog-ms MS     how often dead mounts are re-established (default 2000)\n"
+        "  -v, --verbose        log at debug level\n"
+        "  --version            print the version\n"
+        "  -h, --help           this help\n");
+}
+
+/* The kegfs binary: next to this executable, else /usr/local/bin/kegfs.
+ * OWNERSHIP: caller keg_free()s. */
+static char *default_mounter(void)
+{
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n > 0) {
+        self[n] = '\0';
+        char *slash = strrchr(self, '/');
+        if (slash) {
+            *slash = '\0';
+            char *p = keg_asprintf("%s/kegfs", self);
+            if (p && access(p, X_OK) == 0)
+                return p;
+            keg_free(p);
+            /* build tree: csi/kegfs-csi and mounter/kegfs */
+            p = keg_asprintf("%s/../mounter/kegfs", self);
+            if (p && access(p, X_OK) == 0)
+                return p;
+            keg_free(p);
+        }
+    }
+    return keg_strdup("/usr/local/bin/kegfs");
+}
+
+int main(int argc, char **argv)
+{
+    enum { O_ENDPOINT = 0x100, O_NODEID, O_MODE, O_STATE, O_MOUNTER, O_WORKERS, O_WD, O_VERSION };
+    static const struct option longopts[] = {
+        { "endpoint", required_argument, NULL, O_ENDPOINT },
+        { "nodeid", required_argument, NULL, O_NODEID },
+        { "node-id", required_argument, NULL, O_NODEID },
+        { "mode", required_argument, NULL, O_MODE },
+        { "state-dir", required_argument, NULL, O_STATE },
+        { "mounter", required_argument, NULL, O_MOUNTER },
+        { "workers", required_argument, NULL, O_WORKERS },
+        { "watchdog-ms", required_argument, NULL, O_WD },
+        { "verbose", no_argument, NULL, 'v' },
+        { "version", no_argument, NULL, O_VERSION },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
+    struct csi_ctx ctx;
+    const char *endpoint = getenv("CSI_ENDPOINT");
+    const char *node_id = getenv("NODE_ID");
+    const char *state_dir = CSI_STATE_DIR_DEFAULT;
+    char *mounter = NULL;
+    unsigned long workers = 8, wd_ms = 2000;
+    int opt, rc;
+    char *end;
+
+    memset(&ctx, 0, sizeof(ctx));
+    ctx.mode = CSI_MODE_ALL;
+    if (!node_id)
+        node_id = getenv("KUBE_NODE_NAME");
+    keg_log_set_level(LOG_INFO);
+
+    while ((opt = getopt_long(argc, argv, "vh", longopts, NULL)) != -1) {
+        switch (opt) {
+        case O_ENDPOINT:
+            endpoint = optarg;
+            break;
+        case O_NODEID:
+            node_id = optarg;
+            break;
+        case O_MODE:
+            if (strcmp(optarg, "controller") == 0)
+                ctx.mode = CSI_MODE_CONTROLLER;
+            else if (strcmp(optarg, "node") == 0)
+                ctx.mode = CSI_MODE_NODE;
+            else if (strcmp(optarg, "all") == 0)
+                ctx.mode = CSI_MODE_ALL;
+            else {
+                fprintf(stderr, "kegfs-csi: --mode must be controller, node or all\n");
+                return 2;
+            }
+            break;
+        case O_STATE:
+            state_dir = optarg;
+            break;
+        case O_MOUNTER:
+            keg_free(mounter);
+            mounter = keg_strdup(optarg);
+            break;
+        case O_WORKERS:
+            workers = strtoul(optarg, &end, 10);
+            if (*end || workers == 0 || workers > 64) {
+                fprintf(stderr, "kegfs-csi: --workers must be 1..64\n");
+                return 2;
+            }
+            break;
+        case O_WD:
+            wd_ms = strtoul(optarg, &end, 10);
+            if (*end || wd_ms < 100) {
+                fprintf(stderr, "kegfs-csi: --watchdog-ms must be >= 100\n");
+                return 2;
+            }
+            break;
+        case 'v':
+            keg_log_set_level(LOG_DEBUG);
+            break;
+        case O_VERSION:
+            printf("kegfs-csi %s (%s)\n", KEG_VERSION, CSI_DRIVER_NAME);
+            return 0;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (optind != argc || !endpoint || !*endpoint) {
+        fprintf(stderr, "kegfs-csi: --endpoint is required (e.g. unix:///csi/csi.sock)\n");
+        usage(stderr);
+        return 2;
+    }
+    if ((ctx.mode & CSI_MODE_NODE) && (!node_id || !*node_id)) {
+        fprintf(stderr, "kegfs-csi: --nodeid is required for the node service\n");
+        return 2;
+    }
+    if (!mounter)
+        mounter = default_mounter();
+
+    /* SIGTERM/SIGINT are taken by sigtimedwait in csi_serve; block them (and
+     * SIGPIPE) before any thread starts so no worker is interrupted. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+
+    ctx.node_id = node_id;
+    ctx.state_dir = state_dir;
+    ctx.watchdog_ms = (unsigned)wd_ms;
+    csi_ctx_init(&ctx);
+
+    if (ctx.mode & CSI_MODE_NODE) {
+        rc = csi_state_open(state_dir, &ctx.state);
+        if (rc < 0) {
+            fprintf(stderr, "kegfs-csi: cannot open the state directory %s: %s\n", state_dir,
+                    strerror(-rc));
+            goto out;
+        }
+        rc = csi_mount_mgr_process_create(mounter, state_dir, &ctx.mm);
+        if (rc < 0)
+            goto out;
+        /* first recovery pass runs in the watchdog, which then sets ctx.ready */
+        rc = csi_node_watchdog_start(&ctx);
+        if (rc < 0)
+            goto out;
+    } else {
+        ctx.ready = 1;
+    }
+    KEG_INFO("mounter %s, state dir %s", mounter, state_dir);
+    rc = csi_serve(&ctx, endpoint, (unsigned)workers);
+
+out:
+    csi_node_watchdog_stop(&ctx);
+    if (ctx.mm)
+        ctx.mm->ops->destroy(ctx.mm);
+    csi_state_close(ctx.state);
+    csi_ctx_destroy(&ctx);
+    keg_free(mounter);
+    return rc < 0 ? 1 : 0;
+}
