@@ -1,0 +1,84 @@
+/* stack_i.h -- private: the SSD cache and writeback layers, as assembled by core/stack.c.
+ *
+ * Each layer is a file with a *_conf, a *_stats and a *_create(conf, inner)
+ * (STYLE.md §3).  They are not in the by-name registry because they need
+ * more configuration than struct keg_obj_conf carries.  Tests include this
+ * header to build stacks with their own inner stores.
+ */
+#ifndef KEG_STACK_I_H
+#define KEG_STACK_I_H
+
+#include "keg/obj.h"
+
+/*----------------------------------------------------------------------------
+ * SSD cache (core/cache/cache_ssd.c), ops name "cache_ssd"
+ *--------------------------------------------------------------------------*/
+
+struct keg_cache_ssd_conf {
+    const char *dir;          /* <cache_dir>/<volume uuid or name>; created if missing */
+    uint64_t    budget;       /* bytes of cache files kept (> 0) */
+};
+
+struct keg_cache_ssd_stats {
+    uint64_t bytes;           /* bytes of cache files indexed */
+    uint64_t objects;
+    uint64_t budget;
+    uint64_t hits;            /* gets served from a verified cache file */
+    uint64_t misses;          /* gets that fetched from the inner store (one per single-flight) */
+    uint64_t shared;          /* gets that waited for another thread's fetch */
+    uint64_t corrupt;         /* cache files that failed verification (deleted, refetched) */
+    uint64_t evictions;
+};
+
+/* Opens the SSD cache layer over inner.
+ * TAKES: inner (closed here on failure, or with *out).  BORROWS: conf.
+ * OWNERSHIP: caller closes *out with keg_obj_close().
+ * Returns 0 or -errno (-EINVAL bad conf, what mkdir/open of the directory returns). */
+int keg_cache_ssd_create(const struct keg_cache_ssd_conf *conf, struct keg_obj *inner,
+                         struct keg_obj **out);
+/* Fills *st (zeroed when o is not a cache_ssd layer).  Returns 0 or -EINVAL. */
+int keg_cache_ssd_stats(struct keg_obj *o, struct keg_cache_ssd_stats *st);
+extern const struct keg_obj_ops keg_cache_ssd_ops;
+
+/*----------------------------------------------------------------------------
+ * Writeback (core/wb/writeback.c), ops name "writeback"
+ *--------------------------------------------------------------------------*/
+
+struct keg_wb_conf {
+    const char *dir;          /* <cache_dir>/<volume uuid or name>; staging/<slot>/ below it */
+    unsigned    workers;      /* upload threads (0: 4) */
+    uint64_t    max_staging;  /* staged object bytes before put blocks (0: 1 GiB) */
+    unsigned    drain_ms;     /* close() waits this long for uploads (0: 30000) */
+    unsigned    retries;      /* attempts on a transient error before parking (0: 6) */
+    unsigned    backoff_ms;   /* first retry delay, doubled per attempt, max 5 s (0: 100) */
+    unsigned    park_ms;      /* a parked (failing) object is retried after this (0: 60000) */
+};
+
+struct keg_wb_stats {
+    uint64_t staged_bytes;    /* object bytes in staging (incl. uploading, parked) */
+    uint64_t staged_objects;
+    uint64_t unsynced_objects; /* staged but not yet fsync'ed */
+    uint64_t uploading;       /* uploads in flight */
+    uint64_t parked;          /* objects whose upload failed; retried later */
+    uint64_t uploaded_bytes;  /* total since open */
+    uint64_t uploaded_objects;
+    uint64_t upload_errors;   /* failed upload attempts (transient and permanent) */
+    uint64_t rate_bps;        /* upload rate, bytes/s, decaying average over ~5 s */
+    uint64_t waiting_puts;    /* puts blocked by max_staging right now */
+};
+
+/* Opens the writeback layer over inner: recovers what is staged and starts
+ * the upload workers.
+ * TAKES: inner.  BORROWS: conf.  OWNERSHIP: caller closes *out with keg_obj_close(),
+ * which drains for conf->drain_ms and leaves the rest staged.
+ * Returns 0 or -errno (-EINVAL bad conf, -EBUSY every staging slot in use, ...). */
+int keg_wb_create(const struct keg_wb_conf *conf, struct keg_obj *inner, struct keg_obj **out);
+/* Fills *st (zeroed when o is not a writeback layer).  Returns 0 or -EINVAL. */
+int keg_wb_stats(struct keg_obj *o, struct keg_wb_stats *st);
+/* Waits until nothing is staged, or timeout_ms.  Parked objects are retried now.
+ * *remaining (may be NULL) = objects still staged.
+ * Returns 0, -ETIMEDOUT (time ran out), or -EIO (what is left only fails to upload). */
+int keg_wb_drain(struct keg_obj *o, unsigned timeout_ms, uint64_t *remaining);
+extern const struct keg_obj_ops keg_wb_ops;
+
+#endif
