@@ -329,6 +329,15 @@ static int mr_connect(struct mr_priv *p, redisContext **out, char *why, size_t w
         }
         freeReplyObject(r);
     }
+    /* "kegfs-NS" in CLIENT LIST shows which volume a connection serves */
+    redisReply *nr = redisCommand(c, "CLIENT SETNAME kegfs-%b", p->prefix + 1,
+                                  strlen(p->prefix) - 2);
+    if (!nr) {
+        snprintf(why, whylen, "%s", c->errstr);
+        rc = -EIO;
+        goto fail;
+    }
+    freeReplyObject(nr);
     if (p->kind == MR_SENTINEL) {
         redisReply *r = redisCommand(c, "ROLE");
         int master = r && r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&

@@ -1,0 +1,579 @@
+/* test_meta_redis.c -- Redis-engine specific tests (the shared semantics are in
+ * test_meta_contract.c).
+ *
+ * URL errors that are caught before connecting and the unreachable-server
+ * error always run.  Everything else needs a live redis-server: set env
+ * KEG_TEST_REDIS_URL (e.g. redis://127.0.0.1:6390, started by
+ * scripts/redis-server.sh); without it those tests are skipped.  The tests
+ * change server settings (maxmemory, maxmemory-policy, requirepass) with
+ * CONFIG SET and restore them, so use a throw-away server.
+ * KEG_TEST_REDIS_INODES (default 100000) sets the size of the memory test.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <hiredis/hiredis.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "keg/log.h"
+#include "keg/mem.h"
+#include "keg/meta.h"
+#include "keg/url.h"
+#include "meta/meta_redis_i.h"
+
+/*----------------------------------------------------------------------------
+ * Helpers
+ *--------------------------------------------------------------------------*/
+
+static char g_host[256];
+static int g_port;
+static int g_live;
+static int g_seq;
+
+/* Captured log lines (the sink is process-wide). */
+static pthread_mutex_t g_log_lock = PTHREAD_MUTEX_INITIALIZER;
+static char g_log[16384];
+
+static void capture_sink(void *arg, int level, const char *tag, const char *fmt, va_list ap)
+{
+    char line[1024];
+    (void)arg;
+    (void)level;
+    vsnprintf(line, sizeof(line), fmt, ap);
+    pthread_mutex_lock(&g_log_lock);
+    size_t o = strlen(g_log);
+    snprintf(g_log + o, sizeof(g_log) - o, "[%s] %s\n", tag, line);
+    pthread_mutex_unlock(&g_log_lock);
+}
+
+static void log_reset(void)
+{
+    pthread_mutex_lock(&g_log_lock);
+    g_log[0] = '\0';
+    pthread_mutex_unlock(&g_log_lock);
+}
+
+static int log_has(const char *s)
+{
+    pthread_mutex_lock(&g_log_lock);
+    int r = strstr(g_log, s) != NULL;
+    pthread_mutex_unlock(&g_log_lock);
+    return r;
+}
+
+static void need_live(void)
+{
+    if (!g_live) {
+        fprintf(stderr, "  (KEG_TEST_REDIS_URL unset: skipped)\n");
+        skip();
+    }
+}
+
+static void token(char *buf, size_t len)
+{
+    snprintf(buf, len, "tr%dx%d", (int)getpid(), ++g_seq);
+}
+
+static void url_for(char *buf, size_t len, int db, const char *ns)
+{
+    snprintf(buf, len, "redis://%s:%d/%d?ns=%s", g_host, g_port, db, ns);
+}
+
+/* An admin connection of the test itself. */
+static redisContext *admin(void)
+{
+    struct timeval tv = {5, 0};
+    redisContext *c = redisConnectWithTimeout(g_host, g_port, tv);
+    assert_non_null(c);
+    assert_int_equal(c->err, 0);
+    return c;
+}
+
+static void cmd_ok(redisContext *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = redisvCommand(c, fmt, ap);
+    va_end(ap);
+    assert_non_null(r);
+    if (r->type == REDIS_REPLY_ERROR)
+        fprintf(stderr, "redis: %s\n", r->str);
+    assert_int_not_equal(r->type, REDIS_REPLY_ERROR);
+    freeReplyObject(r);
+}
+
+static void fill_format(struct keg_format *f)
+{
+    memset(f, 0, sizeof(*f));
+    snprintf(f->name, sizeof(f->name), "redis-test");
+    snprintf(f->storage, sizeof(f->storage), "mem");
+    snprintf(f->compress, sizeof(f->compress), "none");
+    f->block_size = 4u << 20;
+}
+
+/* Opens and formats a fresh volume in db/ns. */
+static struct keg_meta *open_vol(int db, const char *ns)
+{
+    char url[512];
+    struct keg_meta *m = NULL;
+    struct keg_format f;
+    url_for(url, sizeof(url), db, ns);
+    assert_int_equal(keg_meta_open(url, &m), 0);
+    fill_format(&f);
+    assert_int_equal(KEG_META_CALL(m, format_init, &f, 0755, 0, 0, 0), 0);
+    return m;
+}
+
+static void close_vol(struct keg_meta *m)
+{
+    KEG_META_CALL0(m, session_end);
+    assert_int_equal(KEG_META_CALL0(m, destroy), 0);
+    keg_meta_close(m);
+}
+
+static uint64_t new_ino(struct keg_meta *m)
+{
+    uint64_t ino = 0;
+    assert_int_equal(KEG_META_CALL(m, alloc_ids, KEG_ID_INODE, 1, &ino), 0);
+    return ino;
+}
+
+static int mkfile(struct keg_meta *m, uint64_t parent, const char *name, struct keg_attr *out)
+{
+    return KEG_META_CALL(m, mknod, parent, name, new_ino(m), S_IFREG | 0644, 0, 0, 0, NULL, out);
+}
+
+static uint64_t mkdir_(struct keg_meta *m, uint64_t parent, const char *name)
+{
+    struct keg_attr a;
+    assert_int_equal(KEG_META_CALL(m, mknod, parent, name, new_ino(m), S_IFDIR | 0755, 0, 0, 0,
+                                   NULL, &a), 0);
+    return a.ino;
+}
+
+/* used_memory from INFO memory. */
+static long long used_memory(redisContext *c)
+{
+    redisReply *r = redisCommand(c, "INFO memory");
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    const char *s = strstr(r->str, "used_memory:");
+    assert_non_null(s);
+    long long v = strtoll(s + strlen("used_memory:"), NULL, 10);
+    freeReplyObject(r);
+    return v;
+}
+
+/*----------------------------------------------------------------------------
+ * Tests without a server
+ *--------------------------------------------------------------------------*/
+
+static void test_url_errors(void **state)
+{
+    struct keg_meta *m = (struct keg_meta *)0x1;
+    static const char *const bad[] = {
+        "rediss://127.0.0.1:1/0",                        /* no TLS in this hiredis */
+        "redis://127.0.0.1:1/notanumber",                /* db must be a number */
+        "redis://127.0.0.1:1/0?ns=bad{ns}",              /* would break the hash tag */
+        "redis://127.0.0.1:1/0?ns=",                     /* empty namespace */
+        "redis://127.0.0.1:1/0?db=x",
+        "redis:///0",                                    /* no host */
+        "unix://relative.sock",                          /* socket path must be absolute */
+        "redis+sentinel://127.0.0.1:1",                  /* no master name */
+        "redis+sentinel://:pw@127.0.0.1:1,127.0.0.1:2/", /* no master name */
+        NULL,
+    };
+    (void)state;
+    for (int i = 0; bad[i]; i++) {
+        log_reset();
+        m = (struct keg_meta *)0x1;
+        assert_int_equal(keg_meta_open(bad[i], &m), -EINVAL);
+        assert_null(m);
+    }
+    log_reset();
+    assert_int_equal(keg_meta_open("rediss://:pw@127.0.0.1:1/0", &m), -EINVAL);
+    assert_true(log_has("rediss:// needs hiredis with TLS; use stunnel"));
+    assert_false(log_has("pw@"));
+    /* every scheme of the engine is registered */
+    const struct keg_meta_ops *ops = keg_meta_find("redis");
+    assert_non_null(ops);
+    assert_ptr_equal(keg_meta_find("rediss"), ops);
+    assert_ptr_equal(keg_meta_find("unix"), ops);
+    assert_ptr_equal(keg_meta_find("redis+sentinel"), ops);
+    assert_true(ops->caps & KEG_META_CAP_SHARED);
+}
+
+static void test_unreachable(void **state)
+{
+    struct keg_meta *m = (struct keg_meta *)0x1;
+    (void)state;
+    /* port 1 on loopback: nothing listens there */
+    log_reset();
+    int rc = keg_meta_open("redis://:topsecret@127.0.0.1:1/0?ns=x", &m);
+    assert_true(rc == -ECONNREFUSED || rc == -EIO);
+    assert_null(m);
+    assert_true(log_has("127.0.0.1:1"));
+    assert_false(log_has("topsecret"));
+    log_reset();
+    rc = keg_meta_open("unix:///nonexistent/redis.sock?ns=x", &m);
+    assert_true(rc == -ECONNREFUSED || rc == -EIO || rc == -ENOENT);
+    assert_true(log_has("/nonexistent/redis.sock"));
+    log_reset();
+    rc = keg_meta_open("redis+sentinel://127.0.0.1:1,127.0.0.1:2/mymaster?ns=x", &m);
+    assert_true(rc == -ECONNREFUSED || rc == -EIO);
+    assert_true(log_has("mymaster"));
+}
+
+/*----------------------------------------------------------------------------
+ * Tests with a live server
+ *--------------------------------------------------------------------------*/
+
+/* db in the path, ns in the query, unix socket, password: each lands where named. */
+static void test_url_forms(void **state)
+{
+    char ns[64], url[512];
+    struct keg_meta *m;
+    struct keg_format f;
+    (void)state;
+    need_live();
+    redisContext *c = admin();
+
+    /* /7 selects db 7; every key is prefixed with {ns} */
+    token(ns, sizeof(ns));
+    m = open_vol(7, ns);
+    cmd_ok(c, "SELECT 7");
+    redisReply *r = redisCommand(c, "EXISTS {%s}setting", ns);
+    assert_int_equal(r->integer, 1);
+    freeReplyObject(r);
+    cmd_ok(c, "SELECT 0");
+    r = redisCommand(c, "EXISTS {%s}setting", ns);
+    assert_int_equal(r->integer, 0);
+    freeReplyObject(r);
+    close_vol(m);
+
+    /* default namespace "kegfs" (db 9 so that nothing else is touched) */
+    snprintf(url, sizeof(url), "redis://%s:%d/9", g_host, g_port);
+    assert_int_equal(keg_meta_open(url, &m), 0);
+    fill_format(&f);
+    assert_int_equal(KEG_META_CALL(m, format_init, &f, 0755, 0, 0, 0), 0);
+    cmd_ok(c, "SELECT 9");
+    r = redisCommand(c, "EXISTS {kegfs}setting");
+    assert_int_equal(r->integer, 1);
+    freeReplyObject(r);
+    close_vol(m);
+
+    /* unix socket with ?db=&ns= (if the server has one) */
+    r = redisCommand(c, "CONFIG GET unixsocket");
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 && r->element[1]->len > 0) {
+        token(ns, sizeof(ns));
+        snprintf(url, sizeof(url), "unix://%s?db=4&ns=%s", r->element[1]->str, ns);
+        assert_int_equal(keg_meta_open(url, &m), 0);
+        assert_int_equal(KEG_META_CALL(m, format_init, &f, 0755, 0, 0, 0), 0);
+        cmd_ok(c, "SELECT 4");
+        redisReply *e = redisCommand(c, "EXISTS {%s}setting", ns);
+        assert_int_equal(e->integer, 1);
+        freeReplyObject(e);
+        close_vol(m);
+    }
+    if (r)
+        freeReplyObject(r);
+
+    /* password: right one works, wrong one is -EACCES, neither is logged */
+    cmd_ok(c, "CONFIG SET requirepass pw%d", (int)getpid());
+    token(ns, sizeof(ns));
+    snprintf(url, sizeof(url), "redis://:pw%d@%s:%d/0?ns=%s", (int)getpid(), g_host, g_port, ns);
+    log_reset();
+    assert_int_equal(keg_meta_open(url, &m), 0);
+    assert_int_equal(KEG_META_CALL(m, format_init, &f, 0755, 0, 0, 0), 0);
+    close_vol(m);
+    snprintf(url, sizeof(url), "redis://:wrongpw@%s:%d/0?ns=%s", g_host, g_port, ns);
+    assert_int_equal(keg_meta_open(url, &m), -EACCES);
+    char pw[32];
+    snprintf(pw, sizeof(pw), "pw%d", (int)getpid());
+    assert_false(log_has(pw));
+    assert_false(log_has("wrongpw"));
+    cmd_ok(c, "CONFIG SET requirepass %s", "");
+    redisFree(c);
+}
+
+/* SCRIPT FLUSH (what a restart or failover does to the script cache). */
+static void test_noscript_reload(void **state)
+{
+    char ns[64];
+    struct keg_attr a;
+    (void)state;
+    need_live();
+    token(ns, sizeof(ns));
+    struct keg_meta *m = open_vol(0, ns);
+    redisContext *c = admin();
+    assert_int_equal(mkfile(m, KEG_ROOT_INO, "before", &a), 0);
+    cmd_ok(c, "SCRIPT FLUSH");
+    /* a mutation and a read-only script both reload and run exactly once */
+    assert_int_equal(mkfile(m, KEG_ROOT_INO, "after", &a), 0);
+    assert_int_equal(a.nlink, 1);
+    assert_int_equal(KEG_META_CALL(m, lookup, KEG_ROOT_INO, "before", &a), 0);
+    cmd_ok(c, "SCRIPT FLUSH");
+    assert_int_equal(KEG_META_CALL(m, lookup, KEG_ROOT_INO, "after", &a), 0);
+    struct keg_attr root;
+    assert_int_equal(KEG_META_CALL(m, getattr, KEG_ROOT_INO, &root), 0);
+    assert_int_equal(root.nlink, 2);
+    redisFree(c);
+    close_vol(m);
+}
+
+/* maxmemory reached (noeviction): mutations -ENOSPC, reads and cleanup work. */
+static void test_oom_enospc(void **state)
+{
+    char ns[64];
+    struct keg_attr a;
+    struct keg_unlinked gone;
+    (void)state;
+    need_live();
+    token(ns, sizeof(ns));
+    struct keg_meta *m = open_vol(0, ns);
+    redisContext *c = admin();
+    assert_int_equal(mkfile(m, KEG_ROOT_INO, "f", &a), 0);
+    uint64_t ino = new_ino(m);
+    cmd_ok(c, "CONFIG SET maxmemory 1");
+    int rc = KEG_META_CALL(m, mknod, KEG_ROOT_INO, "g", ino, S_IFREG | 0644, 0, 0, 0, NULL, &a);
+    assert_int_equal(rc, -ENOSPC);
+    assert_int_equal(KEG_META_CALL(m, setxattr, a.ino, "user.x", "v", 1, 0), -ENOSPC);
+    assert_int_equal(KEG_META_CALL(m, lookup, KEG_ROOT_INO, "f", &a), 0);
+    assert_int_equal(KEG_META_CALL(m, lookup, KEG_ROOT_INO, "g", &a), -ENOENT);
+    assert_int_equal(KEG_META_CALL(m, getattr, KEG_ROOT_INO, &a), 0);
+    /* deleting frees memory, so it is allowed */
+    assert_int_equal(KEG_META_CALL(m, unlink, KEG_ROOT_INO, "f", &gone), 0);
+    cmd_ok(c, "CONFIG SET maxmemory 1gb");
+    assert_int_equal(KEG_META_CALL(m, mknod, KEG_ROOT_INO, "g", ino, S_IFREG | 0644, 0, 0, 0,
+                                   NULL, &a), 0);
+    redisFree(c);
+    close_vol(m);
+}
+
+static void test_policy_warning(void **state)
+{
+    char ns[64], url[512], pol[64];
+    struct keg_meta *m;
+    (void)state;
+    need_live();
+    redisContext *c = admin();
+    token(ns, sizeof(ns));
+    url_for(url, sizeof(url), 0, ns);
+    cmd_ok(c, "CONFIG SET maxmemory-policy allkeys-lru");
+    log_reset();
+    assert_int_equal(keg_meta_open(url, &m), 0);
+    assert_true(log_has("WARNING"));
+    assert_true(log_has("allkeys-lru"));
+    assert_true(log_has("noeviction"));
+    assert_int_equal(keg_meta_redis_policy(m, pol, sizeof(pol)), 0);
+    assert_string_equal(pol, "allkeys-lru");
+    cmd_ok(c, "CONFIG SET maxmemory-policy noeviction");
+    assert_int_equal(keg_meta_redis_policy(m, pol, sizeof(pol)), 1);
+    assert_string_equal(pol, "noeviction");
+    keg_meta_close(m);
+    log_reset();
+    assert_int_equal(keg_meta_open(url, &m), 0);
+    assert_false(log_has("WARNING"));
+    keg_meta_close(m);
+    redisFree(c);
+}
+
+/* Every key the engine writes carries the volume's hash tag. */
+static void test_hash_tags(void **state)
+{
+    char ns[64];
+    struct keg_attr a;
+    uint64_t sid;
+    (void)state;
+    need_live();
+    redisContext *c = admin();
+    cmd_ok(c, "SELECT 11");
+    cmd_ok(c, "FLUSHDB");
+    token(ns, sizeof(ns));
+    struct keg_meta *m = open_vol(11, ns);
+    assert_int_equal(KEG_META_CALL(m, session_begin, "host=test", &sid), 0);
+    uint64_t d = mkdir_(m, KEG_ROOT_INO, "dir");
+    assert_int_equal(mkfile(m, d, "file", &a), 0);
+    assert_int_equal(KEG_META_CALL(m, mknod, d, "sym", new_ino(m), S_IFLNK | 0777, 0, 0, 0,
+                                   "file", NULL), 0);
+    assert_int_equal(KEG_META_CALL(m, setxattr, a.ino, "user.k", "v", 1, 0), 0);
+    uint64_t sl;
+    assert_int_equal(KEG_META_CALL(m, alloc_ids, KEG_ID_SLICE, 2, &sl), 0);
+    struct keg_chunk_slice cs[2] = {
+        {.indx = 0, .s = {.id = sl, .size = 4096, .off = 0, .len = 4096, .pos = 0}},
+        {.indx = 1, .s = {.id = sl + 1, .size = 4096, .off = 0, .len = 4096, .pos = 0}},
+    };
+    assert_int_equal(KEG_META_CALL(m, write_slices, a.ino, 2, cs, KEG_CHUNK_SIZE + 4096, 0, NULL,
+                                   NULL), 0);
+    assert_int_equal(KEG_META_CALL(m, flock, a.ino, 7, F_WRLCK), 0);
+    struct keg_plock lk = {.type = F_WRLCK, .start = 0, .end = UINT64_MAX, .pid = 1};
+    assert_int_equal(KEG_META_CALL(m, setlk, a.ino, 7, &lk), 0);
+    struct keg_unlinked gone;
+    assert_int_equal(KEG_META_CALL(m, unlink, d, "file", &gone), 0);   /* pending + delq later */
+
+    char prefix[80];
+    snprintf(prefix, sizeof(prefix), "{%s}", ns);
+    char cursor[32] = "0";
+    int nkeys = 0;
+    do {
+        redisReply *r = redisCommand(c, "SCAN %s COUNT 1000", cursor);
+        assert_non_null(r);
+        assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+        snprintf(cursor, sizeof(cursor), "%s", r->element[0]->str);
+        for (size_t i = 0; i < r->element[1]->elements; i++) {
+            const char *k = r->element[1]->element[i]->str;
+            if (strncmp(k, prefix, strlen(prefix)) != 0)
+                fprintf(stderr, "key without the hash tag: %s\n", k);
+            assert_memory_equal(k, prefix, strlen(prefix));
+            nkeys++;
+        }
+        freeReplyObject(r);
+    } while (strcmp(cursor, "0") != 0);
+    assert_true(nkeys >= 12);
+    /* one slot for the whole volume */
+    redisReply *r = redisCommand(c, "CLUSTER KEYSLOT {%s}i1", ns);
+    if (r && r->type == REDIS_REPLY_INTEGER) {
+        redisReply *r2 = redisCommand(c, "CLUSTER KEYSLOT {%s}d12345", ns);
+        assert_int_equal(r->integer, r2->integer);
+        freeReplyObject(r2);
+    }
+    if (r)
+        freeReplyObject(r);
+
+    /* session end purges, destroy leaves nothing */
+    assert_int_equal(KEG_META_CALL0(m, session_end), 0);
+    assert_int_equal(KEG_META_CALL0(m, destroy), 0);
+    r = redisCommand(c, "DBSIZE");
+    assert_int_equal(r->integer, 0);
+    freeReplyObject(r);
+    keg_meta_close(m);
+    redisFree(c);
+}
+
+/* The server drops every connection of the volume and forgets its scripts
+ * (what a restart does): the next ops reconnect and work. */
+static void test_connection_loss(void **state)
+{
+    char ns[64], name[80];
+    struct keg_attr a;
+    (void)state;
+    need_live();
+    token(ns, sizeof(ns));
+    struct keg_meta *m = open_vol(0, ns);
+    redisContext *c = admin();
+    assert_int_equal(mkfile(m, KEG_ROOT_INO, "a", &a), 0);
+    snprintf(name, sizeof(name), "name=kegfs-%s ", ns);
+    for (int round = 0; round < 3; round++) {
+        redisReply *r = redisCommand(c, "CLIENT LIST");
+        assert_non_null(r);
+        int killed = 0;
+        for (char *line = r->str; line && *line;) {
+            char *nl = strchr(line, '\n');
+            if (nl)
+                *nl = '\0';
+            if (strstr(line, name)) {
+                long long id = strtoll(line + 3, NULL, 10);   /* "id=N ..." */
+                redisReply *k = redisCommand(c, "CLIENT KILL ID %lld", id);
+                freeReplyObject(k);
+                killed++;
+            }
+            line = nl ? nl + 1 : NULL;
+        }
+        freeReplyObject(r);
+        assert_true(killed >= 1);
+        cmd_ok(c, "SCRIPT FLUSH");
+        char fname[16];
+        snprintf(fname, sizeof(fname), "n%d", round);
+        /* a non-idempotent mutation: must run exactly once */
+        assert_int_equal(mkfile(m, KEG_ROOT_INO, fname, &a), 0);
+        assert_int_equal(KEG_META_CALL(m, lookup, KEG_ROOT_INO, fname, &a), 0);
+        assert_int_equal(a.nlink, 1);
+    }
+    struct keg_attr root;
+    assert_int_equal(KEG_META_CALL(m, getattr, KEG_ROOT_INO, &root), 0);
+    redisFree(c);
+    close_vol(m);
+}
+
+/* Memory per inode: INFO used_memory before/after creating N files in
+ * directories of 1000 entries. */
+static void test_memory_per_inode(void **state)
+{
+    char ns[64], name[32];
+    struct keg_attr a;
+    (void)state;
+    need_live();
+    const char *e = getenv("KEG_TEST_REDIS_INODES");
+    long n = e ? strtol(e, NULL, 10) : 100000;
+    if (n < 1000)
+        n = 1000;
+    token(ns, sizeof(ns));
+    redisContext *c = admin();
+    struct keg_meta *m = open_vol(0, ns);
+    long long before = used_memory(c);
+    int64_t t0 = keg_mono_ns();
+    uint64_t d = 0;
+    for (long i = 0; i < n; i++) {
+        if (i % 1000 == 0) {
+            snprintf(name, sizeof(name), "d%ld", i / 1000);
+            d = mkdir_(m, KEG_ROOT_INO, name);
+        }
+        snprintf(name, sizeof(name), "file-%07ld.txt", i);
+        assert_int_equal(mkfile(m, d, name, &a), 0);
+    }
+    int64_t t1 = keg_mono_ns();
+    long long after = used_memory(c);
+    printf("  redis memory: %lld bytes for %ld files in %ld dirs = %.0f bytes per file "
+           "(incl. its entry); %.0f creates/s (alloc_ids + mknod, 2 round trips each)\n",
+           after - before, n, n / 1000, (double)(after - before) / (double)n,
+           (double)n / ((double)(t1 - t0) / 1e9));
+    assert_true(after > before);
+    close_vol(m);
+    redisFree(c);
+}
+
+/*----------------------------------------------------------------------------
+ * main
+ *--------------------------------------------------------------------------*/
+
+int main(void)
+{
+    const char *url = getenv("KEG_TEST_REDIS_URL");
+    if (url && *url) {
+        struct keg_url u;
+        const char *why;
+        if (keg_url_parse(url, &u, &why) != 0 || strcmp(u.scheme, "redis") != 0) {
+            fprintf(stderr, "KEG_TEST_REDIS_URL must be redis://host:port\n");
+            return 1;
+        }
+        snprintf(g_host, sizeof(g_host), "%s", u.host);
+        g_port = u.port ? u.port : 6379;
+        keg_url_free(&u);
+        g_live = 1;
+    }
+    keg_log_set_sink(capture_sink, NULL);
+    keg_log_set_level(LOG_INFO);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_url_errors),
+        cmocka_unit_test(test_unreachable),
+        cmocka_unit_test(test_url_forms),
+        cmocka_unit_test(test_noscript_reload),
+        cmocka_unit_test(test_oom_enospc),
+        cmocka_unit_test(test_policy_warning),
+        cmocka_unit_test(test_hash_tags),
+        cmocka_unit_test(test_connection_loss),
+        cmocka_unit_test(test_memory_per_inode),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
