@@ -47,7 +47,8 @@ static inline void tvol_init(struct tvol *v, uint32_t bs, const char *compress)
     keg_meta_close(m);
 }
 
-static inline int tvol_mount_conf(struct tvol *v, int no_session, int read_only, uint64_t buffer_size)
+static inline int tvol_mount_conf(struct tvol *v, int no_session, int read_only,
+                                  uint64_t buffer_size)
 {
     struct keg_fs_conf conf;
     memset(&conf, 0, sizeof(conf));
