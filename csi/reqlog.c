@@ -58,7 +58,7 @@ void csi_log_request(const char *method, const ProtobufCMessage *req, int64_t du
 {
     char line[1024];
     /* Probe and the capability queries are frequent: debug level (host-path logGRPC). */
-    int quiet = strstr(method, "/Probe") || strstr(method, "GetCapabilities") ||
+    int quiet = strstr(method, "/Probe") || strstr(method, "Capabilities") ||
                 strstr(method, "GetPluginInfo") || strstr(method, "NodeGetVolumeStats");
     int level = st->code != CSI_OK ? LOG_WARNING : (quiet ? LOG_DEBUG : LOG_INFO);
     if (level > keg_log_level)
