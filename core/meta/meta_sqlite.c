@@ -11,8 +11,8 @@
  * struct and the public wrapper copies them out after the commit.
  *
  * Connections: a pool per instance.  A thread takes an idle connection (or
- * opens a new one), runs one transaction and gives it back, so any number of
- * threads can read concurrently (WAL mode); write transactions of one instance
+ * opens a new one, at most SQ_MAX_CONNS, else it waits for one), runs one
+ * transaction and gives it back, so threads read concurrently (WAL mode); write transactions of one instance
  * are serialised by p->wlock first so that they queue on a mutex instead of
  * polling SQLite's file lock.  Each connection caches its prepared statements
  * keyed by the address of the (static) SQL text.
@@ -50,6 +50,7 @@
 #define SQ_REC            24          /* bytes of one packed slice record */
 #define SQ_SLOTS          256         /* prepared-statement cache slots per connection */
 #define SQ_MAX_LINKS      65000
+#define SQ_MAX_CONNS      16          /* connections per instance (each has its own cache) */
 
 #define I(x) ((int64_t)(x))
 
@@ -66,9 +67,11 @@ struct sq_conn {
 
 struct sq_priv {
     char           *path;       /* database file */
-    pthread_mutex_t lock;       /* protects idle */
+    pthread_mutex_t lock;       /* protects idle, nconn */
+    pthread_cond_t  freed;      /* a connection went back to idle */
     pthread_mutex_t wlock;      /* serialises this instance's write transactions */
     struct sq_conn *idle;       /* protected by lock */
+    unsigned        nconn;      /* open connections (idle or in use); protected by lock */
     uint64_t        sid;        /* session id or 0; atomic access */
     int             inited;
 };
@@ -203,19 +206,32 @@ fail:
     return rc;
 }
 
+/* An idle connection, a new one, or (at SQ_MAX_CONNS) the next one given back.
+ * LOCKS: takes p->lock. */
 static int sq_conn_get(struct sq_priv *p, int create, struct sq_conn **out)
 {
     pthread_mutex_lock(&p->lock);
+    while (!p->idle && p->nconn >= SQ_MAX_CONNS)
+        pthread_cond_wait(&p->freed, &p->lock);
     struct sq_conn *c = p->idle;
     if (c)
         p->idle = c->next;
+    else
+        p->nconn++;     /* reserve the slot before opening outside the lock */
     pthread_mutex_unlock(&p->lock);
     if (c) {
         c->next = NULL;
         *out = c;
         return 0;
     }
-    return sq_conn_open(p, create, out);
+    int rc = sq_conn_open(p, create, out);
+    if (rc) {
+        pthread_mutex_lock(&p->lock);
+        p->nconn--;
+        pthread_cond_signal(&p->freed);
+        pthread_mutex_unlock(&p->lock);
+    }
+    return rc;
 }
 
 static void sq_conn_put(struct sq_priv *p, struct sq_conn *c)
@@ -223,6 +239,7 @@ static void sq_conn_put(struct sq_priv *p, struct sq_conn *c)
     pthread_mutex_lock(&p->lock);
     c->next = p->idle;
     p->idle = c;
+    pthread_cond_signal(&p->freed);
     pthread_mutex_unlock(&p->lock);
 }
 
@@ -840,6 +857,7 @@ static int sq_open(struct keg_meta *m, const char *url)
         goto out;
     }
     pthread_mutex_init(&p->lock, NULL);
+    pthread_cond_init(&p->freed, NULL);
     pthread_mutex_init(&p->wlock, NULL);
     p->inited = 1;
     rc = 0;
@@ -861,8 +879,11 @@ static void sq_close(struct keg_meta *m)
         struct sq_conn *c = p->idle;
         p->idle = c->next;
         sq_conn_free(c);
+        p->nconn--;
     }
+    KEG_ASSERT(p->nconn == 0);      /* no op may run during close */
     pthread_mutex_destroy(&p->lock);
+    pthread_cond_destroy(&p->freed);
     pthread_mutex_destroy(&p->wlock);
     keg_free(p->path);
     p->path = NULL;

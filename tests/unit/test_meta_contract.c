@@ -333,16 +333,47 @@ static void test_format_missing(void **state)
     keg_meta_close(m);
 }
 
+static char g_logbuf[4096];
+
+static void capture_sink(void *arg, int level, const char *tag, const char *fmt, va_list ap)
+{
+    size_t o = strlen(g_logbuf);
+    (void)arg;
+    (void)level;
+    (void)tag;
+    if (o + 2 < sizeof(g_logbuf)) {
+        vsnprintf(g_logbuf + o, sizeof(g_logbuf) - o - 1, fmt, ap);
+        strcat(g_logbuf, "\n");
+    }
+}
+
 static void test_open_errors(void **state)
 {
     struct keg_meta *m = (struct keg_meta *)0x1;
+    int level = keg_log_level;
     (void)state;
+    g_logbuf[0] = '\0';
+    keg_log_set_level(LOG_DEBUG);
+    keg_log_set_sink(capture_sink, NULL);
     assert_int_equal(keg_meta_open("nosuch://x/y", &m), -EINVAL);
+    assert_int_equal(keg_meta_open("sqlite3://user:topsecret@host/x.db", &m), -EINVAL);
+    keg_log_set_sink(NULL, NULL);
+    keg_log_set_level(level);
+    assert_non_null(strstr(g_logbuf, "unknown metadata engine 'nosuch' in META_URL "
+                                     "(supported: sqlite3"));
+    assert_null(strstr(g_logbuf, "topsecret"));
     assert_null(m);
     assert_int_equal(keg_meta_open("no-scheme-here", &m), -EINVAL);
     assert_int_equal(keg_meta_open("", &m), -EINVAL);
     assert_non_null(keg_meta_find("sqlite3"));
     assert_null(keg_meta_find("nosuch"));
+    /* sqlite3: the path must be absolute and name a file in an existing directory */
+    assert_int_equal(keg_meta_open("sqlite3://relative/meta.db", &m), -EINVAL);
+    assert_int_equal(keg_meta_open("sqlite3://", &m), -EINVAL);
+    assert_int_equal(keg_meta_open("sqlite3:///", &m), -EINVAL);
+    assert_int_equal(keg_meta_open("sqlite3:///tmp/", &m), -EINVAL);
+    assert_int_equal(keg_meta_open("sqlite3:///nonexistent-keg-dir/meta.db", &m), -EIO);
+    assert_null(m);
 }
 
 static void test_alloc_ids(void **state)
@@ -1526,6 +1557,21 @@ static void *ct_create(void *p)
     return NULL;
 }
 
+static void *ct_read(void *p)
+{
+    struct ct_arg *a = p;
+    struct names nm;
+    for (int i = 0; i < 100; i++) {
+        struct keg_attr at;
+        if (KEG_META_CALL(a->m, getattr, a->dir, &at) != 0)
+            a->errors++;
+        memset(&nm, 0, sizeof(nm));
+        if (KEG_META_CALL(a->m, readdir, a->dir, NULL, 10, 1, names_cb, &nm) != 10)
+            a->errors++;
+    }
+    return NULL;
+}
+
 struct rn_arg {
     struct keg_meta *m;
     uint64_t a, b;
@@ -1575,6 +1621,18 @@ static void test_concurrency(void **state)
     uint64_t used_b, used_i;
     assert_int_equal(KEG_META_CALL(m2, statfs, &used_b, &used_i), 0);
     assert_int_equal(used_i, CT_THREADS * CT_FILES + 1);
+
+    /* more reader threads than an engine may have connections */
+    pthread_t rd[24];
+    struct ct_arg ra_[24];
+    for (int i = 0; i < 24; i++) {
+        ra_[i] = (struct ct_arg){.m = i % 2 ? m2 : t->m, .dir = d, .id = i};
+        assert_int_equal(pthread_create(&rd[i], NULL, ct_read, &ra_[i]), 0);
+    }
+    for (int i = 0; i < 24; i++) {
+        pthread_join(rd[i], NULL);
+        assert_int_equal(ra_[i].errors, 0);
+    }
 
     /* two instances race renames of files and dirs between a and b */
     uint64_t a = mkdir_(t->m, KEG_ROOT_INO, "a");
