@@ -21,6 +21,19 @@ fail() {
   exit 1
 }
 
+# soft_fail MSG: report a failure but go on (the case ends with `finish`).
+MT_SOFT_FAILS=0
+soft_fail() {
+  echo "FAIL $MT_CASE: $*"
+  MT_SOFT_FAILS=$((MT_SOFT_FAILS + 1))
+}
+
+# finish: the last line of a case that uses soft_fail.
+finish() {
+  [ "$MT_SOFT_FAILS" = 0 ] || exit 1
+  exit 0
+}
+
 skip() {
   echo "SKIP $MT_CASE: $*"
   exit 77

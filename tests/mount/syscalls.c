@@ -523,6 +523,23 @@ static void t_utimens(void)
     c = xstat("f");
     EQ(c.st_atim.tv_sec, -100);
     EQ(c.st_mtim.tv_nsec, 1);
+    /* times set while written data may still be buffered survive the close:
+     * tar does write(), futimens(fd, {UTIME_OMIT, mtime}), close() */
+    fd = OK(open("g", O_CREAT | O_WRONLY, 0644));
+    EQ(write(fd, "data", 4), 4);
+    ts[0].tv_sec = 0;
+    ts[0].tv_nsec = UTIME_OMIT;
+    ts[1].tv_sec = 978307200;
+    ts[1].tv_nsec = 0;
+    OK(futimens(fd, ts));
+    OK(fchmod(fd, 0640));
+    close(fd);
+    EQ(xstat("g").st_mtim.tv_sec, 978307200);
+    fd = OK(open("h", O_CREAT | O_WRONLY, 0644));
+    EQ(write(fd, "data", 4), 4);
+    OK(utimensat(AT_FDCWD, "h", ts, 0));
+    close(fd);
+    EQ(xstat("h").st_mtim.tv_sec, 978307200);
     /* on a symlink itself */
     OK(symlink("f", "l"));
     ts[0].tv_sec = 12345;

@@ -3,6 +3,7 @@
 # limits; writing 80 MiB fails with ENOSPC ("No space left on device"); creating more than
 # 100 files fails with ENOSPC; space and inodes come back after rm.
 # format: --capacity 64M --inodes 100
+# allow-log: No space left on device
 # timeout: 300
 . "$(dirname "$0")/../lib.sh"
 need_kegfs

@@ -48,7 +48,8 @@ wait "$holder" 2>/dev/null
 
 if [ -n "$OBJDIR" ]; then
   limit=${KEG_TEST_GC_WAIT:-60}
-  wait_for "$limit" test "$(count_objects)" -eq 0 \
+  no_objects() { [ "$(count_objects)" -eq 0 ]; }
+  wait_for "$limit" no_objects \
     || fail "$(count_objects) of $before block objects still in $OBJDIR $limit s after the last close"
   note "objects gone after close"
 else
