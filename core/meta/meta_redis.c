@@ -158,6 +158,7 @@ struct mr_priv {
     int             nidle;          /* protected by lock */
     int             nopen;          /* contexts alive incl. those in use; protected by lock */
     char            addr[300];      /* address last dialled, for logs; protected by lock */
+    int             good_sentinel;  /* index of the sentinel that answered last; protected by lock */
     uint64_t        sid;            /* session id or 0; atomic access */
 };
 
@@ -257,7 +258,11 @@ static int mr_sentinel_master(struct mr_priv *p, char *host, size_t hlen, int *p
                               char *why, size_t whylen)
 {
     int rc = -EIO;
-    for (int i = 0; i < p->nsentinels; i++) {
+    pthread_mutex_lock(&p->lock);
+    int first = p->good_sentinel;
+    pthread_mutex_unlock(&p->lock);
+    for (int k = 0; k < p->nsentinels; k++) {
+        int i = (first + k) % p->nsentinels;
         char sh[256];
         int sport = 26379;
         const char *s = p->sentinels[i];
@@ -287,6 +292,9 @@ static int mr_sentinel_master(struct mr_priv *p, char *host, size_t hlen, int *p
             *port = (int)strtol(r->element[1]->str ? r->element[1]->str : "0", NULL, 10);
             freeReplyObject(r);
             redisFree(c);
+            pthread_mutex_lock(&p->lock);
+            p->good_sentinel = i;
+            pthread_mutex_unlock(&p->lock);
             return 0;
         }
         snprintf(why, whylen, "sentinel %s does not know master '%s'%s%s", s, p->master,

@@ -506,6 +506,76 @@ static void test_connection_loss(void **state)
     close_vol(m);
 }
 
+/* redis+sentinel:// through a sentinel this test starts (the first sentinel
+ * of the URL is dead, so the engine must go on to the next). */
+static void test_sentinel(void **state)
+{
+    char dir[] = "/tmp/keg-sentinel-XXXXXX", conf[128], cmd[512], ns[64], url[512];
+    struct keg_attr a;
+    struct keg_meta *m;
+    int sport = g_port + 20000;
+    (void)state;
+    need_live();
+    if (access("/usr/bin/redis-server", X_OK) != 0)
+        skip();
+    struct timeval tv0 = {1, 0};
+    redisContext *busy = redisConnectWithTimeout("127.0.0.1", sport, tv0);
+    int in_use = busy && !busy->err;
+    if (busy)
+        redisFree(busy);
+    if (in_use) {
+        fprintf(stderr, "  (port %d is in use: skipped)\n", sport);
+        skip();
+    }
+    assert_non_null(mkdtemp(dir));
+    snprintf(conf, sizeof(conf), "%s/sentinel.conf", dir);
+    FILE *f = fopen(conf, "w");
+    assert_non_null(f);
+    fprintf(f, "port %d\nbind 127.0.0.1\ndaemonize yes\npidfile %s/s.pid\nlogfile %s/s.log\n"
+            "dir %s\nsentinel monitor kegmaster %s %d 1\n", sport, dir, dir, dir, g_host, g_port);
+    fclose(f);
+    snprintf(cmd, sizeof(cmd), "/usr/bin/redis-server %s --sentinel", conf);
+    assert_int_equal(system(cmd), 0);
+    redisContext *s = NULL;
+    for (int i = 0; i < 50; i++) {
+        struct timeval tv = {1, 0};
+        s = redisConnectWithTimeout("127.0.0.1", sport, tv);
+        if (s && !s->err)
+            break;
+        if (s)
+            redisFree(s);
+        s = NULL;
+        usleep(100000);
+    }
+    assert_non_null(s);
+
+    token(ns, sizeof(ns));
+    snprintf(url, sizeof(url), "redis+sentinel://127.0.0.1:1,127.0.0.1:%d/kegmaster/3?ns=%s",
+             sport, ns);
+    assert_int_equal(keg_meta_open(url, &m), 0);
+    struct keg_format fm;
+    fill_format(&fm);
+    assert_int_equal(KEG_META_CALL(m, format_init, &fm, 0755, 0, 0, 0), 0);
+    assert_int_equal(mkfile(m, KEG_ROOT_INO, "x", &a), 0);
+    assert_int_equal(KEG_META_CALL(m, lookup, KEG_ROOT_INO, "x", &a), 0);
+    close_vol(m);
+
+    /* a master the sentinels do not know */
+    snprintf(url, sizeof(url), "redis+sentinel://127.0.0.1:%d/nosuchmaster?ns=%s", sport, ns);
+    log_reset();
+    m = (struct keg_meta *)0x1;
+    assert_true(keg_meta_open(url, &m) < 0);
+    assert_null(m);
+    assert_true(log_has("nosuchmaster"));
+
+    redisReply *r = redisCommand(s, "SHUTDOWN NOSAVE");
+    if (r)
+        freeReplyObject(r);
+    redisFree(s);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 /* Memory per inode: INFO used_memory before/after creating N files in
  * directories of 1000 entries. */
 static void test_memory_per_inode(void **state)
@@ -573,6 +643,7 @@ int main(void)
         cmocka_unit_test(test_policy_warning),
         cmocka_unit_test(test_hash_tags),
         cmocka_unit_test(test_connection_loss),
+        cmocka_unit_test(test_sentinel),
         cmocka_unit_test(test_memory_per_inode),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
