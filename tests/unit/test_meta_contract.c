@@ -594,6 +594,24 @@ static void test_link(void **state)
     assert_int_equal(lookup_ino(t->m, d, "f2"), f);
 }
 
+static void test_link_max(void **state)
+{
+    struct t *t = *state;
+    struct keg_attr a;
+    char name[32];
+    uint64_t d = mkdir_(t->m, KEG_ROOT_INO, "links");
+    uint64_t f = mkfile(t->m, d, "l0");
+    for (uint32_t i = 1; i < 65000; i++) {
+        snprintf(name, sizeof(name), "l%u", i);
+        int rc = KEG_META_CALL(t->m, link, f, d, name, &a);
+        if (rc != 0)
+            fail_msg("link #%u: %d", i, rc);
+    }
+    assert_int_equal(attr(t->m, f).nlink, 65000);
+    assert_int_equal(KEG_META_CALL(t->m, link, f, d, "one-too-many", &a), -EMLINK);
+    assert_int_equal(KEG_META_CALL(t->m, lookup, d, "one-too-many", &a), -ENOENT);
+}
+
 static void test_unlink_pending_purge(void **state)
 {
     struct t *t = *state;
@@ -1717,6 +1735,7 @@ int main(void)
         T(test_setgid_inherit),
         T(test_setattr),
         T(test_link),
+        T(test_link_max),
         T(test_unlink_pending_purge),
         T(test_unlink_no_session),
         T(test_rmdir),
