@@ -1,13 +1,20 @@
 /* stack.c -- assembles the object-store stack of a volume, in this one place.
  *
  * DESIGN
- * Today the stack is
- *     [faulty]  ->  file | s3 | mem
- * where the faulty layer is added only when the environment variable
+ * The stack is
+ *     [writeback]  ->  [cache_ssd]  ->  [faulty]  ->  file | s3 | mem
+ * faulty is added only when the environment variable
  * KEG_FAULTY="seed=N,err=P,corrupt=P,delay=MS" is set (tests; every field
- * optional).  The memory cache, SSD cache and writeback layers will be
- * inserted here.  Each keg_obj_open() TAKES the layer below, so a failure
- * at any level has already closed everything beneath it: unwinding is free.
+ * optional); cache_ssd when sc->cache_dir is set; writeback when
+ * sc->writeback is set too.  Writeback sits ABOVE the cache so that staged
+ * objects are not cached twice while staged, and every upload passes through
+ * the cache (write-through), leaving the block cached once uploaded; reads of
+ * a staged object are answered from staging.  faulty sits BELOW the cache,
+ * so injected corruption is caught by the cache's verification on fill.
+ * Both local layers keep their files in <cache_dir>/<volume uuid, or name>/
+ * so a reformatted volume of the same name never sees stale blocks.
+ * Each open TAKES the layer below, so a failure at any level has already
+ * closed everything beneath it: unwinding is free.  See docs/internals/CACHE.md.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -15,7 +22,11 @@
 
 #define KEG_LOG_TAG "stack"
 #include "keg/log.h"
+#include "keg/mem.h"
 #include "keg/stack.h"
+#include "stack_i.h"
+
+#define STACK_CACHE_SIZE_DEFAULT (1ULL << 30)
 
 /* NULL for an empty string: the format stores "not set" as "". */
 static const char *stack_str(const char *s)
@@ -83,6 +94,15 @@ int keg_stack_open(const struct keg_format *f, const struct keg_stack_conf *sc,
     int rc;
 
     *out = NULL;
+    if (sc && sc->cache_dir && *sc->cache_dir && sc->cache_dir[0] != '/') {
+        KEG_ERR("volume %s: cache directory \"%s\" must be an absolute path", f->name,
+                sc->cache_dir);
+        return -EINVAL;
+    }
+    if (sc && sc->writeback && !(sc->cache_dir && *sc->cache_dir)) {
+        KEG_ERR("volume %s: writeback needs a cache directory (--cache-dir)", f->name);
+        return -EINVAL;
+    }
     if (strcmp(storage, "file") != 0 && strcmp(storage, "s3") != 0 &&
         strcmp(storage, "mem") != 0) {
         KEG_ERR("volume %s: unknown storage \"%s\" (expected file, s3 or mem)", f->name, storage);
@@ -121,6 +141,90 @@ int keg_stack_open(const struct keg_format *f, const struct keg_stack_conf *sc,
         if (rc < 0)
             return rc;
     }
+    if (sc && sc->cache_dir && *sc->cache_dir) {
+        struct keg_cache_ssd_conf cc = {0};
+        struct keg_wb_conf wc = {0};
+        char *dir = keg_asprintf("%s/%s", sc->cache_dir, f->uuid[0] ? f->uuid : f->name);
+
+        if (!dir) {
+            keg_obj_close(top);
+            return -ENOMEM;
+        }
+        cc.dir = dir;
+        cc.budget = sc->cache_size ? sc->cache_size : STACK_CACHE_SIZE_DEFAULT;
+        rc = keg_cache_ssd_create(&cc, top, &top);      /* TAKES top */
+        if (rc == 0 && sc->writeback) {
+            wc.dir = dir;
+            wc.workers = sc->upload_workers;
+            wc.max_staging = sc->max_staging;
+            wc.drain_ms = sc->drain_ms;
+            rc = keg_wb_create(&wc, top, &top);         /* TAKES top */
+        }
+        keg_free(dir);
+        if (rc < 0)
+            return rc;
+    }
     *out = top;
     return 0;
+}
+
+/* The first layer with these ops at or below top, or NULL. */
+static struct keg_obj *stack_find(struct keg_obj *top, const struct keg_obj_ops *ops)
+{
+    for (struct keg_obj *o = top; o; o = o->inner) {
+        if (o->ops == ops)
+            return o;
+    }
+    return NULL;
+}
+
+/* BORROWS: top.  Returns 0. */
+int keg_stack_stats(struct keg_obj *top, struct keg_stack_stats *st)
+{
+    struct keg_obj *wb = stack_find(top, &keg_wb_ops);
+    struct keg_obj *cs = stack_find(top, &keg_cache_ssd_ops);
+
+    memset(st, 0, sizeof(*st));
+    if (wb) {
+        struct keg_wb_stats w;
+        keg_wb_stats(wb, &w);
+        st->has_writeback = 1;
+        st->staged_bytes = w.staged_bytes;
+        st->staged_objects = w.staged_objects;
+        st->unsynced_objects = w.unsynced_objects;
+        st->uploading = w.uploading;
+        st->failing_objects = w.parked;
+        st->uploaded_bytes = w.uploaded_bytes;
+        st->uploaded_objects = w.uploaded_objects;
+        st->upload_errors = w.upload_errors;
+        st->upload_rate_bps = w.rate_bps;
+        st->waiting_puts = w.waiting_puts;
+        st->max_staging = w.max_staging;
+    }
+    if (cs) {
+        struct keg_cache_ssd_stats c;
+        keg_cache_ssd_stats(cs, &c);
+        st->has_cache = 1;
+        st->cache_bytes = c.bytes;
+        st->cache_objects = c.objects;
+        st->cache_budget = c.budget;
+        st->cache_hits = c.hits;
+        st->cache_misses = c.misses;
+        st->cache_shared = c.shared;
+        st->cache_corrupt = c.corrupt;
+        st->cache_evictions = c.evictions;
+    }
+    return 0;
+}
+
+/* BORROWS: top.  Returns 0, -ETIMEDOUT or -EIO (see stack.h). */
+int keg_stack_drain(struct keg_obj *top, unsigned timeout_ms, uint64_t *remaining)
+{
+    struct keg_obj *wb = stack_find(top, &keg_wb_ops);
+
+    if (remaining)
+        *remaining = 0;
+    if (!wb)
+        return 0;
+    return keg_wb_drain(wb, timeout_ms, remaining);
 }

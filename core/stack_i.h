@@ -65,6 +65,7 @@ struct keg_wb_stats {
     uint64_t upload_errors;   /* failed upload attempts (transient and permanent) */
     uint64_t rate_bps;        /* upload rate, bytes/s, decaying average over ~5 s */
     uint64_t waiting_puts;    /* puts blocked by max_staging right now */
+    uint64_t max_staging;
 };
 
 /* Opens the writeback layer over inner: recovers what is staged and starts

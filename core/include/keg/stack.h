@@ -1,8 +1,9 @@
 /* stack.h -- assembles the object-store stack of a volume in one place.
  *
- *   [faulty (tests, KEG_FAULTY env)] -> file | s3 | mem
+ *   [writeback] -> [cache_ssd] -> [faulty (tests, KEG_FAULTY env)] -> file | s3 | mem
  *
- * Later layers (memory cache, SSD cache, writeback) are inserted here too.
+ * cache_ssd is present when conf->cache_dir is set, writeback when
+ * conf->writeback is also set (see docs/internals/CACHE.md, WRITEBACK.md).
  */
 #ifndef KEG_STACK_H
 #define KEG_STACK_H
@@ -14,6 +15,43 @@ struct keg_stack_conf {
     const char *access_key;       /* overrides of the stored credentials, or NULL */
     const char *secret_key;
     const char *session_token;
+
+    /* Local SSD cache and writeback.  All zero: neither (objects go straight to the store). */
+    const char *cache_dir;        /* absolute directory for the SSD cache and the staging area;
+                                     NULL or "": no cache_ssd, no writeback */
+    uint64_t    cache_size;       /* SSD cache budget in bytes (0: 1 GiB) */
+    int         writeback;        /* stage puts under cache_dir, upload in the background
+                                     (needs cache_dir) */
+    unsigned    upload_workers;   /* writeback upload threads (0: 4) */
+    uint64_t    max_staging;      /* writeback: staged bytes before puts block (0: 1 GiB) */
+    unsigned    drain_ms;         /* writeback: close waits this long for uploads (0: 30000) */
+};
+
+/* What the cache and writeback layers hold and have done (zero when absent). */
+struct keg_stack_stats {
+    int      has_cache;           /* 1 if the stack has a cache_ssd layer */
+    int      has_writeback;       /* 1 if the stack has a writeback layer */
+    /* writeback */
+    uint64_t staged_bytes;        /* object bytes staged on local disk, not yet uploaded */
+    uint64_t staged_objects;
+    uint64_t unsynced_objects;    /* staged and not yet fsync'ed (lost on power loss) */
+    uint64_t uploading;           /* uploads in flight */
+    uint64_t failing_objects;     /* staged objects whose last upload failed (retried later) */
+    uint64_t uploaded_bytes;      /* total since the stack was opened */
+    uint64_t uploaded_objects;
+    uint64_t upload_errors;       /* failed upload attempts */
+    uint64_t upload_rate_bps;     /* bytes/s averaged over the last ~5 s */
+    uint64_t waiting_puts;        /* writes blocked right now because staging is full */
+    uint64_t max_staging;         /* the bound, bytes */
+    /* SSD cache */
+    uint64_t cache_bytes;
+    uint64_t cache_objects;
+    uint64_t cache_budget;
+    uint64_t cache_hits;
+    uint64_t cache_misses;        /* fetches from the store (concurrent misses share one) */
+    uint64_t cache_shared;        /* misses that waited for another reader's fetch */
+    uint64_t cache_corrupt;       /* cache files that failed verification (refetched) */
+    uint64_t cache_evictions;
 };
 
 /* Open the stack for volume f.  Unwinds everything on failure.
@@ -21,5 +59,16 @@ struct keg_stack_conf {
  * OWNERSHIP: caller closes with keg_obj_close().  Returns 0 or -errno. */
 int keg_stack_open(const struct keg_format *f, const struct keg_stack_conf *sc,
                    struct keg_obj **out);
+
+/* Fills *st from the layers of the stack whose top is top (zeroed first).
+ * BORROWS: top.  Returns 0. */
+int keg_stack_stats(struct keg_obj *top, struct keg_stack_stats *st);
+
+/* Waits until the writeback layer has uploaded everything staged, or timeout_ms
+ * passed.  Objects whose upload failed are retried now.  *remaining (may be NULL)
+ * = objects still staged.  Without writeback: returns 0 at once.
+ * Returns 0, -ETIMEDOUT (time ran out with uploads still progressing) or -EIO
+ * (what is left fails to upload; details in the log). */
+int keg_stack_drain(struct keg_obj *top, unsigned timeout_ms, uint64_t *remaining);
 
 #endif

@@ -1,0 +1,1203 @@
+/* writeback.c -- the "writeback" layer: puts are staged on local disk and uploaded by workers.
+ *
+ * DESIGN
+ * put of a block object writes it to <dir>/staging/<slot>/<escaped key> (same
+ * file format as the SSD cache, cache_ssd_format.h, kind "staged"; temp +
+ * rename, NOT fsync'ed), queues it and returns: once put returned, a crash of
+ * the mounter cannot lose the object, because the file is on disk.  sync()
+ * fsyncs every staged file not yet fsync'ed and the slot directory, then
+ * syncs inner: after it returns, power loss cannot lose what was put before.
+ * A pool of conf->workers threads uploads staged files to inner (reading and
+ * verifying the file first), retrying transient errors with exponential
+ * backoff; after conf->retries failed attempts, or at once on a permanent
+ * error (-EACCES, -EPERM, -EINVAL, -EROFS, -ENAMETOOLONG, -ENOSYS, -ENOTSUP),
+ * the object is PARKED: logged loudly, kept on disk and retried after
+ * conf->park_ms (or at drain/close/next open).  A successful upload removes
+ * the staging file; when the object had been fsync'ed and the bottom store
+ * does not promise durable puts (KEG_OBJ_CAP_DURABLE: s3 does, file without
+ * fsync does not), inner is synced first, so an fsync'ed object is always
+ * durable somewhere.
+ *
+ * Objects that are not blocks (e.g. "<vol>/.kegfs-probe-*"), and objects
+ * larger than max_staging, are written through synchronously.
+ *
+ * Backpressure: the staged bytes (plus bytes of puts being written) never
+ * exceed max_staging, except that one object is always admitted into an
+ * empty staging area.  A put that does not fit waits on a condition variable
+ * for uploads to make room; if nothing is uploaded for park_ms + 1 s while
+ * it waits (every staged object fails), it returns -EIO.
+ *
+ * Slots: <dir>/staging/<n>/ (n = 0..15), each with a ".lock" file held with
+ * flock() while a mounter uses it, so several mounters of one volume on one
+ * node can share a cache directory.  At open a mounter takes the first free
+ * slot, moves into it the files of every other free slot (their mounter
+ * died), removes temp files, and queues every staged file (crash recovery).
+ *
+ * States of a staged object (struct wb_ent):
+ *   QUEUED     on wb->ready, waiting for a worker
+ *   UPLOADING  a worker is putting it to inner (on no list)
+ *   PARKED     on wb->parked: its upload failed; retried at retry_at
+ *   (gone)     uploaded and its file removed, or deleted
+ * Transitions:
+ *   put           -> QUEUED (or, for a key already staged: gen++, a PARKED entry -> QUEUED)
+ *   worker picks  QUEUED -> UPLOADING;   due PARKED -> QUEUED
+ *   upload ok     UPLOADING -> gone, or -> QUEUED if gen changed meanwhile (re-put)
+ *   upload fails  UPLOADING -> PARKED
+ *   del           QUEUED/PARKED -> gone; UPLOADING: deleted = 1, del waits, worker -> gone
+ * Invariants (under wb->mu):
+ *   | entry in hash                 <=> its staging file exists (or is being replaced by a put) |
+ *   | QUEUED <=> on ready; PARKED <=> on parked; UPLOADING <=> on no list, counted in uploading  |
+ *   | staged_bytes == sum of size over entries + bytes reserved by puts being written           |
+ *   | unsynced == number of entries with synced == 0                                            |
+ *   | synced == 1 => the file and its directory entry were fsync'ed after its last put          |
+ *   | an UPLOADING entry is freed only by its worker                                            |
+ * LOCKS: wb->mu guards everything above; file I/O and inner calls run without
+ * it, except the unlink of an uploaded file (so a concurrent re-put of the
+ * same key cannot be unlinked by mistake).
+ */
+#define _GNU_SOURCE 1
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#define KEG_LOG_TAG "wb"
+#include "../cache/cache_ssd_format.h"
+#include "../stack_i.h"
+#include "keg/log.h"
+#include "keg/mem.h"
+
+#define WB_SLOTS          16
+#define WB_RATE_SLOTS     8
+#define WB_RATE_WINDOW    5         /* seconds averaged by rate_bps */
+#define WB_BACKOFF_MAX_MS 5000
+
+enum wb_state { WB_QUEUED, WB_UPLOADING, WB_PARKED };
+
+struct wb_ent {
+    struct wb_ent *hnext;          /* hash chain */
+    struct wb_ent *prev, *next;    /* on wb->ready or wb->parked */
+    enum wb_state  state;
+    int            synced;         /* file fsync'ed since the last put */
+    int            deleted;        /* del() waits for the worker to drop it */
+    unsigned       gen;            /* bumped by each put of the key */
+    int            last_err;       /* last upload error (-errno), 0 if none */
+    int64_t        retry_at;       /* PARKED: monotonic ns of the next attempt */
+    uint64_t       size;           /* object bytes */
+    char           key[];
+};
+
+struct wb {
+    char           *dir;           /* our slot directory */
+    int             dirfd;         /* O_DIRECTORY fd of dir */
+    int             lockfd;        /* flock'ed <slot>/.lock */
+    uint64_t        max_staging;
+    unsigned        drain_ms, retries, backoff_ms, park_ms;
+    int             inner_durable; /* bottom store has KEG_OBJ_CAP_DURABLE */
+    unsigned        nworkers;
+    pthread_t      *threads;
+    unsigned        nthreads;      /* started */
+    struct keg_obj *o;
+
+    pthread_mutex_t mu;
+    pthread_cond_t  work_cv;       /* workers: work queued, or stop (monotonic clock) */
+    pthread_cond_t  done_cv;       /* an upload finished / room freed (monotonic clock) */
+    struct wb_ent **ht;            /* protected by mu */
+    size_t          nbuckets;
+    size_t          nents;         /* protected by mu */
+    struct wb_ent   ready;         /* sentinel, FIFO; protected by mu */
+    struct wb_ent   parked;        /* sentinel; protected by mu */
+    uint64_t        staged_bytes;  /* protected by mu */
+    uint64_t        unsynced;      /* protected by mu */
+    uint64_t        uploading;     /* protected by mu */
+    uint64_t        nparked;       /* protected by mu */
+    uint64_t        reserving;     /* puts writing a staging file; protected by mu */
+    uint64_t        waiting_puts;  /* protected by mu */
+    uint64_t        uploaded_bytes, uploaded_objects, upload_errors; /* protected by mu */
+    int64_t         rate_sec[WB_RATE_SLOTS];    /* protected by mu */
+    uint64_t        rate_bytes[WB_RATE_SLOTS];  /* protected by mu */
+    int             stop;          /* protected by mu */
+};
+
+/*---------------------------------------------------------------------------
+ * Small helpers
+ *-------------------------------------------------------------------------*/
+
+static size_t wb_hash(const char *key)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (const unsigned char *p = (const unsigned char *)key; *p; p++)
+        h = (h ^ *p) * 1099511628211ull;
+    return (size_t)(h ^ (h >> 29));
+}
+
+static void wb_deadline(struct timespec *ts, int64_t mono_ns)
+{
+    ts->tv_sec = (time_t)(mono_ns / 1000000000LL);
+    ts->tv_nsec = (long)(mono_ns % 1000000000LL);
+}
+
+static int wb_permanent(int rc)
+{
+    return rc == -EACCES || rc == -EPERM || rc == -EINVAL || rc == -EROFS ||
+           rc == -ENAMETOOLONG || rc == -ENOSYS || rc == -ENOTSUP;
+}
+
+/* LOCKS: caller holds wb->mu. */
+static struct wb_ent *wb_find(struct wb *wb, const char *key)
+{
+    struct wb_ent *e = wb->ht[wb_hash(key) & (wb->nbuckets - 1)];
+    while (e && strcmp(e->key, key) != 0)
+        e = e->hnext;
+    return e;
+}
+
+static void list_del(struct wb_ent *e)
+{
+    e->prev->next = e->next;
+    e->next->prev = e->prev;
+    e->prev = e->next = NULL;
+}
+
+static void list_add_tail(struct wb_ent *head, struct wb_ent *e)
+{
+    e->prev = head->prev;
+    e->next = head;
+    head->prev->next = e;
+    head->prev = e;
+}
+
+/* LOCKS: caller holds wb->mu. */
+static void wb_hash_add(struct wb *wb, struct wb_ent *e)
+{
+    if (wb->nents >= wb->nbuckets) {
+        size_t nb = wb->nbuckets * 2;
+        struct wb_ent **ht = keg_calloc(nb, sizeof(*ht));
+        if (ht) {
+            for (size_t i = 0; i < wb->nbuckets; i++) {
+                struct wb_ent *x = wb->ht[i];
+                while (x) {
+                    struct wb_ent *n = x->hnext;
+                    size_t b = wb_hash(x->key) & (nb - 1);
+                    x->hnext = ht[b];
+                    ht[b] = x;
+                    x = n;
+                }
+            }
+            keg_free(wb->ht);
+            wb->ht = ht;
+            wb->nbuckets = nb;
+        }
+    }
+    size_t b = wb_hash(e->key) & (wb->nbuckets - 1);
+    e->hnext = wb->ht[b];
+    wb->ht[b] = e;
+    wb->nents++;
+}
+
+/* Removes e from the hash and its list and accounts for it; the caller
+ * frees it.  LOCKS: caller holds wb->mu. */
+static void wb_forget(struct wb *wb, struct wb_ent *e)
+{
+    struct wb_ent **pp = &wb->ht[wb_hash(e->key) & (wb->nbuckets - 1)];
+    while (*pp != e)
+        pp = &(*pp)->hnext;
+    *pp = e->hnext;
+    wb->nents--;
+    if (e->state == WB_QUEUED)
+        list_del(e);
+    else if (e->state == WB_PARKED) {
+        list_del(e);
+        wb->nparked--;
+    }
+    wb->staged_bytes -= e->size;
+    if (!e->synced)
+        wb->unsynced--;
+    pthread_cond_broadcast(&wb->done_cv);
+}
+
+/* OWNERSHIP: new entry (keg_free), NULL on ENOMEM. */
+static struct wb_ent *wb_ent_new(const char *key, uint64_t size)
+{
+    size_t kl = strlen(key);
+    struct wb_ent *e = keg_calloc(1, sizeof(*e) + kl + 1);
+    if (!e)
+        return NULL;
+    memcpy(e->key, key, kl + 1);
+    e->size = size;
+    return e;
+}
+
+/* LOCKS: caller holds wb->mu. */
+static void wb_rate_add(struct wb *wb, uint64_t bytes)
+{
+    int64_t s = keg_mono_ns() / 1000000000LL;
+    unsigned i = (unsigned)(s % WB_RATE_SLOTS);
+    if (wb->rate_sec[i] != s) {
+        wb->rate_sec[i] = s;
+        wb->rate_bytes[i] = 0;
+    }
+    wb->rate_bytes[i] += bytes;
+}
+
+/* LOCKS: caller holds wb->mu. */
+static uint64_t wb_rate(struct wb *wb)
+{
+    int64_t s = keg_mono_ns() / 1000000000LL;
+    uint64_t sum = 0;
+    for (unsigned i = 0; i < WB_RATE_SLOTS; i++) {
+        if (wb->rate_sec[i] > s - WB_RATE_WINDOW && wb->rate_sec[i] <= s)
+            sum += wb->rate_bytes[i];
+    }
+    return sum / WB_RATE_WINDOW;
+}
+
+/* Makes every PARKED entry due now (drain, close).  LOCKS: caller holds wb->mu. */
+static void wb_kick_parked(struct wb *wb)
+{
+    for (struct wb_ent *e = wb->parked.next; e != &wb->parked; e = e->next)
+        e->retry_at = 0;
+    pthread_cond_broadcast(&wb->work_cv);
+}
+
+/*---------------------------------------------------------------------------
+ * Staging files
+ *-------------------------------------------------------------------------*/
+
+static int wb_write_all(int fd, const uint8_t *hdr, const char *key, const void *obj,
+                        size_t len)
+{
+    struct iovec iov[3] = {{(void *)hdr, KEGC_HDR}, {(void *)key, strlen(key)},
+                           {(void *)obj, len}};
+    int i = 0;
+
+    while (i < 3) {
+        ssize_t n = writev(fd, iov + i, 3 - i);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return errno == EDQUOT ? -ENOSPC : -errno;
+        while (i < 3 && (size_t)n >= iov[i].iov_len) {
+            n -= (ssize_t)iov[i].iov_len;
+            i++;
+        }
+        if (i < 3) {
+            iov[i].iov_base = (char *)iov[i].iov_base + n;
+            iov[i].iov_len -= (size_t)n;
+        }
+    }
+    return 0;
+}
+
+/* Writes the staging file of key: temp file + rename, no fsync.
+ * BORROWS: everything.  Returns 0 or -errno. */
+static int wb_stage_file(struct wb *wb, const char *key, const char *name, const void *obj,
+                         size_t len)
+{
+    char tmp[KEGC_NAME_MAX + 32];
+    uint8_t hdr[KEGC_HDR];
+    int fd, rc;
+
+    snprintf(tmp, sizeof(tmp), KEGC_TMP_PREFIX "%s.XXXXXX", name);
+    /* mkostempat does not exist: make the name relative to the slot by hand. */
+    for (int attempt = 0;; attempt++) {
+        static const char az[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+        uint64_t r = (uint64_t)keg_mono_ns() ^ ((uint64_t)(uintptr_t)&tmp << 7) ^
+                     ((uint64_t)attempt * 0x9e3779b97f4a7c15ull);
+        char *x = tmp + strlen(tmp) - 6;
+        for (int i = 0; i < 6; i++, r /= 36)
+            x[i] = az[r % 36];
+        fd = openat(wb->dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (fd >= 0 || errno != EEXIST || attempt > 100)
+            break;
+    }
+    if (fd < 0)
+        return errno == EDQUOT ? -ENOSPC : -errno;
+    kegc_hdr_make(hdr, KEGC_KIND_STAGED, key, obj, len);
+    rc = wb_write_all(fd, hdr, key, obj, len);
+    if (close(fd) < 0 && rc == 0)
+        rc = -errno;
+    if (rc == 0 && renameat(wb->dirfd, tmp, wb->dirfd, name) < 0)
+        rc = -errno;
+    if (rc < 0)
+        unlinkat(wb->dirfd, tmp, 0);
+    return rc;
+}
+
+/* Reads and verifies the staging file of key.
+ * OWNERSHIP: *file is keg_malloc'ed (caller frees); *obj and *olen point into it.
+ * Returns 0, -ENOENT (gone: uploaded or deleted), -EIO (corrupt) or -errno. */
+static int wb_read_staged(struct wb *wb, const char *key, const char *name, uint8_t **file,
+                          const uint8_t **obj, uint64_t *olen)
+{
+    struct stat st;
+    uint8_t *buf = NULL;
+    size_t done = 0;
+    int fd, rc = 0;
+
+    *file = NULL;
+    *obj = NULL;
+    *olen = 0;
+    fd = openat(wb->dirfd, name, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    if (fstat(fd, &st) < 0) {
+        rc = -errno;
+        goto out;
+    }
+    if ((uint64_t)st.st_size > (uint64_t)KEGC_HDR + KEGC_KEY_MAX + wb->max_staging + 1 &&
+        (uint64_t)st.st_size > (uint64_t)KEGC_HDR + KEGC_KEY_MAX + KEG_BLOCK_HDR +
+                                   KEG_BLOCK_SIZE_MAX) {
+        rc = -EIO;
+        goto out;
+    }
+    buf = keg_malloc(st.st_size ? (size_t)st.st_size : 1);
+    if (!buf) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    while (done < (size_t)st.st_size) {
+        ssize_t n = pread(fd, buf + done, (size_t)st.st_size - done, (off_t)done);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            rc = -errno;
+            goto out;
+        }
+        if (n == 0)
+            break;
+        done += (size_t)n;
+    }
+    rc = kegc_check(buf, done, KEGC_KIND_STAGED, key, obj, olen);
+    if (rc == 0) {
+        *file = buf;
+        buf = NULL;
+    }
+out:
+    keg_free(buf);
+    close(fd);
+    return rc;
+}
+
+/* Moves a corrupt staged file aside as ".bad.<name>" (kept for inspection). */
+static void wb_quarantine(struct wb *wb, const char *key, const char *name)
+{
+    char bad[KEGC_NAME_MAX + 8];
+    snprintf(bad, sizeof(bad), KEGC_BAD_PREFIX "%s", name);
+    KEG_ERR("staged object %s is corrupt (%s/%s): it was lost before upload; moved to %s",
+            key, wb->dir, name, bad);
+    if (renameat(wb->dirfd, name, wb->dirfd, bad) < 0)
+        unlinkat(wb->dirfd, name, 0);
+}
+
+/*---------------------------------------------------------------------------
+ * Upload workers
+ *-------------------------------------------------------------------------*/
+
+/* Sleeps ms unless the layer stops.  Returns 1 if stopping.  LOCKS: takes wb->mu. */
+static int wb_sleep(struct wb *wb, unsigned ms)
+{
+    int64_t until = keg_mono_ns() + (int64_t)ms * 1000000LL;
+    struct timespec ts;
+    int stop;
+
+    wb_deadline(&ts, until);
+    pthread_mutex_lock(&wb->mu);
+    while (!wb->stop && keg_mono_ns() < until)
+        pthread_cond_timedwait(&wb->work_cv, &wb->mu, &ts);
+    stop = wb->stop;
+    pthread_mutex_unlock(&wb->mu);
+    return stop;
+}
+
+/* Uploads one staged object, retrying transient errors.
+ * Returns 0, -ENOENT (its file is gone), -EBADMSG (corrupt, quarantined) or the last -errno. */
+static int wb_upload(struct wb *wb, const char *key)
+{
+    char name[KEGC_NAME_MAX + 1];
+    uint8_t *file = NULL;
+    const uint8_t *obj;
+    uint64_t olen;
+    unsigned delay = wb->backoff_ms;
+    int rc;
+
+    if (kegc_escape(key, name) < 0)
+        return -ENAMETOOLONG;
+    rc = wb_read_staged(wb, key, name, &file, &obj, &olen);
+    if (rc == -EIO) {
+        wb_quarantine(wb, key, name);
+        return -EBADMSG;
+    }
+    if (rc < 0)
+        return rc;
+    for (unsigned attempt = 1;; attempt++) {
+        rc = keg_obj_put(wb->o->inner, key, obj, (size_t)olen);
+        if (rc == 0)
+            break;
+        pthread_mutex_lock(&wb->mu);
+        wb->upload_errors++;
+        pthread_mutex_unlock(&wb->mu);
+        if (wb_permanent(rc) || attempt >= wb->retries)
+            break;
+        KEG_DEBUG("upload of %s failed (%s), attempt %u, retrying in %u ms", key, strerror(-rc),
+                  attempt, delay);
+        if (wb_sleep(wb, delay))
+            break;
+        delay = KEG_MIN(delay * 2, WB_BACKOFF_MAX_MS);
+    }
+    keg_free(file);
+    return rc;
+}
+
+/* Picks the next entry to upload (making due parked entries QUEUED first),
+ * or NULL after waiting when there is none.  LOCKS: caller holds wb->mu. */
+static struct wb_ent *wb_pick(struct wb *wb)
+{
+    int64_t now = keg_mono_ns(), next = INT64_MAX;
+    struct timespec ts;
+
+    for (struct wb_ent *e = wb->parked.next; e != &wb->parked;) {
+        struct wb_ent *n = e->next;
+        if (e->retry_at <= now) {
+            list_del(e);
+            wb->nparked--;
+            e->state = WB_QUEUED;
+            list_add_tail(&wb->ready, e);
+        } else if (e->retry_at < next) {
+            next = e->retry_at;
+        }
+        e = n;
+    }
+    if (wb->ready.next != &wb->ready) {
+        struct wb_ent *e = wb->ready.next;
+        list_del(e);
+        e->state = WB_UPLOADING;
+        wb->uploading++;
+        return e;
+    }
+    if (next == INT64_MAX) {
+        pthread_cond_wait(&wb->work_cv, &wb->mu);
+    } else {
+        wb_deadline(&ts, next);
+        pthread_cond_timedwait(&wb->work_cv, &wb->mu, &ts);
+    }
+    return NULL;
+}
+
+/* LOCKS: takes wb->mu (dropped around the upload). */
+static void *wb_worker(void *arg)
+{
+    struct wb *wb = arg;
+
+    pthread_mutex_lock(&wb->mu);
+    while (!wb->stop) {
+        struct wb_ent *e = wb_pick(wb);
+        unsigned gen;
+        int rc;
+
+        if (!e)
+            continue;
+        gen = e->gen;
+        pthread_mutex_unlock(&wb->mu);
+        /* e stays valid: an UPLOADING entry is freed only here. */
+        rc = wb_upload(wb, e->key);
+        if (rc == 0 && !wb->inner_durable) {
+            int synced;
+            pthread_mutex_lock(&wb->mu);
+            synced = e->synced;
+            pthread_mutex_unlock(&wb->mu);
+            if (synced)
+                rc = keg_obj_sync(wb->o->inner);
+        }
+        pthread_mutex_lock(&wb->mu);
+        wb->uploading--;
+        if (e->deleted || rc == -ENOENT || rc == -EBADMSG) {
+            /* deleted meanwhile, or its file is gone / quarantined: nothing to upload */
+            if (e->deleted) {
+                char name[KEGC_NAME_MAX + 1];
+                if (kegc_escape(e->key, name) == 0)
+                    unlinkat(wb->dirfd, name, 0);
+            }
+            wb_forget(wb, e);
+            keg_free(e);
+        } else if (rc == 0 && e->gen != gen) {
+            e->state = WB_QUEUED;          /* put again while uploading: upload the new file */
+            list_add_tail(&wb->ready, e);
+        } else if (rc == 0) {
+            char name[KEGC_NAME_MAX + 1];
+            if (kegc_escape(e->key, name) == 0 && unlinkat(wb->dirfd, name, 0) < 0 &&
+                errno != ENOENT)
+                KEG_WARN("removing uploaded staging file %s/%s: %s", wb->dir, name,
+                         strerror(errno));
+            wb->uploaded_bytes += e->size;
+            wb->uploaded_objects++;
+            wb_rate_add(wb, e->size);
+            wb_forget(wb, e);
+            keg_free(e);
+        } else {
+            e->state = WB_PARKED;
+            e->last_err = rc;
+            e->retry_at = keg_mono_ns() + (int64_t)wb->park_ms * 1000000LL;
+            list_add_tail(&wb->parked, e);
+            wb->nparked++;
+            if (!wb->stop)
+                KEG_ERR("upload of %s FAILED: %s%s; it stays staged in %s and is retried in "
+                        "%u s", e->key, strerror(-rc), wb_permanent(rc) ? " (permanent)" : "",
+                        wb->dir, wb->park_ms / 1000);
+        }
+        pthread_cond_broadcast(&wb->done_cv);
+    }
+    pthread_mutex_unlock(&wb->mu);
+    return NULL;
+}
+
+/*---------------------------------------------------------------------------
+ * Ops
+ *-------------------------------------------------------------------------*/
+
+/* Waits for room for len bytes and reserves it.  Returns 0 or -EIO (nothing
+ * can be uploaded).  LOCKS: caller holds wb->mu. */
+static int wb_reserve(struct wb *wb, const char *key, size_t len)
+{
+    int64_t limit = (int64_t)(wb->park_ms + 1000) * 1000000LL;
+    int64_t deadline = keg_mono_ns() + limit;
+    uint64_t seen = wb->uploaded_objects;
+    struct timespec ts;
+
+    while (wb->staged_bytes > 0 && wb->staged_bytes + len > wb->max_staging) {
+        if (wb->uploaded_objects != seen) {
+            seen = wb->uploaded_objects;
+            deadline = keg_mono_ns() + limit;
+        }
+        if (keg_mono_ns() >= deadline) {
+            KEG_ERR("put %s: the staging area %s is full (%llu of %llu bytes) and nothing "
+                    "could be uploaded for %u s; failing the write", key, wb->dir,
+                    (unsigned long long)wb->staged_bytes, (unsigned long long)wb->max_staging,
+                    (unsigned)(limit / 1000000000LL));
+            return -EIO;
+        }
+        wb->waiting_puts++;
+        wb_deadline(&ts, KEG_MIN(deadline, keg_mono_ns() + 1000000000LL));
+        pthread_cond_timedwait(&wb->done_cv, &wb->mu, &ts);
+        wb->waiting_puts--;
+    }
+    wb->staged_bytes += len;
+    wb->reserving++;
+    return 0;
+}
+
+static int wb_put(struct keg_obj *o, const char *key, const void *buf, size_t len)
+{
+    struct wb *wb = o->priv;
+    char name[KEGC_NAME_MAX + 1];
+    struct wb_ent *e, *ne;
+    uint32_t blen;
+    int rc;
+
+    if (!kegc_is_block(key, &blen) || kegc_escape(key, name) < 0 || len > wb->max_staging)
+        return keg_obj_put(o->inner, key, buf, len);
+    ne = wb_ent_new(key, len);
+    if (!ne)
+        return -ENOMEM;
+    pthread_mutex_lock(&wb->mu);
+    rc = wb_reserve(wb, key, len);
+    e = rc == 0 ? wb_find(wb, key) : NULL;
+    if (e)
+        e->gen++;   /* before the file is replaced: an upload in flight must not unlink it */
+    pthread_mutex_unlock(&wb->mu);
+    if (rc < 0) {
+        keg_free(ne);
+        return rc;
+    }
+
+    rc = wb_stage_file(wb, key, name, buf, len);
+
+    pthread_mutex_lock(&wb->mu);
+    wb->reserving--;
+    if (rc < 0) {
+        wb->staged_bytes -= len;
+        pthread_cond_broadcast(&wb->done_cv);
+        pthread_mutex_unlock(&wb->mu);
+        keg_free(ne);
+        KEG_WARN("staging %s in %s failed (%s): uploading it directly", key, wb->dir,
+                 strerror(-rc));
+        return keg_obj_put(o->inner, key, buf, len);
+    }
+    e = wb_find(wb, key);
+    if (e) {
+        /* Same key again (a retried write): the new file replaced the old one. */
+        wb->staged_bytes -= e->size;
+        e->size = len;
+        e->gen++;
+        if (e->synced) {
+            e->synced = 0;
+            wb->unsynced++;
+        }
+        if (e->state == WB_PARKED) {
+            list_del(e);
+            wb->nparked--;
+            e->state = WB_QUEUED;
+            list_add_tail(&wb->ready, e);
+        }
+        keg_free(ne);
+    } else {
+        e = ne;
+        e->state = WB_QUEUED;
+        wb_hash_add(wb, e);
+        list_add_tail(&wb->ready, e);
+        wb->unsynced++;
+    }
+    pthread_cond_signal(&wb->work_cv);
+    pthread_mutex_unlock(&wb->mu);
+    return 0;
+}
+
+static ssize_t wb_get(struct keg_obj *o, const char *key, uint64_t off, void *buf, size_t len)
+{
+    struct wb *wb = o->priv;
+    char name[KEGC_NAME_MAX + 1];
+    const uint8_t *obj;
+    uint8_t *file = NULL;
+    uint64_t olen;
+    ssize_t n;
+    int staged, rc;
+
+    if (kegc_escape(key, name) < 0)
+        return keg_obj_get(o->inner, key, off, buf, len);
+    pthread_mutex_lock(&wb->mu);
+    staged = wb_find(wb, key) != NULL;
+    pthread_mutex_unlock(&wb->mu);
+    if (!staged)
+        return keg_obj_get(o->inner, key, off, buf, len);
+
+    rc = wb_read_staged(wb, key, name, &file, &obj, &olen);
+    if (rc == 0) {
+        n = 0;
+        if (off < olen) {
+            n = (ssize_t)KEG_MIN((uint64_t)len, olen - off);
+            memcpy(buf, obj + off, (size_t)n);
+        }
+        keg_free(file);
+        return n;
+    }
+    if (rc == -EIO)
+        KEG_ERR("staged object %s/%s is corrupt; trying the store", wb->dir, name);
+    /* -ENOENT: the uploader just finished and removed it; it is in inner now. */
+    n = keg_obj_get(o->inner, key, off, buf, len);
+    if (n == -ENOENT && rc == -EIO)
+        n = -EIO;
+    return n;
+}
+
+static int wb_del(struct keg_obj *o, const char *key)
+{
+    struct wb *wb = o->priv;
+    char name[KEGC_NAME_MAX + 1];
+    struct wb_ent *e;
+
+    if (kegc_escape(key, name) == 0) {
+        pthread_mutex_lock(&wb->mu);
+        e = wb_find(wb, key);
+        if (e && e->state == WB_UPLOADING) {
+            e->deleted = 1;
+            while (wb_find(wb, key) == e)
+                pthread_cond_wait(&wb->done_cv, &wb->mu);
+        } else if (e) {
+            unlinkat(wb->dirfd, name, 0);
+            wb_forget(wb, e);
+            keg_free(e);
+        }
+        pthread_mutex_unlock(&wb->mu);
+    }
+    return keg_obj_del(o->inner, key);
+}
+
+static int wb_head(struct keg_obj *o, const char *key, uint64_t *size)
+{
+    struct wb *wb = o->priv;
+    struct wb_ent *e;
+
+    *size = 0;
+    pthread_mutex_lock(&wb->mu);
+    e = wb_find(wb, key);
+    if (e)
+        *size = e->size;
+    pthread_mutex_unlock(&wb->mu);
+    return e ? 0 : keg_obj_head(o->inner, key, size);
+}
+
+struct wb_syncing {
+    char    *key;
+    unsigned gen;
+};
+
+/* fsyncs every unsynced staged file and the slot directory, then syncs inner.
+ * LOCKS: takes wb->mu (not held during I/O). */
+static int wb_sync(struct keg_obj *o)
+{
+    struct wb *wb = o->priv;
+    struct wb_syncing *v = NULL;
+    size_t n = 0, cap;
+    int rc = 0;
+
+    pthread_mutex_lock(&wb->mu);
+    cap = (size_t)wb->unsynced;
+    if (cap) {
+        v = keg_calloc(cap, sizeof(*v));
+        if (!v)
+            rc = -ENOMEM;
+    }
+    for (size_t b = 0; v && b < wb->nbuckets && rc == 0; b++) {
+        for (struct wb_ent *e = wb->ht[b]; e && rc == 0; e = e->hnext) {
+            if (e->synced || n == cap)
+                continue;
+            v[n].key = keg_strdup(e->key);
+            v[n].gen = e->gen;
+            if (!v[n].key)
+                rc = -ENOMEM;
+            else
+                n++;
+        }
+    }
+    pthread_mutex_unlock(&wb->mu);
+
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        char name[KEGC_NAME_MAX + 1];
+        int fd;
+        if (kegc_escape(v[i].key, name) < 0)
+            continue;
+        fd = openat(wb->dirfd, name, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) {
+            if (errno != ENOENT)
+                rc = -errno;
+            continue;            /* uploaded or deleted meanwhile */
+        }
+        if (fsync(fd) < 0)
+            rc = -errno;
+        close(fd);
+    }
+    if (rc == 0 && n && fsync(wb->dirfd) < 0)
+        rc = -errno;
+    if (rc < 0) {
+        KEG_ERR("sync of the staging area %s failed: %s", wb->dir, strerror(-rc));
+        rc = rc == -ENOMEM ? rc : -EIO;
+    }
+
+    pthread_mutex_lock(&wb->mu);
+    for (size_t i = 0; i < n; i++) {
+        struct wb_ent *e = rc == 0 ? wb_find(wb, v[i].key) : NULL;
+        if (e && e->gen == v[i].gen && !e->synced) {
+            e->synced = 1;
+            wb->unsynced--;
+        }
+        keg_free(v[i].key);
+    }
+    pthread_mutex_unlock(&wb->mu);
+    keg_free(v);
+    if (rc < 0)
+        return rc;
+    return keg_obj_sync(o->inner);
+}
+
+/*---------------------------------------------------------------------------
+ * Drain, stats
+ *-------------------------------------------------------------------------*/
+
+/* Waits until nothing is QUEUED, UPLOADING or being written, or until
+ * deadline (monotonic ns).  LOCKS: caller holds wb->mu. */
+static void wb_wait_idle(struct wb *wb, int64_t deadline)
+{
+    struct timespec ts;
+    wb_deadline(&ts, deadline);
+    wb_kick_parked(wb);
+    while ((wb->ready.next != &wb->ready || wb->uploading || wb->reserving ||
+            (wb->nparked && wb->parked.next->retry_at == 0)) &&
+           keg_mono_ns() < deadline)
+        pthread_cond_timedwait(&wb->done_cv, &wb->mu, &ts);
+}
+
+int keg_wb_drain(struct keg_obj *o, unsigned timeout_ms, uint64_t *remaining)
+{
+    struct wb *wb;
+    int rc = 0;
+
+    if (remaining)
+        *remaining = 0;
+    if (!o || o->ops != &keg_wb_ops)
+        return -EINVAL;
+    wb = o->priv;
+    pthread_mutex_lock(&wb->mu);
+    wb_wait_idle(wb, keg_mono_ns() + (int64_t)timeout_ms * 1000000LL);
+    if (wb->nents) {
+        rc = (wb->nents == wb->nparked && !wb->uploading) ? -EIO : -ETIMEDOUT;
+    }
+    if (remaining)
+        *remaining = wb->nents;
+    pthread_mutex_unlock(&wb->mu);
+    return rc;
+}
+
+int keg_wb_stats(struct keg_obj *o, struct keg_wb_stats *st)
+{
+    struct wb *wb;
+
+    memset(st, 0, sizeof(*st));
+    if (!o || o->ops != &keg_wb_ops)
+        return -EINVAL;
+    wb = o->priv;
+    pthread_mutex_lock(&wb->mu);
+    st->staged_bytes = wb->staged_bytes;
+    st->staged_objects = wb->nents;
+    st->unsynced_objects = wb->unsynced;
+    st->uploading = wb->uploading;
+    st->parked = wb->nparked;
+    st->uploaded_bytes = wb->uploaded_bytes;
+    st->uploaded_objects = wb->uploaded_objects;
+    st->upload_errors = wb->upload_errors;
+    st->rate_bps = wb_rate(wb);
+    st->waiting_puts = wb->waiting_puts;
+    st->max_staging = wb->max_staging;
+    pthread_mutex_unlock(&wb->mu);
+    return 0;
+}
+
+/*---------------------------------------------------------------------------
+ * Open: slots, recovery, workers; close
+ *-------------------------------------------------------------------------*/
+
+static int wb_mkdirs(const char *path)
+{
+    char *p = keg_strdup(path);
+    int rc = 0;
+
+    if (!p)
+        return -ENOMEM;
+    for (char *s = strchr(p + 1, '/');; s = strchr(s + 1, '/')) {
+        if (s)
+            *s = '\0';
+        if (mkdir(p, 0700) < 0 && errno != EEXIST) {
+            rc = -errno;
+            break;
+        }
+        if (!s)
+            break;
+        *s = '/';
+    }
+    keg_free(p);
+    return rc;
+}
+
+static void wb_fsync_dir(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+}
+
+/* Moves every staged file of the free slot dir `from` into ours.  Returns the count. */
+static unsigned wb_adopt(struct wb *wb, int fromfd)
+{
+    DIR *d = fdopendir(dup(fromfd));
+    struct dirent *de;
+    unsigned n = 0;
+
+    if (!d)
+        return 0;
+    while ((de = readdir(d)) != NULL) {
+        if (de->d_name[0] == '.') {
+            if (strncmp(de->d_name, KEGC_TMP_PREFIX, strlen(KEGC_TMP_PREFIX)) == 0)
+                unlinkat(fromfd, de->d_name, 0);
+            continue;
+        }
+        if (renameat(fromfd, de->d_name, wb->dirfd, de->d_name) == 0)
+            n++;
+    }
+    closedir(d);
+    if (n)
+        fsync(wb->dirfd);
+    return n;
+}
+
+/* Takes the first free staging slot below base and adopts the files of the
+ * other free slots.  Returns 0, -EBUSY (all slots in use) or -errno. */
+static int wb_take_slot(struct wb *wb, const char *base)
+{
+    unsigned adopted = 0;
+    int rc = 0;
+
+    for (unsigned i = 0; i < WB_SLOTS && rc == 0; i++) {
+        char *slot = keg_asprintf("%s/%u", base, i);
+        int dfd = -1, lfd = -1;
+
+        if (!slot)
+            return -ENOMEM;
+        if (mkdir(slot, 0700) == 0)
+            wb_fsync_dir(base);
+        dfd = open(slot, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd >= 0)
+            lfd = openat(dfd, ".lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+        if (lfd < 0) {
+            rc = -errno;
+            KEG_ERR("staging slot %s cannot be opened: %s", slot, strerror(-rc));
+        } else if (flock(lfd, LOCK_EX | LOCK_NB) < 0) {
+            if (errno != EWOULDBLOCK)
+                rc = -errno;
+        } else if (wb->dirfd < 0) {
+            wb->dir = slot;
+            wb->dirfd = dfd;
+            wb->lockfd = lfd;
+            slot = NULL;
+            dfd = lfd = -1;
+        } else {
+            adopted += wb_adopt(wb, dfd);
+        }
+        if (lfd >= 0)
+            close(lfd);
+        if (dfd >= 0)
+            close(dfd);
+        keg_free(slot);
+    }
+    if (rc == 0 && wb->dirfd < 0) {
+        KEG_ERR("all %d staging slots in %s are in use by other mounters", WB_SLOTS, base);
+        rc = -EBUSY;
+    }
+    if (rc == 0 && adopted)
+        KEG_WARN("took over %u staged objects left by a mounter that stopped", adopted);
+    return rc;
+}
+
+/* Queues every staged file of our slot; removes temp files.  Returns 0 or -errno. */
+static int wb_recover(struct wb *wb)
+{
+    DIR *d = fdopendir(dup(wb->dirfd));
+    struct dirent *de;
+    int rc = 0;
+
+    if (!d)
+        return -errno;
+    while ((de = readdir(d)) != NULL) {
+        char key[KEGC_NAME_MAX + 1];
+        struct stat st;
+        struct wb_ent *e;
+
+        if (de->d_name[0] == '.') {
+            if (strncmp(de->d_name, KEGC_TMP_PREFIX, strlen(KEGC_TMP_PREFIX)) == 0)
+                unlinkat(wb->dirfd, de->d_name, 0);
+            continue;
+        }
+        if (fstatat(wb->dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+            !S_ISREG(st.st_mode))
+            continue;
+        if (kegc_unescape(de->d_name, key) < 0 ||
+            (uint64_t)st.st_size < KEGC_HDR + strlen(key)) {
+            KEG_WARN("ignoring %s/%s: not a staged object", wb->dir, de->d_name);
+            continue;
+        }
+        e = wb_ent_new(key, (uint64_t)st.st_size - KEGC_HDR - strlen(key));
+        if (!e) {
+            rc = -ENOMEM;
+            break;
+        }
+        e->state = WB_QUEUED;
+        wb_hash_add(wb, e);
+        list_add_tail(&wb->ready, e);
+        wb->staged_bytes += e->size;
+        wb->unsynced++;
+    }
+    closedir(d);
+    if (wb->nents)
+        KEG_WARN("%zu staged objects (%llu bytes) in %s were not uploaded before the last "
+                 "stop: uploading them now", wb->nents, (unsigned long long)wb->staged_bytes,
+                 wb->dir);
+    return rc;
+}
+
+static void wb_free_all(struct wb *wb)
+{
+    for (size_t b = 0; wb->ht && b < wb->nbuckets; b++) {
+        struct wb_ent *e = wb->ht[b];
+        while (e) {
+            struct wb_ent *n = e->hnext;
+            keg_free(e);
+            e = n;
+        }
+    }
+    keg_free(wb->ht);
+    keg_free(wb->threads);
+    if (wb->dirfd >= 0)
+        close(wb->dirfd);
+    if (wb->lockfd >= 0)
+        close(wb->lockfd);   /* releases the slot */
+    keg_free(wb->dir);
+}
+
+/* Stops the workers (after they finish the upload in hand).  LOCKS: takes wb->mu. */
+static void wb_stop_workers(struct wb *wb)
+{
+    pthread_mutex_lock(&wb->mu);
+    wb->stop = 1;
+    pthread_cond_broadcast(&wb->work_cv);
+    pthread_mutex_unlock(&wb->mu);
+    for (unsigned i = 0; i < wb->nthreads; i++)
+        pthread_join(wb->threads[i], NULL);
+    wb->nthreads = 0;
+}
+
+static void wb_close(struct keg_obj *o)
+{
+    struct wb *wb = o->priv;
+
+    if (!wb)
+        return;
+    pthread_mutex_lock(&wb->mu);
+    if (wb->nents) {
+        KEG_INFO("draining %zu staged objects (%llu bytes) for up to %u ms", wb->nents,
+                 (unsigned long long)wb->staged_bytes, wb->drain_ms);
+        wb_wait_idle(wb, keg_mono_ns() + (int64_t)wb->drain_ms * 1000000LL);
+    }
+    pthread_mutex_unlock(&wb->mu);
+    wb_stop_workers(wb);
+    if (wb->nents)
+        KEG_WARN("%zu objects (%llu bytes; %llu failing) are still staged in %s: they are "
+                 "uploaded at the next mount", wb->nents, (unsigned long long)wb->staged_bytes,
+                 (unsigned long long)wb->nparked, wb->dir);
+    wb_free_all(wb);
+    pthread_cond_destroy(&wb->work_cv);
+    pthread_cond_destroy(&wb->done_cv);
+    pthread_mutex_destroy(&wb->mu);
+    keg_free(wb);
+    o->priv = NULL;
+}
+
+static int wb_open_op(struct keg_obj *o, const struct keg_obj_conf *conf)
+{
+    KEG_UNUSED(o);
+    KEG_UNUSED(conf);
+    KEG_ERR("the writeback layer is opened with keg_wb_create()");
+    return -EINVAL;
+}
+
+/* 1 if the bottom of the stack below o promises durable puts. */
+static int wb_bottom_durable(struct keg_obj *o)
+{
+    while (o->inner)
+        o = o->inner;
+    return (o->ops->caps & KEG_OBJ_CAP_DURABLE) != 0;
+}
+
+int keg_wb_create(const struct keg_wb_conf *conf, struct keg_obj *inner, struct keg_obj **out)
+{
+    struct keg_obj *o = NULL;
+    struct wb *wb = NULL;
+    pthread_condattr_t ca;
+    char *base = NULL;
+    int rc;
+
+    *out = NULL;
+    if (!inner || !conf || !conf->dir || conf->dir[0] != '/') {
+        KEG_ERR("writeback: needs an absolute cache directory and a store below it");
+        rc = -EINVAL;
+        goto fail1;
+    }
+    o = keg_calloc(1, sizeof(*o));
+    wb = keg_calloc(1, sizeof(*wb));
+    base = keg_asprintf("%s/staging", conf->dir);
+    if (!o || !wb || !base) {
+        rc = -ENOMEM;
+        goto fail2;
+    }
+    wb->dirfd = wb->lockfd = -1;
+    wb->o = o;
+    wb->nworkers = conf->workers ? conf->workers : 4;
+    wb->max_staging = conf->max_staging ? conf->max_staging : (1ULL << 30);
+    wb->drain_ms = conf->drain_ms ? conf->drain_ms : 30000;
+    wb->retries = conf->retries ? conf->retries : 6;
+    wb->backoff_ms = conf->backoff_ms ? conf->backoff_ms : 100;
+    wb->park_ms = conf->park_ms ? conf->park_ms : 60000;
+    wb->inner_durable = wb_bottom_durable(inner);
+    wb->nbuckets = 256;
+    wb->ht = keg_calloc(wb->nbuckets, sizeof(*wb->ht));
+    wb->threads = keg_calloc(wb->nworkers, sizeof(*wb->threads));
+    wb->ready.next = wb->ready.prev = &wb->ready;
+    wb->parked.next = wb->parked.prev = &wb->parked;
+    if (!wb->ht || !wb->threads) {
+        rc = -ENOMEM;
+        goto fail3;
+    }
+    rc = wb_mkdirs(base);
+    if (rc < 0) {
+        KEG_ERR("staging directory %s cannot be created: %s", base, strerror(-rc));
+        goto fail3;
+    }
+    wb_fsync_dir(conf->dir);
+    rc = wb_take_slot(wb, base);
+    if (rc < 0)
+        goto fail3;
+    rc = wb_recover(wb);
+    if (rc < 0) {
+        KEG_ERR("staging directory %s cannot be read: %s", wb->dir, strerror(-rc));
+        goto fail3;
+    }
+    pthread_mutex_init(&wb->mu, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&wb->work_cv, &ca);
+    pthread_cond_init(&wb->done_cv, &ca);
+    pthread_condattr_destroy(&ca);
+    o->ops = &keg_wb_ops;
+    o->inner = inner;
+    o->priv = wb;
+    for (unsigned i = 0; i < wb->nworkers; i++) {
+        rc = -pthread_create(&wb->threads[i], NULL, wb_worker, wb);
+        if (rc < 0) {
+            KEG_ERR("cannot start upload worker %u: %s", i, strerror(-rc));
+            goto fail4;
+        }
+        wb->nthreads++;
+    }
+    KEG_INFO("writeback on: staging in %s, %u upload workers, at most %llu bytes staged",
+             wb->dir, wb->nworkers, (unsigned long long)wb->max_staging);
+    keg_free(base);
+    *out = o;
+    return 0;
+
+fail4:
+    wb_stop_workers(wb);
+    pthread_cond_destroy(&wb->work_cv);
+    pthread_cond_destroy(&wb->done_cv);
+    pthread_mutex_destroy(&wb->mu);
+fail3:
+    wb_free_all(wb);
+fail2:
+    keg_free(base);
+    keg_free(wb);
+    keg_free(o);
+fail1:
+    keg_obj_close(inner);
+    return rc;
+}
+
+const struct keg_obj_ops keg_wb_ops = {
+    .name = "writeback",
+    .version = 1,
+    .caps = KEG_OBJ_CAP_RANGE_GET | KEG_OBJ_CAP_LIST,
+    .priv_size = 0,    /* allocated by keg_wb_create */
+    .open = wb_open_op,
+    .close = wb_close,
+    .get = wb_get,
+    .put = wb_put,
+    .del = wb_del,
+    .head = wb_head,
+    .list = keg_obj_def_list,
+    .sync = wb_sync,
+};
