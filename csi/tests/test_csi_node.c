@@ -1,0 +1,511 @@
+/* test_csi_node.c -- Node handlers, the state file and recovery, with a fake
+ * mount manager that records calls (no FUSE, no root, no gRPC). */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "csi_fakes.h"
+#include "csi_i.h"
+#include "keg/log.h"
+#include "keg/mem.h"
+#include "state.h"
+
+static struct csi_ctx ctx;
+static char dir[256];          /* temp dir: state/ and pods/ */
+static char state_dir[300];
+
+static void st_reset(struct csi_status *st)
+{
+    csi_status_clear(st);
+    csi_status_init(st);
+}
+
+/*--- request builder ---------------------------------------------------------*/
+
+struct pub {
+    Csi__V1__NodePublishVolumeRequest r;
+    Csi__V1__VolumeCapability c;
+    Csi__V1__VolumeCapability__MountVolume mv;
+    Csi__V1__VolumeCapability__AccessMode am;
+    Csi__V1__NodePublishVolumeRequest__SecretsEntry se[3], *sp[3];
+    Csi__V1__NodePublishVolumeRequest__VolumeContextEntry ce[1], *cp[1];
+    char *flags[4];
+    char target[512];
+};
+
+static void pub_init(struct pub *p, const char *vol, const char *sub)
+{
+    memset(p, 0, sizeof(*p));
+    csi__v1__node_publish_volume_request__init(&p->r);
+    csi__v1__volume_capability__init(&p->c);
+    csi__v1__volume_capability__mount_volume__init(&p->mv);
+    csi__v1__volume_capability__access_mode__init(&p->am);
+    p->am.mode = CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__MULTI_NODE_MULTI_WRITER;
+    p->c.access_mode = &p->am;
+    p->c.access_type_case = CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_MOUNT;
+    p->c.mount = &p->mv;
+    snprintf(p->target, sizeof(p->target), "%s/pods/%s/mount", dir, sub);
+    p->r.volume_id = (char *)vol;
+    p->r.target_path = p->target;
+    p->r.volume_capability = &p->c;
+    static const char *const keys[] = { "metaurl", "access-key", "secret-key" };
+    static const char *const vals[] = { "redis://:pa55w0rd@redis:6379/1", "AK", "SK/secret" };
+    for (int i = 0; i < 3; i++) {
+        csi__v1__node_publish_volume_request__secrets_entry__init(&p->se[i]);
+        p->se[i].key = (char *)keys[i];
+        p->se[i].value = (char *)vals[i];
+        p->sp[i] = &p->se[i];
+    }
+    p->r.n_secrets = 3;
+    p->r.secrets = p->sp;
+    csi__v1__node_publish_volume_request__volume_context_entry__init(&p->ce[0]);
+    p->ce[0].key = "metaurl";
+    p->ce[0].value = "redis://redis:6379/1?ns=pvc-n1";
+    p->cp[0] = &p->ce[0];
+    p->r.n_volume_context = 1;
+    p->r.volume_context = p->cp;
+}
+
+static int do_publish(struct pub *p, struct csi_status *st)
+{
+    Csi__V1__NodePublishVolumeResponse out = CSI__V1__NODE_PUBLISH_VOLUME_RESPONSE__INIT;
+    st_reset(st);
+    return csi_node_publish_volume(&ctx, &p->r, &out, st);
+}
+
+static int do_unpublish(const char *vol, const char *target, struct csi_status *st)
+{
+    Csi__V1__NodeUnpublishVolumeRequest r = CSI__V1__NODE_UNPUBLISH_VOLUME_REQUEST__INIT;
+    Csi__V1__NodeUnpublishVolumeResponse out = CSI__V1__NODE_UNPUBLISH_VOLUME_RESPONSE__INIT;
+    r.volume_id = (char *)vol;
+    r.target_path = (char *)target;
+    st_reset(st);
+    return csi_node_unpublish_volume(&ctx, &r, &out, st);
+}
+
+static char *slurp(const char *path)
+{
+    static char buf[4096];
+    FILE *fp = fopen(path, "r");
+    if (!fp)
+        return NULL;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, fp);
+    fclose(fp);
+    buf[n] = '\0';
+    return buf;
+}
+
+static int setup(void **state)
+{
+    KEG_UNUSED(state);
+    snprintf(dir, sizeof(dir), "/tmp/test_csi_node.XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    snprintf(state_dir, sizeof(state_dir), "%s/state", dir);
+    memset(&ctx, 0, sizeof(ctx));
+    ctx.mode = CSI_MODE_NODE;
+    ctx.node_id = "node-1";
+    ctx.state_dir = state_dir;
+    csi_ctx_init(&ctx);
+    keg_log_set_level(LOG_ERR);
+    assert_int_equal(csi_state_open(state_dir, &ctx.state), 0);
+    fake_mm_reset();
+    ctx.mm = fake_mm_create();
+    assert_non_null(ctx.mm);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    char cmd[400];
+    KEG_UNUSED(state);
+    ctx.mm->ops->destroy(ctx.mm);
+    csi_state_close(ctx.state);
+    csi_ctx_destroy(&ctx);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+    return 0;
+}
+
+/*--- tests -------------------------------------------------------------------*/
+
+static void test_publish_validation(void **state)
+{
+    struct pub p;
+    struct csi_status st = { 0 };
+    KEG_UNUSED(state);
+
+    pub_init(&p, "", "a");
+    assert_int_equal(do_publish(&p, &st), -1);
+    assert_int_equal(st.code, CSI_INVALID_ARGUMENT);
+
+    pub_init(&p, "../../etc", "a");
+    assert_int_equal(do_publish(&p, &st), -1);
+    assert_int_equal(st.code, CSI_INVALID_ARGUMENT);
+
+    pub_init(&p, "pvc-n1", "a");
+    p.r.target_path = "relative/path";
+    assert_int_equal(do_publish(&p, &st), -1);
+    assert_int_equal(st.code, CSI_INVALID_ARGUMENT);
+    assert_non_null(strstr(st.msg, "absolute"));
+
+    pub_init(&p, "pvc-n1", "a");
+    p.r.target_path = "/var/lib/kubelet/../../etc";
+    assert_int_equal(do_publish(&p, &st), -1);
+    assert_int_equal(st.code, CSI_INVALID_ARGUMENT);
+
+    pub_init(&p, "pvc-n1", "a");
+    p.r.target_path = "";
+    assert_int_equal(do_publish(&p, &st), -1);
+    assert_int_equal(st.code, CSI_INVALID_ARGUMENT);
+
+    pub_init(&p, "pvc-n1", "a");
+    p.r.volume_capability = NULL;
+    assert_int_equal(do_publish(&p, &st), -1);
+    assert_int_equal(st.code, CSI_INVALID_ARGUMENT);
+
+    pub_init(&p, "pvc-n1", "a");
+    p.c.access_type_case = CSI__V1__VOLUME_CAPABILITY__ACCESS_TYPE_BLOCK;
+    assert_int_equal(do_publish(&p, &st), -1);
+    assert_int_equal(st.code, CSI_INVALID_ARGUMENT);
+
+    pub_init(&p, "pvc-n1", "a");
+    p.am.mode = 99;
+    assert_int_equal(do_publish(&p, &st), -1);
+    assert_int_equal(st.code, CSI_INVALID_ARGUMENT);
+
+    pub_init(&p, "pvc-n1", "a");
+    p.r.n_secrets = 0;
+    p.r.n_volume_context = 0;
+    assert_int_equal(do_publish(&p, &st), -1);
+    assert_int_equal(st.code, CSI_INVALID_ARGUMENT);
+    assert_non_null(strstr(st.msg, "secret key 'metaurl' missing"));
+
+    pub_init(&p, "pvc-n1", "a");
+    p.flags[0] = "--evil";
+    p.mv.n_mount_flags = 1;
+    p.mv.mount_flags = p.flags;
+    assert_int_equal(do_publish(&p, &st), -1);
+    assert_int_equal(st.code, CSI_INVALID_ARGUMENT);
+
+    assert_int_equal(fake_mm_ncalls("start"), 0);
+    csi_status_clear(&st);
+}
+
+static void test_publish_unpublish(void **state)
+{
+    struct pub p, q;
+    struct csi_status st = { 0 };
+    struct csi_publish rec;
+    struct stat sb;
+    KEG_UNUSED(state);
+
+    pub_init(&p, "pvc-n1", "a");
+    p.flags[0] = "cache-size=100M";
+    p.flags[1] = "ro";
+    p.mv.n_mount_flags = 2;
+    p.mv.mount_flags = p.flags;
+    assert_int_equal(do_publish(&p, &st), 0);
+    assert_int_equal(fake_mm_ncalls("start"), 1);
+    const struct fake_mm_call *c = fake_mm_last("start");
+    assert_string_equal(c->target, p.target);
+    assert_string_equal(c->options, "cache-size=100M");
+    assert_int_equal(c->readonly, 1);                        /* "ro" flag */
+    assert_int_equal(stat(p.target, &sb), 0);
+    assert_true(S_ISDIR(sb.st_mode));
+
+    /* the config: 0600, META_URL with the Secret's password put back, keys */
+    assert_int_equal(stat(c->config, &sb), 0);
+    assert_int_equal(sb.st_mode & 0777, 0600);
+    char *cfg = slurp(c->config);
+    assert_non_null(cfg);
+    assert_non_null(strstr(cfg, "meta-url: \"redis://:pa55w0rd@redis:6379/1?ns=pvc-n1\""));
+    assert_non_null(strstr(cfg, "access-key: \"AK\""));
+    assert_non_null(strstr(cfg, "secret-key: \"SK/secret\""));
+
+    /* the state records it, without secrets */
+    assert_int_equal(csi_state_find(ctx.state, p.target, &rec), 0);
+    assert_string_equal(rec.volume_id, "pvc-n1");
+    assert_int_equal(rec.readonly, 1);
+    assert_string_equal(rec.options, "cache-size=100M");
+    assert_int_equal(rec.pid, c->pid);
+    csi_publish_clear(&rec);
+    char path[400];
+    snprintf(path, sizeof(path), "%s/state.yaml", state_dir);
+    char *sy = slurp(path);
+    assert_non_null(sy);
+    assert_null(strstr(sy, "pa55w0rd"));
+    assert_null(strstr(sy, "SK/secret"));
+
+    /* idempotent; incompatible flags -> ALREADY_EXISTS; other volume -> ALREADY_EXISTS */
+    assert_int_equal(do_publish(&p, &st), 0);
+    assert_int_equal(fake_mm_ncalls("start"), 1);
+    p.mv.n_mount_flags = 1;
+    assert_int_equal(do_publish(&p, &st), -1);
+    assert_int_equal(st.code, CSI_ALREADY_EXISTS);
+    p.mv.n_mount_flags = 2;
+    pub_init(&q, "pvc-other", "a");
+    assert_int_equal(do_publish(&q, &st), -1);
+    assert_int_equal(st.code, CSI_ALREADY_EXISTS);
+
+    /* second target of the same volume (RWX), reader-only mode -> read-only */
+    pub_init(&q, "pvc-n1", "b");
+    q.am.mode = CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__MULTI_NODE_READER_ONLY;
+    assert_int_equal(do_publish(&q, &st), 0);
+    assert_int_equal(fake_mm_ncalls("start"), 2);
+    assert_int_equal(fake_mm_last("start")->readonly, 1);
+
+    /* busy volume -> ABORTED */
+    assert_int_equal(csi_key_trylock(&ctx, "pvc-n1"), 0);
+    assert_int_equal(do_unpublish("pvc-n1", p.target, &st), -1);
+    assert_int_equal(st.code, CSI_ABORTED);
+    csi_key_unlock(&ctx, "pvc-n1");
+
+    /* unpublish: stop, record and config gone, target removed; twice is fine */
+    char config[512];
+    snprintf(config, sizeof(config), "%s", c->config);
+    assert_int_equal(do_unpublish("pvc-n1", p.target, &st), 0);
+    assert_int_equal(fake_mm_ncalls("stop"), 1);
+    assert_string_equal(fake_mm_last("stop")->target, p.target);
+    assert_int_not_equal(fake_mm_last("stop")->pid, 0);
+    assert_int_equal(csi_state_find(ctx.state, p.target, &rec), -ENOENT);
+    assert_int_equal(access(config, F_OK), -1);
+    assert_int_equal(access(p.target, F_OK), -1);
+    assert_int_equal(do_unpublish("pvc-n1", p.target, &st), 0);
+    assert_int_equal(do_unpublish("pvc-n1", q.target, &st), 0);
+    assert_int_equal(do_unpublish("pvc-n1", "", &st), -1);
+    assert_int_equal(st.code, CSI_INVALID_ARGUMENT);
+    assert_int_equal(do_unpublish("", q.target, &st), -1);
+    assert_int_equal(st.code, CSI_INVALID_ARGUMENT);
+
+    /* a failing mounter: error with its reason, nothing recorded */
+    fake_mm_start_rc = -EIO;
+    pub_init(&p, "pvc-n2", "c");
+    assert_int_equal(do_publish(&p, &st), -1);
+    assert_int_equal(st.code, CSI_INTERNAL);
+    assert_non_null(strstr(st.msg, "fake mounter failed"));
+    assert_int_equal(csi_state_find(ctx.state, p.target, &rec), -ENOENT);
+    csi_status_clear(&st);
+}
+
+static void test_static_volume_url(void **state)
+{
+    struct pub p;
+    struct csi_status st = { 0 };
+    KEG_UNUSED(state);
+
+    /* no volume_context: the Secret's URL names the volume (static provisioning) */
+    pub_init(&p, "static-vol", "s");
+    p.r.n_volume_context = 0;
+    p.se[0].value = "sqlite3:///var/lib/kegfs/";
+    assert_int_equal(do_publish(&p, &st), 0);
+    char *cfg = slurp(fake_mm_last("start")->config);
+    assert_non_null(strstr(cfg, "meta-url: \"sqlite3:///var/lib/kegfs/static-vol.db\""));
+
+    /* volume attributes only (no Secret) */
+    pub_init(&p, "static-2", "t");
+    p.r.n_secrets = 0;
+    p.ce[0].value = "redis://r:6379/3?ns=static-2";
+    assert_int_equal(do_publish(&p, &st), 0);
+    cfg = slurp(fake_mm_last("start")->config);
+    assert_non_null(strstr(cfg, "meta-url: \"redis://r:6379/3?ns=static-2\""));
+    assert_null(strstr(cfg, "secret-key"));
+    csi_status_clear(&st);
+}
+
+static void test_stats_info_caps(void **state)
+{
+    struct pub p;
+    struct csi_status st = { 0 };
+    KEG_UNUSED(state);
+
+    pub_init(&p, "pvc-s", "a");
+    assert_int_equal(do_publish(&p, &st), 0);
+
+    Csi__V1__NodeGetVolumeStatsRequest r = CSI__V1__NODE_GET_VOLUME_STATS_REQUEST__INIT;
+    Csi__V1__NodeGetVolumeStatsResponse out = CSI__V1__NODE_GET_VOLUME_STATS_RESPONSE__INIT;
+    r.volume_id = "pvc-s";
+    r.volume_path = p.target;
+    st_reset(&st);
+    assert_int_equal(csi_node_get_volume_stats(&ctx, &r, &out, &st), 0);
+    assert_int_equal(out.n_usage, 2);
+    assert_int_equal(out.usage[0]->unit, CSI__V1__VOLUME_USAGE__UNIT__BYTES);
+    assert_true(out.usage[0]->total > 0);
+    assert_true(out.usage[0]->used <= out.usage[0]->total);
+    assert_int_equal(out.usage[1]->unit, CSI__V1__VOLUME_USAGE__UNIT__INODES);
+    assert_non_null(out.volume_condition);
+    assert_false(out.volume_condition->abnormal);
+
+    /* dead mount: abnormal condition */
+    fake_mm_set_state(p.target, -ENOTCONN);
+    csi__v1__node_get_volume_stats_response__init(&out);
+    st_reset(&st);
+    assert_int_equal(csi_node_get_volume_stats(&ctx, &r, &out, &st), 0);
+    assert_true(out.volume_condition->abnormal);
+    assert_non_null(strstr(out.volume_condition->message, "dead"));
+    assert_true(protobuf_c_message_get_packed_size(&out.base) > 0);
+
+    /* unknown volume / path */
+    r.volume_id = "pvc-nope";
+    st_reset(&st);
+    assert_int_equal(csi_node_get_volume_stats(&ctx, &r, &out, &st), -1);
+    assert_int_equal(st.code, CSI_NOT_FOUND);
+    r.volume_id = "pvc-s";
+    r.volume_path = "/no/such/path";
+    st_reset(&st);
+    assert_int_equal(csi_node_get_volume_stats(&ctx, &r, &out, &st), -1);
+    assert_int_equal(st.code, CSI_NOT_FOUND);
+    r.volume_path = "";
+    st_reset(&st);
+    assert_int_equal(csi_node_get_volume_stats(&ctx, &r, &out, &st), -1);
+    assert_int_equal(st.code, CSI_INVALID_ARGUMENT);
+
+    Csi__V1__NodeGetInfoRequest ir = CSI__V1__NODE_GET_INFO_REQUEST__INIT;
+    Csi__V1__NodeGetInfoResponse io = CSI__V1__NODE_GET_INFO_RESPONSE__INIT;
+    st_reset(&st);
+    assert_int_equal(csi_node_get_info(&ctx, &ir, &io, &st), 0);
+    assert_string_equal(io.node_id, "node-1");
+
+    Csi__V1__NodeGetCapabilitiesRequest cr = CSI__V1__NODE_GET_CAPABILITIES_REQUEST__INIT;
+    Csi__V1__NodeGetCapabilitiesResponse co = CSI__V1__NODE_GET_CAPABILITIES_RESPONSE__INIT;
+    assert_int_equal(csi_node_get_capabilities(&ctx, &cr, &co, &st), 0);
+    int stats = 0, cond = 0, stage = 0;
+    for (size_t i = 0; i < co.n_capabilities; i++) {
+        stats |= co.capabilities[i]->rpc->type ==
+                 CSI__V1__NODE_SERVICE_CAPABILITY__RPC__TYPE__GET_VOLUME_STATS;
+        cond |= co.capabilities[i]->rpc->type ==
+                CSI__V1__NODE_SERVICE_CAPABILITY__RPC__TYPE__VOLUME_CONDITION;
+        stage |= co.capabilities[i]->rpc->type ==
+                 CSI__V1__NODE_SERVICE_CAPABILITY__RPC__TYPE__STAGE_UNSTAGE_VOLUME;
+    }
+    assert_true(stats && cond);
+    assert_false(stage);
+    csi_status_clear(&st);
+}
+
+static void test_recovery_and_state_reload(void **state)
+{
+    struct pub p, q;
+    struct csi_status st = { 0 };
+    struct csi_publish rec;
+    KEG_UNUSED(state);
+
+    pub_init(&p, "pvc-r", "a");
+    pub_init(&q, "pvc-r", "b");
+    assert_int_equal(do_publish(&p, &st), 0);
+    assert_int_equal(do_publish(&q, &st), 0);
+    assert_int_equal(fake_mm_ncalls("start"), 2);
+
+    /* all alive: nothing to do */
+    assert_int_equal(csi_node_recover(&ctx), 0);
+    assert_int_equal(fake_mm_ncalls("start"), 2);
+
+    /* both mounters die: detach + fresh mounter on the same target + same config */
+    const char *cfg_a = NULL;
+    assert_int_equal(csi_state_find(ctx.state, p.target, &rec), 0);
+    pid_t old_pid = rec.pid;
+    char cfg[512];
+    snprintf(cfg, sizeof(cfg), "%s", rec.config);
+    cfg_a = cfg;
+    csi_publish_clear(&rec);
+    fake_mm_set_state(p.target, -ENOTCONN);
+    fake_mm_set_state(q.target, -ENOTCONN);
+    assert_int_equal(csi_node_recover(&ctx), 2);
+    assert_int_equal(fake_mm_ncalls("start"), 4);
+    assert_int_equal(fake_mm_ncalls("detach"), 2);
+    assert_int_equal(csi_state_find(ctx.state, p.target, &rec), 0);
+    assert_int_not_equal(rec.pid, old_pid);
+    assert_string_equal(rec.config, cfg_a);
+    csi_publish_clear(&rec);
+
+    /* a volume held by an RPC is skipped this round */
+    fake_mm_set_state(p.target, -ENOTCONN);
+    assert_int_equal(csi_key_trylock(&ctx, "pvc-r"), 0);
+    assert_int_equal(csi_node_recover(&ctx), 0);
+    csi_key_unlock(&ctx, "pvc-r");
+    assert_int_equal(csi_node_recover(&ctx), 1);
+
+    /* the state survives a restart of the plugin */
+    csi_state_close(ctx.state);
+    ctx.state = NULL;
+    assert_int_equal(csi_state_open(state_dir, &ctx.state), 0);
+    struct csi_publish *all = NULL;
+    size_t n = 0;
+    assert_int_equal(csi_state_snapshot(ctx.state, &all, &n), 0);
+    assert_int_equal(n, 2);
+    csi_publish_free_array(all, n);
+    assert_int_equal(csi_state_find(ctx.state, q.target, &rec), 0);
+    assert_string_equal(rec.volume_id, "pvc-r");
+    csi_publish_clear(&rec);
+
+    /* a record whose pod directory is gone is dropped */
+    char cmd[700];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s/pods/b'", dir);
+    assert_int_equal(system(cmd), 0);
+    fake_mm_set_state(q.target, -ENOENT);
+    assert_int_equal(csi_node_recover(&ctx), 0);
+    assert_int_equal(csi_state_find(ctx.state, q.target, &rec), -ENOENT);
+    csi_status_clear(&st);
+}
+
+static void test_state_roundtrip(void **state)
+{
+    struct csi_state *s = NULL;
+    struct csi_publish p = {
+        .volume_id = "v:1", .target = "/a path/with \"quotes\"\n and: colon", .readonly = 1,
+        .options = "a=1,b", .config = "/c/d.yaml", .pid = 4242,
+    }, got;
+    char sdir[300];
+    KEG_UNUSED(state);
+
+    snprintf(sdir, sizeof(sdir), "%s/state2", dir);
+    assert_int_equal(csi_state_open(sdir, &s), 0);
+    assert_int_equal(csi_state_put(s, &p), 0);
+    p.target = "/second";
+    p.readonly = 0;
+    assert_int_equal(csi_state_put(s, &p), 0);
+    assert_int_equal(csi_state_remove(s, "/not-there"), 0);
+    csi_state_close(s);
+
+    s = NULL;
+    assert_int_equal(csi_state_open(sdir, &s), 0);
+    assert_int_equal(csi_state_find(s, "/a path/with \"quotes\"\n and: colon", &got), 0);
+    assert_string_equal(got.volume_id, "v:1");
+    assert_int_equal(got.readonly, 1);
+    assert_string_equal(got.options, "a=1,b");
+    assert_int_equal(got.pid, 4242);
+    csi_publish_clear(&got);
+    assert_int_equal(csi_state_remove(s, "/second"), 0);
+    assert_int_equal(csi_state_find(s, "/second", &got), -ENOENT);
+    csi_state_close(s);
+
+    /* a corrupt file is an error, not an empty state */
+    char path[400];
+    snprintf(path, sizeof(path), "%s/state.yaml", sdir);
+    FILE *fp = fopen(path, "w");
+    assert_non_null(fp);
+    fputs("publishes: [ {volume_id: \"x\", target: \n", fp);
+    fclose(fp);
+    s = NULL;
+    assert_int_equal(csi_state_open(sdir, &s), -EINVAL);
+    assert_null(s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_publish_validation, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_publish_unpublish, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_static_volume_url, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stats_info_caps, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_recovery_and_state_reload, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_state_roundtrip, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
