@@ -29,7 +29,9 @@
  *
  * Packed records (little-endian, struct library formats):
  *   attr  '<I4I4I4I4I8I8I8i8i8i8I4I4I4I4' (80 bytes): mode uid gid nlink size
- *         rdev parent atime mtime ctime atimensec mtimensec ctimensec flags
+ *         rdev parent atime mtime ctime atimensec mtimensec ctimensec chunks
+ *         (chunks: 1 + the highest chunk index ever written, so that purge and
+ *         truncate also find chunks written past EOF, e.g. fallocate KEEP_SIZE)
  *   dirent value '<I8I2' (10 bytes): ino, S_IFMT type bits
  *   slice '<I8I4I4I4I4' (24 bytes): id size off len pos
  *   write_slices argument: per slice '<I4' indx + the 24-byte slice
@@ -56,7 +58,7 @@
 "local function N(n) return string.format('%d', n) end\n" \
 "local function packattr(a)\n" \
 "  return struct.pack(AFMT, a.mode, a.uid, a.gid, a.nlink, a.size, a.rdev, a.parent,\n" \
-"    a.atime, a.mtime, a.ctime, a.atimensec, a.mtimensec, a.ctimensec, a.flags)\n" \
+"    a.atime, a.mtime, a.ctime, a.atimensec, a.mtimensec, a.ctimensec, a.chunks)\n" \
 "end\n" \
 "local function getattr(ino)\n" \
 "  local raw = redis.call('GET', P .. 'i' .. N(ino))\n" \
@@ -64,7 +66,7 @@
 "  if #raw ~= 80 then error('kegfs: corrupt attribute record of inode ' .. N(ino)) end\n" \
 "  local a = {ino = ino}\n" \
 "  a.mode, a.uid, a.gid, a.nlink, a.size, a.rdev, a.parent, a.atime, a.mtime, a.ctime,\n" \
-"    a.atimensec, a.mtimensec, a.ctimensec, a.flags = struct.unpack(AFMT, raw)\n" \
+"    a.atimensec, a.mtimensec, a.ctimensec, a.chunks = struct.unpack(AFMT, raw)\n" \
 "  return a\n" \
 "end\n" \
 "local function putattr(a)\n" \
@@ -136,8 +138,9 @@
 "local function purge_inode(ino)\n" \
 "  local a = getattr(ino)\n" \
 "  if not a or a.nlink > 0 then return end\n" \
-"  if band(a.mode, IFMT) == IFREG and a.size > 0 then\n" \
-"    for indx = 0, math.floor((a.size - 1) / CHUNK) do drop_chunk(ino, indx) end\n" \
+"  if band(a.mode, IFMT) == IFREG then\n" \
+"    local last = math.max(math.floor((a.size - 1) / CHUNK), a.chunks - 1)\n" \
+"    for indx = 0, last do drop_chunk(ino, indx) end\n" \
 "    space_add(-charge(a.size))\n" \
 "  end\n" \
 "  del_inode_keys(ino)\n" \
@@ -210,7 +213,7 @@
 "end\n" \
 "local a = {ino = ino, mode = mode, uid = tonumber(ARGV[8]), gid = gid, nlink = 1, size = 0,\n" \
 "  rdev = tonumber(ARGV[10]), parent = 0, atime = NOW, mtime = NOW, ctime = NOW,\n" \
-"  atimensec = NOWNS, mtimensec = NOWNS, ctimensec = NOWNS, flags = 0}\n" \
+"  atimensec = NOWNS, mtimensec = NOWNS, ctimensec = NOWNS, chunks = 0}\n" \
 "if typ == IFDIR then\n" \
 "  a.nlink = 2; a.size = 4096; a.parent = parent; pa.nlink = pa.nlink + 1\n" \
 "elseif typ == IFLNK then\n" \
@@ -460,6 +463,7 @@
 "  local len = redis.call('APPEND', P .. 'c' .. N(ino) .. '_' .. N(indx), string.sub(recs, i + 4, i + 27))\n" \
 "  if len / 24 > maxn then maxn = len / 24 end\n" \
 "  if id ~= 0 then redis.call('HINCRBY', P .. 'sliceRef', N(id), 1) end\n" \
+"  if indx + 1 > a.chunks then a.chunks = indx + 1 end\n" \
 "end\n" \
 "space_add(delta)\n" \
 "a.size = new\n" \
@@ -477,7 +481,11 @@
 "local delta = charge(new) - charge(old)\n" \
 "if not space_ok(delta) then return {ENOSPC} end\n" \
 "if new < old then\n" \
-"  for indx = math.ceil(new / CHUNK), math.floor((old - 1) / CHUNK) do drop_chunk(a.ino, indx) end\n" \
+"  local keep = math.ceil(new / CHUNK)\n" \
+"  for indx = keep, math.max(math.floor((old - 1) / CHUNK), a.chunks - 1) do\n" \
+"    drop_chunk(a.ino, indx)\n" \
+"  end\n" \
+"  a.chunks = math.min(a.chunks, keep)\n" \
 "  local pos = new % CHUNK\n" \
 "  if pos ~= 0 then\n" \
 "    local indx = math.floor(new / CHUNK)\n" \
@@ -653,7 +661,7 @@
 "  'lastSlice', 0, 'lastSession', 0, 'usedSpace', 0, 'usedInodes', 0)\n" \
 "putattr({ino = 1, mode = bor(IFDIR, band(tonumber(ARGV[5]), 4095)), uid = tonumber(ARGV[6]),\n" \
 "  gid = tonumber(ARGV[7]), nlink = 2, size = 4096, rdev = 0, parent = 1, atime = NOW,\n" \
-"  mtime = NOW, ctime = NOW, atimensec = NOWNS, mtimensec = NOWNS, ctimensec = NOWNS, flags = 0})\n" \
+"  mtime = NOW, ctime = NOW, atimensec = NOWNS, mtimensec = NOWNS, ctimensec = NOWNS, chunks = 0})\n" \
 "return {0}\n"
 
 /* ARGV: 4 kind (0 inode, 1 slice), 5 n.  -> {0, first} */

@@ -576,6 +576,45 @@ static void test_sentinel(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
+/* A chunk written past EOF (fallocate KEEP_SIZE) is still dropped by truncate
+ * and purge: its slice reaches the deletion queue and no key is left. */
+static void test_chunk_past_eof(void **state)
+{
+    char ns[64];
+    struct keg_attr a;
+    struct keg_unlinked gone;
+    struct keg_del_slice del[8];
+    (void)state;
+    need_live();
+    token(ns, sizeof(ns));
+    struct keg_meta *m = open_vol(0, ns);
+    redisContext *c = admin();
+    uint64_t sl;
+    assert_int_equal(KEG_META_CALL(m, alloc_ids, KEG_ID_SLICE, 2, &sl), 0);
+    for (int round = 0; round < 2; round++) {
+        char name[8];
+        snprintf(name, sizeof(name), "f%d", round);
+        assert_int_equal(mkfile(m, KEG_ROOT_INO, name, &a), 0);
+        assert_int_equal(KEG_META_CALL(m, truncate, a.ino, 100, &a), 0);
+        struct keg_chunk_slice cs = {.indx = 3, .s = {.id = sl + (uint64_t)round, .size = 4096,
+                                                      .len = 4096}};
+        assert_int_equal(KEG_META_CALL(m, write_slices, a.ino, 1, &cs, 0, KEG_WS_NOMTIME, NULL,
+                                       &a), 0);
+        assert_int_equal(a.size, 100);
+        if (round == 0)
+            assert_int_equal(KEG_META_CALL(m, truncate, a.ino, 50, &a), 0);
+        else
+            assert_int_equal(KEG_META_CALL(m, unlink, KEG_ROOT_INO, name, &gone), 0);
+        redisReply *r = redisCommand(c, "EXISTS {%s}c%" PRIu64 "_3", ns, a.ino);
+        assert_int_equal(r->integer, 0);
+        freeReplyObject(r);
+        assert_int_equal(KEG_META_CALL(m, delq_peek, del, 8), round + 1);
+        assert_int_equal(del[round].id, sl + (uint64_t)round);
+    }
+    redisFree(c);
+    close_vol(m);
+}
+
 /* Memory per inode: INFO used_memory before/after creating N files in
  * directories of 1000 entries. */
 static void test_memory_per_inode(void **state)
@@ -644,6 +683,7 @@ int main(void)
         cmocka_unit_test(test_hash_tags),
         cmocka_unit_test(test_connection_loss),
         cmocka_unit_test(test_sentinel),
+        cmocka_unit_test(test_chunk_past_eof),
         cmocka_unit_test(test_memory_per_inode),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
