@@ -615,6 +615,68 @@ static void test_chunk_past_eof(void **state)
     close_vol(m);
 }
 
+/* A real restart (opt-in with KEG_TEST_REDIS_RESTART=1: it disturbs every
+ * client of the server): the server saves, stops, and comes back 1 s later
+ * from the same config file.  An op issued while it is down waits
+ * (bounded retry) and succeeds exactly once. */
+static void *restart_thread(void *arg)
+{
+    const char *conf = arg;
+    char cmd[1200];
+    redisContext *c = admin();
+    redisReply *r = redisCommand(c, "SHUTDOWN SAVE");
+    if (r)
+        freeReplyObject(r);
+    redisFree(c);
+    sleep(1);
+    snprintf(cmd, sizeof(cmd), "/usr/bin/redis-server %s", conf);
+    if (system(cmd) != 0)
+        fprintf(stderr, "restart failed: %s\n", cmd);
+    return NULL;
+}
+
+static void test_real_restart(void **state)
+{
+    char ns[64], conf[1024];
+    struct keg_attr a;
+    pthread_t th;
+    (void)state;
+    need_live();
+    const char *e = getenv("KEG_TEST_REDIS_RESTART");
+    if (!e || strcmp(e, "1") != 0) {
+        fprintf(stderr, "  (set KEG_TEST_REDIS_RESTART=1 to restart the server: skipped)\n");
+        skip();
+    }
+    redisContext *c = admin();
+    redisReply *r = redisCommand(c, "INFO server");
+    const char *cf = r ? strstr(r->str, "config_file:") : NULL;
+    assert_non_null(cf);
+    cf += strlen("config_file:");
+    snprintf(conf, sizeof(conf), "%.*s", (int)strcspn(cf, "\r\n"), cf);
+    freeReplyObject(r);
+    redisFree(c);
+    assert_true(conf[0] == '/');
+
+    token(ns, sizeof(ns));
+    struct keg_meta *m = open_vol(0, ns);
+    assert_int_equal(mkfile(m, KEG_ROOT_INO, "before", &a), 0);
+    uint64_t ino = new_ino(m);
+    assert_int_equal(pthread_create(&th, NULL, restart_thread, conf), 0);
+    usleep(300000);   /* the server is saving or down now */
+    int64_t t0 = keg_mono_ns();
+    int rc = KEG_META_CALL(m, mknod, KEG_ROOT_INO, "during", ino, S_IFREG | 0644, 0, 0, 0, NULL,
+                           &a);
+    double waited = (double)(keg_mono_ns() - t0) / 1e9;
+    pthread_join(th, NULL);
+    printf("  mknod during the restart: %d after %.2f s\n", rc, waited);
+    assert_int_equal(rc, 0);
+    assert_true(waited < 11.0);
+    assert_int_equal(KEG_META_CALL(m, lookup, KEG_ROOT_INO, "before", &a), 0);
+    assert_int_equal(KEG_META_CALL(m, lookup, KEG_ROOT_INO, "during", &a), 0);
+    assert_int_equal(a.ino, ino);
+    close_vol(m);
+}
+
 /* Memory per inode: INFO used_memory before/after creating N files in
  * directories of 1000 entries. */
 static void test_memory_per_inode(void **state)
@@ -684,6 +746,7 @@ int main(void)
         cmocka_unit_test(test_connection_loss),
         cmocka_unit_test(test_sentinel),
         cmocka_unit_test(test_chunk_past_eof),
+        cmocka_unit_test(test_real_restart),
         cmocka_unit_test(test_memory_per_inode),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
