@@ -1,0 +1,622 @@
+/* test_cache_ssd.c -- the SSD cache layer: hits after remount without the store, verification
+ * and refetch, eviction within the byte budget, single-flight misses, pass-through, del. */
+#define _GNU_SOURCE 1
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "cache/cache_ssd_format.h"
+#include "keg/log.h"
+#include "keg/mem.h"
+#include "keg/obj.h"
+#include "keg/stack.h"
+#include "stack_i.h"
+
+/*---------------------------------------------------------------------------
+ * A counting layer: counts inner gets/puts, adds an optional delay to gets.
+ *-------------------------------------------------------------------------*/
+
+struct cnt {
+    atomic_int gets, puts, dels;
+};
+static atomic_uint cnt_get_delay_ms;
+
+static int cnt_open(struct keg_obj *o, const struct keg_obj_conf *conf)
+{
+    (void)conf;
+    return o->inner ? 0 : -EINVAL;
+}
+static void cnt_close(struct keg_obj *o)
+{
+    (void)o;
+}
+static void ms_sleep(unsigned ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
+}
+static ssize_t cnt_get(struct keg_obj *o, const char *key, uint64_t off, void *buf, size_t len)
+{
+    struct cnt *c = o->priv;
+    atomic_fetch_add(&c->gets, 1);
+    if (atomic_load(&cnt_get_delay_ms))
+        ms_sleep(atomic_load(&cnt_get_delay_ms));
+    return keg_obj_get(o->inner, key, off, buf, len);
+}
+static int cnt_put(struct keg_obj *o, const char *key, const void *buf, size_t len)
+{
+    struct cnt *c = o->priv;
+    atomic_fetch_add(&c->puts, 1);
+    return keg_obj_put(o->inner, key, buf, len);
+}
+static int cnt_del(struct keg_obj *o, const char *key)
+{
+    struct cnt *c = o->priv;
+    atomic_fetch_add(&c->dels, 1);
+    return keg_obj_del(o->inner, key);
+}
+static const struct keg_obj_ops cnt_ops = {
+    .name = "counting",
+    .version = 1,
+    .priv_size = sizeof(struct cnt),
+    .open = cnt_open,
+    .close = cnt_close,
+    .get = cnt_get,
+    .put = cnt_put,
+    .del = cnt_del,
+    .head = keg_obj_def_head,
+    .list = keg_obj_def_list,
+    .sync = keg_obj_def_sync,
+};
+
+static struct cnt *cnt_of(struct keg_obj *top)
+{
+    for (struct keg_obj *o = top; o; o = o->inner) {
+        if (o->ops == &cnt_ops)
+            return o->priv;
+    }
+    return NULL;
+}
+
+/*---------------------------------------------------------------------------
+ * Fixtures
+ *-------------------------------------------------------------------------*/
+
+struct fx {
+    char cache[96];    /* cache_dir/<vol> as passed to the layer */
+    char root[64];     /* mkdtemp */
+    char store[96];    /* bottom file store */
+};
+
+static void rm_rf(const char *path)
+{
+    char cmd[256];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", path);
+    assert_int_equal(system(cmd), 0);
+}
+
+static int fx_setup(void **state)
+{
+    struct fx *fx = calloc(1, sizeof(*fx));
+    snprintf(fx->root, sizeof(fx->root), "/tmp/keg-cs-XXXXXX");
+    if (!mkdtemp(fx->root))
+        return -1;
+    snprintf(fx->cache, sizeof(fx->cache), "%s/cache", fx->root);
+    snprintf(fx->store, sizeof(fx->store), "%s/store", fx->root);
+    mkdir(fx->store, 0700);
+    atomic_store(&cnt_get_delay_ms, 0);
+    *state = fx;
+    return 0;
+}
+
+static int fx_teardown(void **state)
+{
+    struct fx *fx = *state;
+    rm_rf(fx->root);
+    free(fx);
+    return 0;
+}
+
+/* cache_ssd(budget) -> counting -> bottom ("mem" or "file" in fx->store). */
+static struct keg_obj *open_cache(struct fx *fx, const char *bottom, uint64_t budget)
+{
+    struct keg_obj_conf oc = {.bucket = fx->store};
+    struct keg_cache_ssd_conf cc = {.dir = fx->cache, .budget = budget};
+    struct keg_obj *o = NULL;
+    assert_int_equal(keg_obj_open(bottom, &oc, NULL, &o), 0);
+    assert_int_equal(keg_obj_open("counting", NULL, o, &o), 0);
+    assert_int_equal(keg_cache_ssd_create(&cc, o, &o), 0);
+    assert_string_equal(o->ops->name, "cache_ssd");
+    return o;
+}
+
+/* Encoded block i (blen bytes of a pattern) of slice id, and its key. */
+static size_t make_block(uint64_t id, uint32_t blen, uint8_t *enc, size_t cap, char *key,
+                         size_t ksize)
+{
+    uint8_t *raw = malloc(blen ? blen : 1);
+    size_t olen = 0;
+    for (uint32_t i = 0; i < blen; i++)
+        raw[i] = (uint8_t)(id * 31 + i * 7 + (i >> 9));
+    assert_int_equal(keg_block_encode(KEG_CODEC_NONE, raw, blen, enc, cap, &olen), 0);
+    free(raw);
+    keg_block_key(key, ksize, "vol1", id, 0, blen);
+    return olen;
+}
+
+static void check_block(struct keg_obj *o, uint64_t id, uint32_t blen)
+{
+    size_t cap = KEG_BLOCK_HDR + blen;
+    uint8_t *want = malloc(cap), *got = malloc(cap + 64);
+    char key[128];
+    size_t olen = make_block(id, blen, want, cap, key, sizeof(key));
+    ssize_t n = keg_obj_get(o, key, 0, got, cap + 64);
+    assert_int_equal(n, (ssize_t)olen);
+    assert_memory_equal(got, want, olen);
+    free(want);
+    free(got);
+}
+
+static void put_block(struct keg_obj *o, uint64_t id, uint32_t blen)
+{
+    size_t cap = KEG_BLOCK_HDR + blen;
+    uint8_t *enc = malloc(cap);
+    char key[128];
+    size_t olen = make_block(id, blen, enc, cap, key, sizeof(key));
+    assert_int_equal(keg_obj_put(o, key, enc, olen), 0);
+    free(enc);
+}
+
+/* Path of the cache file of key. */
+static void cache_path(struct fx *fx, const char *key, char *path, size_t size)
+{
+    char name[KEGC_NAME_MAX + 1];
+    assert_int_equal(kegc_escape(key, name), 0);
+    snprintf(path, size, "%s/blocks/%02x/%s", fx->cache,
+             keg_crc32c(0, key, strlen(key)) & 0xff, name);
+}
+
+/* Bytes of all regular files under dir (recursive). */
+static uint64_t du(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    uint64_t sum = 0;
+    if (!d)
+        return 0;
+    while ((de = readdir(d)) != NULL) {
+        char p[512];
+        struct stat st;
+        if (de->d_name[0] == '.' && (!de->d_name[1] || strcmp(de->d_name, "..") == 0))
+            continue;
+        snprintf(p, sizeof(p), "%s/%s", dir, de->d_name);
+        if (lstat(p, &st) < 0)
+            continue;
+        if (S_ISDIR(st.st_mode))
+            sum += du(p);
+        else if (S_ISREG(st.st_mode))
+            sum += (uint64_t)st.st_size;
+    }
+    closedir(d);
+    return sum;
+}
+
+/*---------------------------------------------------------------------------
+ * Tests
+ *-------------------------------------------------------------------------*/
+
+/* Data written through the cache reads back without a GET, also after a
+ * remount on top of an EMPTY store: every block comes from the SSD. */
+static void test_hit_after_remount(void **state)
+{
+    struct fx *fx = *state;
+    struct keg_cache_ssd_stats st;
+    struct keg_obj *o = open_cache(fx, "mem", 64 << 20);
+
+    for (uint64_t id = 1; id <= 10; id++)
+        put_block(o, id, 4096 + (uint32_t)id * 100);
+    for (uint64_t id = 1; id <= 10; id++)
+        check_block(o, id, 4096 + (uint32_t)id * 100);
+    assert_int_equal(atomic_load(&cnt_of(o)->gets), 0);
+    assert_int_equal(atomic_load(&cnt_of(o)->puts), 10);
+    keg_obj_close(o);
+
+    o = open_cache(fx, "mem", 64 << 20);   /* a fresh, empty mem store below */
+    assert_int_equal(keg_cache_ssd_stats(o, &st), 0);
+    assert_int_equal(st.objects, 10);
+    for (uint64_t id = 1; id <= 10; id++)
+        check_block(o, id, 4096 + (uint32_t)id * 100);
+    assert_int_equal(atomic_load(&cnt_of(o)->gets), 0);
+    assert_int_equal(keg_cache_ssd_stats(o, &st), 0);
+    assert_int_equal(st.hits, 10);
+    assert_int_equal(st.misses, 0);
+    keg_obj_close(o);
+}
+
+/* A miss fetches once and caches; ranges are served from the cached copy. */
+static void test_fill_and_range(void **state)
+{
+    struct fx *fx = *state;
+    struct keg_obj *o = open_cache(fx, "file", 64 << 20);
+    struct keg_obj_conf oc = {.bucket = fx->store};
+    struct keg_cache_ssd_stats st;
+    struct keg_obj *b = NULL;
+    uint8_t enc[KEG_BLOCK_HDR + 8192], got[64];
+    char key[128];
+    size_t olen = make_block(7, 8192, enc, sizeof(enc), key, sizeof(key));
+    uint64_t size = 0;
+
+    /* Put directly into the bottom store (another mounter wrote it). */
+    assert_int_equal(keg_obj_open("file", &oc, NULL, &b), 0);
+    assert_int_equal(keg_obj_put(b, key, enc, olen), 0);
+    keg_obj_close(b);
+
+    assert_int_equal(keg_obj_get(o, key, 100, got, 10), 10);
+    assert_memory_equal(got, enc + 100, 10);
+    assert_int_equal(atomic_load(&cnt_of(o)->gets), 1);
+    assert_int_equal(keg_obj_get(o, key, olen - 5, got, 64), 5);
+    assert_memory_equal(got, enc + olen - 5, 5);
+    assert_int_equal(keg_obj_get(o, key, olen + 10, got, 64), 0);
+    check_block(o, 7, 8192);
+    assert_int_equal(atomic_load(&cnt_of(o)->gets), 1);
+    assert_int_equal(keg_obj_head(o, key, &size), 0);
+    assert_int_equal(size, olen);
+    assert_int_equal(keg_cache_ssd_stats(o, &st), 0);
+    assert_int_equal(st.misses, 1);
+    assert_int_equal(st.hits, 3);
+    assert_int_equal(st.objects, 1);
+
+    /* A missing block is -ENOENT and nothing is cached. */
+    keg_block_key(key, sizeof(key), "vol1", 99, 0, 100);
+    assert_int_equal(keg_obj_get(o, key, 0, got, sizeof(got)), -ENOENT);
+    assert_int_equal(keg_cache_ssd_stats(o, &st), 0);
+    assert_int_equal(st.objects, 1);
+    keg_obj_close(o);
+}
+
+/* A damaged cache file is detected, deleted, logged and refetched transparently. */
+static void test_corrupt_refetch(void **state)
+{
+    struct fx *fx = *state;
+    struct keg_obj *o = open_cache(fx, "file", 64 << 20);
+    struct keg_cache_ssd_stats st;
+    char key[128], path[512];
+    uint8_t enc[KEG_BLOCK_HDR + 4096];
+    int fd;
+    unsigned char c;
+
+    put_block(o, 3, 4096);
+    put_block(o, 4, 4096);
+    make_block(3, 4096, enc, sizeof(enc), key, sizeof(key));
+    cache_path(fx, key, path, sizeof(path));
+    /* flip one byte of the object part */
+    fd = open(path, O_RDWR);
+    assert_true(fd >= 0);
+    assert_int_equal(pread(fd, &c, 1, 2000), 1);
+    c ^= 0x40;
+    assert_int_equal(pwrite(fd, &c, 1, 2000), 1);
+    close(fd);
+    /* truncate the other one */
+    make_block(4, 4096, enc, sizeof(enc), key, sizeof(key));
+    cache_path(fx, key, path, sizeof(path));
+    assert_int_equal(truncate(path, 100), 0);
+
+    check_block(o, 3, 4096);
+    check_block(o, 4, 4096);
+    assert_int_equal(atomic_load(&cnt_of(o)->gets), 2);
+    assert_int_equal(keg_cache_ssd_stats(o, &st), 0);
+    assert_int_equal(st.corrupt, 2);
+    assert_int_equal(st.objects, 2);
+    /* rewritten: the next reads are hits */
+    check_block(o, 3, 4096);
+    check_block(o, 4, 4096);
+    assert_int_equal(atomic_load(&cnt_of(o)->gets), 2);
+
+    /* Corruption after a remount (index rebuilt from the directory) too. */
+    keg_obj_close(o);
+    fd = open(path, O_RDWR);
+    assert_true(fd >= 0);
+    assert_int_equal(pwrite(fd, "XXXX", 4, 0), 4);   /* the header */
+    close(fd);
+    o = open_cache(fx, "file", 64 << 20);
+    check_block(o, 4, 4096);
+    assert_int_equal(atomic_load(&cnt_of(o)->gets), 1);
+    keg_obj_close(o);
+}
+
+/* A block that is corrupt in the store is fetched again, then served but never cached. */
+static void test_store_corruption_not_cached(void **state)
+{
+    struct fx *fx = *state;
+    struct keg_obj_conf fc = {.seed = 1, .corrupt_prob = 1.0};
+    struct keg_cache_ssd_conf cc = {.dir = fx->cache, .budget = 1 << 20};
+    struct keg_cache_ssd_stats st;
+    struct keg_obj *o = NULL, *m = NULL;
+    uint8_t enc[KEG_BLOCK_HDR + 1000], got[KEG_BLOCK_HDR + 1000], raw[1000];
+    char key[128];
+    size_t olen = make_block(5, 1000, enc, sizeof(enc), key, sizeof(key));
+
+    assert_int_equal(keg_obj_open("mem", NULL, NULL, &m), 0);
+    assert_int_equal(keg_obj_put(m, key, enc, olen), 0);
+    assert_int_equal(keg_obj_open("counting", NULL, m, &o), 0);
+    assert_int_equal(keg_obj_open("faulty", &fc, o, &o), 0);
+    assert_int_equal(keg_cache_ssd_create(&cc, o, &o), 0);
+    assert_int_equal(keg_obj_get(o, key, 0, got, sizeof(got)), (ssize_t)olen);
+    assert_int_equal(keg_block_decode(got, olen, raw, sizeof(raw)), -EIO);
+    assert_int_equal(atomic_load(&cnt_of(o)->gets), 2);    /* fetched twice */
+    assert_int_equal(keg_cache_ssd_stats(o, &st), 0);
+    assert_int_equal(st.objects, 0);
+    assert_int_equal(du(fx->cache), 0);
+    keg_obj_close(o);
+}
+
+/* The cache never holds more than its budget; recently used blocks stay. */
+static void test_eviction_budget(void **state)
+{
+    struct fx *fx = *state;
+    const uint32_t blen = 10000;
+    const uint64_t fsize = KEGC_HDR + KEG_BLOCK_HDR + blen + 30;   /* ~ one file */
+    const uint64_t budget = 5 * fsize;
+    struct keg_cache_ssd_stats st;
+    struct keg_obj *o = open_cache(fx, "file", budget);
+    int gets;
+
+    for (uint64_t id = 1; id <= 20; id++) {
+        put_block(o, id, blen);
+        check_block(o, 1, blen);            /* keep block 1 hot */
+        assert_int_equal(keg_cache_ssd_stats(o, &st), 0);
+        assert_true(st.bytes <= budget);
+        assert_true(du(fx->cache) <= budget);
+    }
+    assert_int_equal(st.objects, 5);
+    assert_true(st.evictions >= 15);
+    gets = atomic_load(&cnt_of(o)->gets);
+    check_block(o, 1, blen);                /* still cached */
+    check_block(o, 20, blen);               /* the newest too */
+    assert_int_equal(atomic_load(&cnt_of(o)->gets), gets);
+    check_block(o, 2, blen);                /* long evicted: fetched */
+    assert_int_equal(atomic_load(&cnt_of(o)->gets), gets + 1);
+    keg_obj_close(o);
+
+    /* A smaller budget at the next open evicts down to it. */
+    o = open_cache(fx, "file", 2 * fsize);
+    assert_int_equal(keg_cache_ssd_stats(o, &st), 0);
+    assert_true(st.bytes <= 2 * fsize);
+    assert_true(du(fx->cache) <= 2 * fsize);
+    /* An object larger than the whole budget is served, never cached. */
+    check_block(o, 3, blen);
+    keg_obj_close(o);
+    o = open_cache(fx, "file", 1000);
+    assert_int_equal(keg_cache_ssd_stats(o, &st), 0);
+    assert_int_equal(st.objects, 0);
+    check_block(o, 9, blen);
+    check_block(o, 9, blen);
+    assert_int_equal(atomic_load(&cnt_of(o)->gets), 2);
+    assert_int_equal(du(fx->cache), 0);
+    keg_obj_close(o);
+}
+
+struct sf_arg {
+    struct keg_obj    *o;
+    pthread_barrier_t *bar;
+    int                ok;
+};
+
+static void *sf_thread(void *p)
+{
+    struct sf_arg *a = p;
+    uint8_t want[KEG_BLOCK_HDR + 65536], got[KEG_BLOCK_HDR + 65536];
+    char key[128];
+    size_t olen = make_block(42, 65536, want, sizeof(want), key, sizeof(key));
+    pthread_barrier_wait(a->bar);
+    a->ok = keg_obj_get(a->o, key, 0, got, sizeof(got)) == (ssize_t)olen &&
+            memcmp(got, want, olen) == 0;
+    return NULL;
+}
+
+/* 16 threads missing the same block cause exactly one GET. */
+static void test_single_flight(void **state)
+{
+    struct fx *fx = *state;
+    struct keg_obj *o = open_cache(fx, "file", 64 << 20);
+    struct keg_obj_conf oc = {.bucket = fx->store};
+    struct keg_cache_ssd_stats st;
+    struct sf_arg args[16];
+    pthread_t th[16];
+    pthread_barrier_t bar;
+    struct keg_obj *b = NULL;
+
+    assert_int_equal(keg_obj_open("file", &oc, NULL, &b), 0);
+    put_block(b, 42, 65536);
+    keg_obj_close(b);
+
+    atomic_store(&cnt_get_delay_ms, 300);
+    pthread_barrier_init(&bar, NULL, 16);
+    for (int i = 0; i < 16; i++) {
+        args[i] = (struct sf_arg){.o = o, .bar = &bar};
+        assert_int_equal(pthread_create(&th[i], NULL, sf_thread, &args[i]), 0);
+    }
+    for (int i = 0; i < 16; i++) {
+        pthread_join(th[i], NULL);
+        assert_true(args[i].ok);
+    }
+    pthread_barrier_destroy(&bar);
+    assert_int_equal(atomic_load(&cnt_of(o)->gets), 1);
+    assert_int_equal(keg_cache_ssd_stats(o, &st), 0);
+    assert_int_equal(st.misses, 1);
+    assert_int_equal(st.shared + st.hits, 15);
+    keg_obj_close(o);
+}
+
+/* Objects that are not blocks pass through; del removes the cached copy. */
+static void test_passthrough_and_del(void **state)
+{
+    struct fx *fx = *state;
+    struct keg_obj *o = open_cache(fx, "mem", 64 << 20);
+    struct keg_cache_ssd_stats st;
+    uint8_t got[64];
+    char key[128], path[512];
+    struct stat sb;
+
+    assert_int_equal(keg_obj_put(o, "vol1/.kegfs-probe-1", "probe", 5), 0);
+    assert_int_equal(keg_obj_get(o, "vol1/.kegfs-probe-1", 0, got, sizeof(got)), 5);
+    assert_int_equal(keg_obj_get(o, "vol1/.kegfs-probe-1", 0, got, sizeof(got)), 5);
+    assert_int_equal(atomic_load(&cnt_of(o)->gets), 2);
+    assert_int_equal(keg_cache_ssd_stats(o, &st), 0);
+    assert_int_equal(st.objects, 0);
+    assert_int_equal(keg_obj_del(o, "vol1/.kegfs-probe-1"), 0);
+
+    put_block(o, 8, 500);
+    keg_block_key(key, sizeof(key), "vol1", 8, 0, 500);
+    cache_path(fx, key, path, sizeof(path));
+    assert_int_equal(stat(path, &sb), 0);
+    assert_int_equal(keg_obj_del(o, key), 0);
+    assert_int_equal(stat(path, &sb), -1);
+    assert_int_equal(keg_obj_get(o, key, 0, got, sizeof(got)), -ENOENT);
+    assert_int_equal(keg_cache_ssd_stats(o, &st), 0);
+    assert_int_equal(st.objects, 0);
+    assert_int_equal(st.bytes, 0);
+    keg_obj_close(o);
+}
+
+/* Temp files of a crashed write and foreign files are removed at open. */
+static void test_open_cleans_up(void **state)
+{
+    struct fx *fx = *state;
+    struct keg_cache_ssd_stats st;
+    struct keg_obj *o = open_cache(fx, "mem", 64 << 20);
+    char p1[512], p2[512], p3[512], key[128];
+    struct stat sb;
+    int fd;
+
+    put_block(o, 11, 300);
+    keg_obj_close(o);
+    keg_block_key(key, sizeof(key), "vol1", 11, 0, 300);
+    snprintf(p1, sizeof(p1), "%s/blocks/00/.tmp.vol1%%2Fchunks%%2F0.abcdef", fx->cache);
+    snprintf(p2, sizeof(p2), "%s/blocks/00/not%%2xvalid", fx->cache);
+    snprintf(p3 + 256, 256, "%s/blocks/00", fx->cache);
+    mkdir(p3 + 256, 0700);
+    fd = open(p1, O_CREAT | O_WRONLY, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "half", 4), 4);
+    close(fd);
+    fd = open(p2, O_CREAT | O_WRONLY, 0600);
+    assert_true(fd >= 0);
+    close(fd);
+
+    cache_path(fx, key, p3, sizeof(p3));
+    o = open_cache(fx, "mem", 64 << 20);
+    assert_int_equal(stat(p1, &sb), -1);
+    assert_int_equal(stat(p2, &sb), -1);
+    assert_int_equal(stat(p3, &sb), 0);
+    assert_int_equal(keg_cache_ssd_stats(o, &st), 0);
+    assert_int_equal(st.objects, 1);
+    assert_int_equal(st.bytes, (uint64_t)sb.st_size);
+    check_block(o, 11, 300);
+    keg_obj_close(o);
+}
+
+/* Key escaping is reversible and canonical. */
+static void test_escape(void **state)
+{
+    char name[KEGC_NAME_MAX + 1], key[KEGC_NAME_MAX + 1], long_key[400];
+    (void)state;
+    assert_int_equal(kegc_escape("vol1/chunks/0/1/1234_0_4096", name), 0);
+    assert_string_equal(name, "vol1%2Fchunks%2F0%2F1%2F1234_0_4096");
+    assert_int_equal(kegc_unescape(name, key), 0);
+    assert_string_equal(key, "vol1/chunks/0/1/1234_0_4096");
+    assert_int_equal(kegc_escape(".x%", name), 0);
+    assert_string_equal(name, "%2Ex%25");
+    assert_int_equal(kegc_unescape(name, key), 0);
+    assert_string_equal(key, ".x%");
+    assert_int_equal(kegc_unescape("%2ex", key), -EINVAL);    /* not canonical */
+    assert_int_equal(kegc_unescape("a%2", key), -EINVAL);
+    assert_int_equal(kegc_unescape("%41", key), -EINVAL);     /* 'A' needs no escape */
+    memset(long_key, '/', sizeof(long_key) - 1);
+    long_key[sizeof(long_key) - 1] = '\0';
+    assert_int_equal(kegc_escape(long_key, name), -ENAMETOOLONG);
+}
+
+/* Through keg_stack_open: zero conf keeps the plain store; cache_dir adds cache_ssd. */
+static void test_stack_cache(void **state)
+{
+    struct fx *fx = *state;
+    struct keg_stack_conf sc = {0};
+    struct keg_stack_stats st;
+    struct keg_format f;
+    struct keg_obj *o = NULL;
+    char dir[128];
+
+    memset(&f, 0, sizeof(f));
+    snprintf(f.name, sizeof(f.name), "vol1");
+    snprintf(f.uuid, sizeof(f.uuid), "0b7c2e1a-uuid");
+    snprintf(f.storage, sizeof(f.storage), "file");
+    snprintf(f.bucket, sizeof(f.bucket), "%s", fx->store);
+    unsetenv("KEG_FAULTY");
+
+    assert_int_equal(keg_stack_open(&f, &sc, &o), 0);
+    assert_string_equal(o->ops->name, "file");
+    assert_int_equal(keg_stack_stats(o, &st), 0);
+    assert_int_equal(st.has_cache, 0);
+    assert_int_equal(keg_stack_drain(o, 10, NULL), 0);
+    keg_obj_close(o);
+
+    snprintf(dir, sizeof(dir), "%s/c", fx->root);
+    sc.cache_dir = dir;
+    sc.cache_size = 1 << 20;
+    setenv("KEG_FAULTY", "seed=1", 1);
+    assert_int_equal(keg_stack_open(&f, &sc, &o), 0);
+    unsetenv("KEG_FAULTY");
+    assert_string_equal(o->ops->name, "cache_ssd");
+    assert_string_equal(o->inner->ops->name, "faulty");
+    assert_string_equal(o->inner->inner->ops->name, "file");
+    put_block(o, 1, 1000);
+    check_block(o, 1, 1000);
+    assert_int_equal(keg_stack_stats(o, &st), 0);
+    assert_int_equal(st.has_cache, 1);
+    assert_int_equal(st.cache_objects, 1);
+    assert_int_equal(st.cache_hits, 1);
+    assert_int_equal(st.cache_budget, 1 << 20);
+    keg_obj_close(o);
+    /* kept per volume uuid */
+    snprintf(dir, sizeof(dir), "%s/c/0b7c2e1a-uuid/blocks", fx->root);
+    assert_true(du(dir) > 1000);
+
+    sc.cache_dir = "relative/dir";
+    o = (void *)1;
+    assert_int_equal(keg_stack_open(&f, &sc, &o), -EINVAL);
+    assert_null(o);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_escape),
+        cmocka_unit_test_setup_teardown(test_hit_after_remount, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_fill_and_range, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_corrupt_refetch, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_store_corruption_not_cached, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_eviction_budget, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_single_flight, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_passthrough_and_del, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_open_cleans_up, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_stack_cache, fx_setup, fx_teardown),
+    };
+    keg_log_set_level(getenv("KEG_TEST_LOG") ? LOG_DEBUG : LOG_CRIT);
+    assert_int_equal(keg_obj_register(&cnt_ops), 0);
+    return cmocka_run_group_tests_name("cache_ssd", tests, NULL, NULL);
+}
