@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# kegfs-config-shim.sh -- TEST-ONLY adapter for a `kegfs` binary whose
+# `mount --config FILE` does not yet accept the keys meta-url / access-key /
+# secret-key (the contract kegfs-csi relies on: see docs/csi.md).
+#
+# kegfs-csi runs   <mounter> mount --config F [--read-only] [-o OPTS] TARGET
+# this shim runs   kegfs mount --config F' [--read-only] [-o OPTS] META_URL TARGET
+# where F' is F without the three secret keys.  It puts the META_URL on argv,
+# which the driver itself never does: use it only for local e2e runs with test
+# credentials.  Set KEGFS_BIN to the real binary.
+set -euo pipefail
+KEGFS_BIN=${KEGFS_BIN:?set KEGFS_BIN to the kegfs binary}
+if [ "${1:-}" != mount ]; then exec "$KEGFS_BIN" "$@"; fi
+shift
+args=() cfg=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --config) cfg=$2; shift 2 ;;
+    *) args+=("$1"); shift ;;
+  esac
+done
+[ -n "$cfg" ] || exec "$KEGFS_BIN" mount "${args[@]}"
+url=$(sed -n 's/^meta-url: "\(.*\)"$/\1/p' "$cfg")
+[ -n "$url" ] || { echo "shim: no meta-url in $cfg" >&2; exit 2; }
+target=${args[-1]}
+unset 'args[-1]'
+rest=$(mktemp "${cfg}.shim.XXXXXX")
+trap 'rm -f "$rest"' EXIT
+grep -Ev '^(meta-url|access-key|secret-key):' "$cfg" > "$rest" || true
+if [ -s "$rest" ] && grep -q ':' "$rest"; then
+  "$KEGFS_BIN" mount --config "$rest" "${args[@]}" "$url" "$target"
+else
+  "$KEGFS_BIN" mount "${args[@]}" "$url" "$target"
+fi
