@@ -617,15 +617,17 @@ static int mr_load_script(struct mr_priv *p, int id)
         freeReplyObject(r);
         return -EIO;
     }
-    if (p->sha[id][0] && memcmp(p->sha[id], r->str, 40) != 0) {
-        KEG_ERR("SCRIPT LOAD %s: the server computed a different SHA1", mr_scripts[id].name);
-        freeReplyObject(r);
-        return -EIO;
+    /* sha[] is written only at open (single-threaded); later reloads just check it */
+    if (p->sha[id][0]) {
+        rc = memcmp(p->sha[id], r->str, 40) == 0 ? 0 : -EIO;
+        if (rc)
+            KEG_ERR("SCRIPT LOAD %s: the server computed a different SHA1", mr_scripts[id].name);
+    } else {
+        memcpy(p->sha[id], r->str, 40);
+        p->sha[id][40] = '\0';
     }
-    memcpy(p->sha[id], r->str, 40);
-    p->sha[id][40] = '\0';
     freeReplyObject(r);
-    return 0;
+    return rc;
 }
 
 /* Runs script id with args after the common ones (see meta_redis_lua_i.h).

@@ -575,7 +575,7 @@
 "  if h[i] ~= me and (typ == 1 or h[i + 1] == 'W') then return {EAGAIN} end\n" \
 "end\n" \
 "redis.call('HSET', k, me, (typ == 1) and 'W' or 'R')\n" \
-"redis.call('SADD', P .. 'L' .. SID, 'f' .. ARGV[4])\n" \
+"if SID ~= '0' then redis.call('SADD', P .. 'L' .. SID, 'f' .. ARGV[4]) end\n" \
 "return {0}\n"
 
 /* ARGV: 4 ino, 5 owner, 6 type, 7 start (hex16), 8 end (hex16).
@@ -640,7 +640,7 @@
 "local parts = {}\n" \
 "for _, r in ipairs(m) do parts[#parts + 1] = r.typ .. r.s .. r.e .. r.pid end\n" \
 "redis.call('HSET', k, me, table.concat(parts))\n" \
-"redis.call('SADD', P .. 'L' .. SID, 'p' .. ARGV[4])\n" \
+"if SID ~= '0' then redis.call('SADD', P .. 'L' .. SID, 'p' .. ARGV[4]) end\n" \
 "return {0}\n"
 
 /*--------------------------------------------------------------------------
