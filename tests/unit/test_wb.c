@@ -1,0 +1,666 @@
+/* test_wb.c -- the writeback layer: puts return before upload, staged objects survive a crash,
+ * backpressure, failing uploads stay staged, drain timeouts, reads of staged objects, del,
+ * sync bookkeeping, stats, and the stack order with cache and writeback. */
+#define _GNU_SOURCE 1
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "cache/cache_ssd_format.h"
+#include "keg/log.h"
+#include "keg/obj.h"
+#include "keg/stack.h"
+#include "stack_i.h"
+
+/*---------------------------------------------------------------------------
+ * A counting layer: counts puts/gets, optional put delay and put error.
+ *-------------------------------------------------------------------------*/
+
+struct cnt {
+    atomic_int gets, puts, dels;
+};
+static atomic_uint cnt_put_delay_ms;
+static atomic_int cnt_put_err;       /* a -errno every put returns, 0 for none */
+
+static int cnt_open(struct keg_obj *o, const struct keg_obj_conf *conf)
+{
+    (void)conf;
+    return o->inner ? 0 : -EINVAL;
+}
+static void cnt_close(struct keg_obj *o)
+{
+    (void)o;
+}
+static void ms_sleep(unsigned ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
+}
+static int64_t now_ms(void)
+{
+    return keg_mono_ns() / 1000000;
+}
+static ssize_t cnt_get(struct keg_obj *o, const char *key, uint64_t off, void *buf, size_t len)
+{
+    struct cnt *c = o->priv;
+    atomic_fetch_add(&c->gets, 1);
+    return keg_obj_get(o->inner, key, off, buf, len);
+}
+static int cnt_put(struct keg_obj *o, const char *key, const void *buf, size_t len)
+{
+    struct cnt *c = o->priv;
+    int err = atomic_load(&cnt_put_err);
+    if (atomic_load(&cnt_put_delay_ms))
+        ms_sleep(atomic_load(&cnt_put_delay_ms));
+    if (err)
+        return err;
+    atomic_fetch_add(&c->puts, 1);
+    return keg_obj_put(o->inner, key, buf, len);
+}
+static int cnt_del(struct keg_obj *o, const char *key)
+{
+    struct cnt *c = o->priv;
+    atomic_fetch_add(&c->dels, 1);
+    return keg_obj_del(o->inner, key);
+}
+static const struct keg_obj_ops cnt_ops = {
+    .name = "counting",
+    .version = 1,
+    .priv_size = sizeof(struct cnt),
+    .open = cnt_open,
+    .close = cnt_close,
+    .get = cnt_get,
+    .put = cnt_put,
+    .del = cnt_del,
+    .head = keg_obj_def_head,
+    .list = keg_obj_def_list,
+    .sync = keg_obj_def_sync,
+};
+
+static struct cnt *cnt_of(struct keg_obj *top)
+{
+    for (struct keg_obj *o = top; o; o = o->inner) {
+        if (o->ops == &cnt_ops)
+            return o->priv;
+    }
+    return NULL;
+}
+
+/*---------------------------------------------------------------------------
+ * Fixtures
+ *-------------------------------------------------------------------------*/
+
+struct fx {
+    char root[64];
+    char cache[96];    /* <root>/cache/<vol> as given to the layer */
+    char store[96];    /* bottom file store */
+    char slot[128];    /* <cache>/staging/0 */
+};
+
+static int fx_setup(void **state)
+{
+    struct fx *fx = calloc(1, sizeof(*fx));
+    snprintf(fx->root, sizeof(fx->root), "/tmp/keg-wb-XXXXXX");
+    if (!mkdtemp(fx->root))
+        return -1;
+    snprintf(fx->cache, sizeof(fx->cache), "%s/cache/vol1", fx->root);
+    snprintf(fx->store, sizeof(fx->store), "%s/store", fx->root);
+    snprintf(fx->slot, sizeof(fx->slot), "%s/staging/0", fx->cache);
+    mkdir(fx->store, 0700);
+    atomic_store(&cnt_put_delay_ms, 0);
+    atomic_store(&cnt_put_err, 0);
+    unsetenv("KEG_FAULTY");
+    *state = fx;
+    return 0;
+}
+
+static int fx_teardown(void **state)
+{
+    struct fx *fx = *state;
+    char cmd[160];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", fx->root);
+    assert_int_equal(system(cmd), 0);
+    free(fx);
+    atomic_store(&cnt_put_delay_ms, 0);
+    atomic_store(&cnt_put_err, 0);
+    return 0;
+}
+
+/* writeback(conf) -> counting -> bottom ("mem", or "file" in fx->store). */
+static struct keg_obj *open_wb(struct fx *fx, const char *bottom, struct keg_wb_conf wc)
+{
+    struct keg_obj_conf oc = {.bucket = fx->store};
+    struct keg_obj *o = NULL;
+    wc.dir = fx->cache;
+    assert_int_equal(keg_obj_open(bottom, &oc, NULL, &o), 0);
+    assert_int_equal(keg_obj_open("counting", NULL, o, &o), 0);
+    assert_int_equal(keg_wb_create(&wc, o, &o), 0);
+    assert_string_equal(o->ops->name, "writeback");
+    return o;
+}
+
+static size_t make_block(uint64_t id, uint32_t blen, uint8_t *enc, size_t cap, char *key,
+                         size_t ksize)
+{
+    uint8_t *raw = malloc(blen ? blen : 1);
+    size_t olen = 0;
+    for (uint32_t i = 0; i < blen; i++)
+        raw[i] = (uint8_t)(id * 13 + i * 5 + (i >> 8));
+    assert_int_equal(keg_block_encode(KEG_CODEC_NONE, raw, blen, enc, cap, &olen), 0);
+    free(raw);
+    keg_block_key(key, ksize, "vol1", id, 0, blen);
+    return olen;
+}
+
+static void put_block(struct keg_obj *o, uint64_t id, uint32_t blen)
+{
+    size_t cap = KEG_BLOCK_HDR + blen;
+    uint8_t *enc = malloc(cap);
+    char key[128];
+    size_t olen = make_block(id, blen, enc, cap, key, sizeof(key));
+    assert_int_equal(keg_obj_put(o, key, enc, olen), 0);
+    free(enc);
+}
+
+/* 1 if o holds block id with the right bytes. */
+static int has_block(struct keg_obj *o, uint64_t id, uint32_t blen)
+{
+    size_t cap = KEG_BLOCK_HDR + blen;
+    uint8_t *want = malloc(cap), *got = malloc(cap + 16);
+    char key[128];
+    size_t olen = make_block(id, blen, want, cap, key, sizeof(key));
+    ssize_t n = keg_obj_get(o, key, 0, got, cap + 16);
+    int ok = n == (ssize_t)olen && memcmp(got, want, olen) == 0;
+    free(want);
+    free(got);
+    return ok;
+}
+
+/* Staged object files in dir (names not starting with '.'), and their bytes. */
+static unsigned count_files(const char *dir, uint64_t *bytes, const char *prefix)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    unsigned n = 0;
+    if (bytes)
+        *bytes = 0;
+    if (!d)
+        return 0;
+    while ((de = readdir(d)) != NULL) {
+        struct stat st;
+        if (prefix ? strncmp(de->d_name, prefix, strlen(prefix)) != 0 : de->d_name[0] == '.')
+            continue;
+        if (fstatat(dirfd(d), de->d_name, &st, 0) == 0 && S_ISREG(st.st_mode)) {
+            n++;
+            if (bytes)
+                *bytes += (uint64_t)st.st_size;
+        }
+    }
+    closedir(d);
+    return n;
+}
+
+static struct keg_wb_stats wbst(struct keg_obj *o)
+{
+    struct keg_wb_stats st;
+    assert_int_equal(keg_wb_stats(o, &st), 0);
+    return st;
+}
+
+/*---------------------------------------------------------------------------
+ * Tests
+ *-------------------------------------------------------------------------*/
+
+/* put returns at local-disk speed while each upload takes 300 ms; staged
+ * objects read back before upload; drain uploads all; stats add up. */
+static void test_put_returns_before_upload(void **state)
+{
+    struct fx *fx = *state;
+    struct keg_obj *o = open_wb(fx, "mem", (struct keg_wb_conf){.workers = 2});
+    struct keg_wb_stats st;
+    uint64_t remaining = 99;
+    int64_t t0;
+
+    atomic_store(&cnt_put_delay_ms, 300);
+    t0 = now_ms();
+    for (uint64_t id = 1; id <= 6; id++)
+        put_block(o, id, 5000);
+    assert_true(now_ms() - t0 < 250);
+    st = wbst(o);
+    assert_int_equal(st.staged_objects, 6);
+    assert_int_equal(st.unsynced_objects, 6);
+    assert_int_equal(st.uploaded_objects, 0);
+    assert_int_equal(atomic_load(&cnt_of(o)->puts), 0);
+    /* reads of staged objects come from staging, not the store */
+    for (uint64_t id = 1; id <= 6; id++)
+        assert_true(has_block(o, id, 5000));
+    assert_int_equal(atomic_load(&cnt_of(o)->gets), 0);
+    {
+        uint64_t size = 0;
+        char key[128];
+        keg_block_key(key, sizeof(key), "vol1", 1, 0, 5000);
+        assert_int_equal(keg_obj_head(o, key, &size), 0);
+        assert_int_equal(size, KEG_BLOCK_HDR + 5000);
+    }
+    st = wbst(o);
+    assert_true(st.uploading >= 1 && st.uploading <= 2);
+
+    assert_int_equal(keg_wb_drain(o, 10000, &remaining), 0);
+    assert_int_equal(remaining, 0);
+    st = wbst(o);
+    assert_int_equal(st.staged_objects, 0);
+    assert_int_equal(st.staged_bytes, 0);
+    assert_int_equal(st.uploading, 0);
+    assert_int_equal(st.uploaded_objects, 6);
+    assert_int_equal(st.uploaded_bytes, 6 * (KEG_BLOCK_HDR + 5000));
+    assert_true(st.rate_bps > 0);
+    assert_int_equal(atomic_load(&cnt_of(o)->puts), 6);
+    assert_int_equal(count_files(fx->slot, NULL, NULL), 0);
+    atomic_store(&cnt_put_delay_ms, 0);
+    for (uint64_t id = 1; id <= 6; id++)
+        assert_true(has_block(o, id, 5000));     /* now from the store */
+    assert_int_equal(atomic_load(&cnt_of(o)->gets), 6);
+
+    /* not a block: written through at once */
+    assert_int_equal(keg_obj_put(o, "vol1/.kegfs-probe-x", "p", 1), 0);
+    assert_int_equal(atomic_load(&cnt_of(o)->puts), 7);
+    keg_obj_close(o);
+}
+
+static struct keg_format vol_format(struct fx *fx)
+{
+    struct keg_format f;
+    memset(&f, 0, sizeof(f));
+    snprintf(f.name, sizeof(f.name), "vol1");
+    snprintf(f.storage, sizeof(f.storage), "file");
+    snprintf(f.bucket, sizeof(f.bucket), "%s", fx->store);
+    return f;
+}
+
+/* A mounter that dies right after its puts returned (no close, no drain):
+ * the next open finds the staged objects and uploads every one. */
+static void test_crash_recovery(void **state)
+{
+    struct fx *fx = *state;
+    struct keg_format f = vol_format(fx);
+    char cdir[128], tmp[256];
+    struct keg_stack_conf sc = {.cache_dir = cdir, .writeback = 1, .upload_workers = 2};
+    struct keg_stack_stats st;
+    struct keg_obj *o = NULL, *b = NULL;
+    struct keg_obj_conf oc = {.bucket = fx->store};
+    uint64_t remaining = 1;
+    pid_t pid;
+    int status, fd;
+
+    snprintf(cdir, sizeof(cdir), "%s/cache", fx->root);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        /* the mounter: a store so slow nothing gets uploaded, then a crash */
+        setenv("KEG_FAULTY", "delay=20000", 1);
+        if (keg_stack_open(&f, &sc, &o) < 0)
+            _exit(2);
+        for (uint64_t id = 1; id <= 20; id++) {
+            uint8_t enc[KEG_BLOCK_HDR + 3000];
+            char key[128];
+            size_t olen = make_block(id, 3000, enc, sizeof(enc), key, sizeof(key));
+            if (keg_obj_put(o, key, enc, olen) < 0)
+                _exit(3);
+        }
+        _exit(0);
+    }
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    assert_int_equal(count_files(fx->slot, NULL, NULL), 20);
+    /* and a write torn by the crash */
+    snprintf(tmp, sizeof(tmp), "%s/.tmp.vol1%%2Fchunks%%2F0%%2F0%%2F99_0_3000.Ab12Cd", fx->slot);
+    fd = open(tmp, O_CREAT | O_WRONLY, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "KEGC", 4), 4);
+    close(fd);
+
+    assert_int_equal(keg_stack_open(&f, &sc, &o), 0);
+    assert_string_equal(o->ops->name, "writeback");
+    assert_string_equal(o->inner->ops->name, "cache_ssd");
+    assert_string_equal(o->inner->inner->ops->name, "file");
+    assert_int_equal(count_files(fx->slot, NULL, ".tmp."), 0);
+    assert_int_equal(keg_stack_drain(o, 10000, &remaining), 0);
+    assert_int_equal(remaining, 0);
+    assert_int_equal(keg_stack_stats(o, &st), 0);
+    assert_int_equal(st.has_writeback, 1);
+    assert_int_equal(st.uploaded_objects, 20);
+    assert_int_equal(st.staged_objects, 0);
+    assert_int_equal(st.cache_objects, 20);       /* uploads populated the cache */
+    keg_obj_close(o);
+    assert_int_equal(count_files(fx->slot, NULL, NULL), 0);
+
+    assert_int_equal(keg_obj_open("file", &oc, NULL, &b), 0);
+    for (uint64_t id = 1; id <= 20; id++)
+        assert_true(has_block(b, id, 3000));
+    keg_obj_close(b);
+}
+
+/* close() drains for drain_ms only, reports, and leaves the rest staged for
+ * the next open; objects kept failing are reported as such. */
+static void test_close_leaves_staged(void **state)
+{
+    struct fx *fx = *state;
+    struct keg_wb_conf wc = {.workers = 1, .drain_ms = 50, .retries = 2, .backoff_ms = 10};
+    struct keg_obj *o = open_wb(fx, "file", wc);
+    struct keg_obj_conf oc = {.bucket = fx->store};
+    struct keg_obj *b = NULL;
+
+    atomic_store(&cnt_put_err, -EIO);
+    for (uint64_t id = 1; id <= 5; id++)
+        put_block(o, id, 2000);
+    keg_obj_close(o);
+    assert_int_equal(count_files(fx->slot, NULL, NULL), 5);
+
+    atomic_store(&cnt_put_err, 0);
+    o = open_wb(fx, "file", (struct keg_wb_conf){0});
+    assert_int_equal(wbst(o).staged_objects + wbst(o).uploaded_objects, 5);
+    assert_int_equal(keg_wb_drain(o, 10000, NULL), 0);
+    keg_obj_close(o);
+    assert_int_equal(keg_obj_open("file", &oc, NULL, &b), 0);
+    for (uint64_t id = 1; id <= 5; id++)
+        assert_true(has_block(b, id, 2000));
+    keg_obj_close(b);
+}
+
+struct bp_mon {
+    struct keg_obj *o;
+    const char     *slot;
+    uint64_t        max;
+    atomic_int      stop;
+    uint64_t        peak_staged, peak_disk, saw_waiting;
+};
+
+static void *bp_monitor(void *p)
+{
+    struct bp_mon *m = p;
+    while (!atomic_load(&m->stop)) {
+        struct keg_wb_stats st;
+        uint64_t disk = 0;
+        keg_wb_stats(m->o, &st);
+        count_files(m->slot, &disk, NULL);
+        m->peak_staged = KEG_MAX(m->peak_staged, st.staged_bytes);
+        m->peak_disk = KEG_MAX(m->peak_disk, disk);
+        if (st.waiting_puts)
+            m->saw_waiting = 1;
+        ms_sleep(2);
+    }
+    return NULL;
+}
+
+/* With max_staging = 3 objects and a slow store, puts block; staged bytes
+ * and staged files on disk never exceed the bound. */
+static void test_backpressure(void **state)
+{
+    struct fx *fx = *state;
+    const uint32_t blen = 64 << 10;
+    const uint64_t obj = KEG_BLOCK_HDR + blen;
+    struct keg_obj *o = open_wb(fx, "mem", (struct keg_wb_conf){.workers = 1,
+                                                                .max_staging = 3 * obj});
+    struct bp_mon m = {.o = o, .slot = fx->slot, .max = 3 * obj};
+    pthread_t th;
+    int64_t t0;
+
+    atomic_store(&cnt_put_delay_ms, 50);
+    assert_int_equal(pthread_create(&th, NULL, bp_monitor, &m), 0);
+    t0 = now_ms();
+    for (uint64_t id = 1; id <= 12; id++)
+        put_block(o, id, blen);
+    /* 12 objects, 3 fit: at least 9 uploads of 50 ms had to finish first */
+    assert_true(now_ms() - t0 >= 9 * 50 - 20);
+    assert_int_equal(keg_wb_drain(o, 10000, NULL), 0);
+    atomic_store(&m.stop, 1);
+    pthread_join(th, NULL);
+    assert_true(m.saw_waiting);
+    assert_true(m.peak_staged <= 3 * obj);
+    /* files carry a header and the key; temp files are not counted by count_files */
+    assert_true(m.peak_disk <= 3 * (obj + KEGC_HDR + 64));
+    assert_int_equal(atomic_load(&cnt_of(o)->puts), 12);
+    assert_int_equal(wbst(o).uploaded_objects, 12);
+    atomic_store(&cnt_put_delay_ms, 0);
+    for (uint64_t id = 1; id <= 12; id++)
+        assert_true(has_block(o, id, blen));
+    keg_obj_close(o);
+}
+
+/* A permanent store error: the objects stay staged (readable), are reported
+ * as failing, drain says -EIO with the count, and they go up once the store
+ * works again. */
+static void test_permanent_failure(void **state)
+{
+    struct fx *fx = *state;
+    struct keg_wb_conf wc = {.workers = 2, .park_ms = 200, .retries = 3, .backoff_ms = 10};
+    struct keg_obj *o = open_wb(fx, "mem", wc);
+    struct keg_wb_stats st;
+    uint64_t remaining = 0;
+    int64_t t0 = now_ms();
+
+    atomic_store(&cnt_put_err, -EACCES);
+    put_block(o, 1, 1000);
+    put_block(o, 2, 1000);
+    do {
+        ms_sleep(5);
+        st = wbst(o);
+    } while (st.parked < 2 && now_ms() - t0 < 5000);
+    assert_int_equal(st.parked, 2);
+    assert_int_equal(st.staged_objects, 2);
+    assert_int_equal(st.upload_errors, 2);          /* permanent: no retries */
+    assert_int_equal(st.uploaded_objects, 0);
+    assert_int_equal(count_files(fx->slot, NULL, NULL), 2);
+    assert_true(has_block(o, 1, 1000));
+    assert_true(has_block(o, 2, 1000));
+    assert_int_equal(keg_wb_drain(o, 2000, &remaining), -EIO);
+    assert_int_equal(remaining, 2);
+
+    /* a transient error is retried `retries` times before parking */
+    atomic_store(&cnt_put_err, -EAGAIN);
+    put_block(o, 3, 1000);
+    t0 = now_ms();
+    do {
+        ms_sleep(5);
+        st = wbst(o);
+    } while (st.parked < 3 && now_ms() - t0 < 5000);
+    assert_true(st.upload_errors >= 2 + 3);
+
+    atomic_store(&cnt_put_err, 0);
+    assert_int_equal(keg_wb_drain(o, 5000, &remaining), 0);
+    assert_int_equal(remaining, 0);
+    assert_int_equal(atomic_load(&cnt_of(o)->puts), 3);
+    assert_int_equal(count_files(fx->slot, NULL, NULL), 0);
+    keg_obj_close(o);
+}
+
+/* A drain that runs out of time says -ETIMEDOUT and how much is left. */
+static void test_drain_timeout(void **state)
+{
+    struct fx *fx = *state;
+    struct keg_obj *o = open_wb(fx, "mem", (struct keg_wb_conf){.workers = 1});
+    uint64_t remaining = 0;
+
+    atomic_store(&cnt_put_delay_ms, 300);
+    for (uint64_t id = 1; id <= 4; id++)
+        put_block(o, id, 100);
+    assert_int_equal(keg_wb_drain(o, 100, &remaining), -ETIMEDOUT);
+    assert_true(remaining >= 3 && remaining <= 4);
+    assert_int_equal(keg_stack_drain(o, 100, &remaining), -ETIMEDOUT);
+    assert_true(remaining >= 2);
+    atomic_store(&cnt_put_delay_ms, 0);
+    assert_int_equal(keg_stack_drain(o, 5000, &remaining), 0);
+    assert_int_equal(remaining, 0);
+    keg_obj_close(o);
+}
+
+/* del of a queued object removes it from staging and it is never uploaded;
+ * del of an object being uploaded waits and then deletes it in the store. */
+static void test_del_staged(void **state)
+{
+    struct fx *fx = *state;
+    struct keg_obj *o = open_wb(fx, "mem", (struct keg_wb_conf){.workers = 1});
+    uint8_t buf[64];
+    char k1[128], k2[128];
+
+    atomic_store(&cnt_put_delay_ms, 300);
+    put_block(o, 1, 100);
+    put_block(o, 2, 100);
+    keg_block_key(k1, sizeof(k1), "vol1", 1, 0, 100);
+    keg_block_key(k2, sizeof(k2), "vol1", 2, 0, 100);
+    ms_sleep(50);                       /* 1 is uploading, 2 queued */
+    assert_int_equal(wbst(o).uploading, 1);
+    assert_int_equal(keg_obj_del(o, k2), 0);
+    assert_int_equal(wbst(o).staged_objects, 1);
+    assert_int_equal(count_files(fx->slot, NULL, NULL), 1);
+    assert_int_equal(keg_obj_del(o, k1), 0);   /* waits for the upload */
+    assert_int_equal(wbst(o).staged_objects, 0);
+    assert_int_equal(wbst(o).staged_bytes, 0);
+    assert_int_equal(count_files(fx->slot, NULL, NULL), 0);
+    atomic_store(&cnt_put_delay_ms, 0);
+    assert_int_equal(keg_wb_drain(o, 2000, NULL), 0);
+    assert_int_equal(atomic_load(&cnt_of(o)->puts), 1);
+    assert_int_equal(keg_obj_get(o, k1, 0, buf, sizeof(buf)), -ENOENT);
+    assert_int_equal(keg_obj_get(o, k2, 0, buf, sizeof(buf)), -ENOENT);
+    keg_obj_close(o);
+}
+
+/* sync() fsyncs what is staged and records it; a re-put makes it unsynced again. */
+static void test_sync_bookkeeping(void **state)
+{
+    struct fx *fx = *state;
+    struct keg_obj *o = open_wb(fx, "mem", (struct keg_wb_conf){.workers = 1});
+
+    atomic_store(&cnt_put_delay_ms, 400);
+    put_block(o, 1, 100);
+    put_block(o, 2, 100);
+    put_block(o, 3, 100);
+    assert_int_equal(wbst(o).unsynced_objects, 3);
+    assert_int_equal(keg_obj_sync(o), 0);
+    assert_int_equal(wbst(o).unsynced_objects, 0);
+    put_block(o, 3, 100);               /* same key again */
+    put_block(o, 4, 100);
+    assert_int_equal(wbst(o).unsynced_objects, 2);
+    assert_int_equal(wbst(o).staged_objects, 4);
+    assert_int_equal(keg_obj_sync(o), 0);
+    assert_int_equal(wbst(o).unsynced_objects, 0);
+    atomic_store(&cnt_put_delay_ms, 0);
+    assert_int_equal(keg_wb_drain(o, 5000, NULL), 0);
+    for (uint64_t id = 1; id <= 4; id++)
+        assert_true(has_block(o, id, 100));
+    keg_obj_close(o);
+}
+
+/* A corrupt staged file found at open is quarantined, never uploaded. */
+static void test_corrupt_staged_quarantined(void **state)
+{
+    struct fx *fx = *state;
+    struct keg_wb_conf wc = {.workers = 1, .drain_ms = 1, .retries = 100, .backoff_ms = 1000};
+    struct keg_obj *o = open_wb(fx, "mem", wc);
+    char path[512], name[KEGC_NAME_MAX + 1], key[128];
+    int fd;
+
+    /* the store fails: the worker sits in its retry backoff, close interrupts it */
+    atomic_store(&cnt_put_err, -EIO);
+    put_block(o, 1, 500);
+    put_block(o, 2, 500);
+    keg_obj_close(o);
+    atomic_store(&cnt_put_err, 0);
+    assert_int_equal(count_files(fx->slot, NULL, NULL), 2);
+    keg_block_key(key, sizeof(key), "vol1", 2, 0, 500);
+    assert_int_equal(kegc_escape(key, name), 0);
+    snprintf(path, sizeof(path), "%s/%s", fx->slot, name);
+    fd = open(path, O_RDWR);
+    assert_true(fd >= 0);
+    assert_int_equal(pwrite(fd, "\xff", 1, 300), 1);
+    close(fd);
+
+    o = open_wb(fx, "mem", (struct keg_wb_conf){0});
+    assert_int_equal(keg_wb_drain(o, 5000, NULL), 0);
+    assert_int_equal(atomic_load(&cnt_of(o)->puts), 1);   /* only the intact one */
+    assert_true(has_block(o, 1, 500));
+    assert_int_equal(count_files(fx->slot, NULL, NULL), 0);
+    assert_int_equal(count_files(fx->slot, NULL, ".bad."), 1);
+    keg_obj_close(o);
+}
+
+/* Stack assembly: zero conf = plain store; writeback needs a cache dir;
+ * the order is writeback -> cache_ssd -> faulty -> store. */
+static void test_stack_order(void **state)
+{
+    struct fx *fx = *state;
+    struct keg_format f = vol_format(fx);
+    char cdir[128];
+    struct keg_stack_conf sc = {0};
+    struct keg_stack_stats st;
+    struct keg_obj *o = NULL;
+
+    snprintf(cdir, sizeof(cdir), "%s/cache", fx->root);
+    sc.writeback = 1;
+    o = (void *)1;
+    assert_int_equal(keg_stack_open(&f, &sc, &o), -EINVAL);
+    assert_null(o);
+
+    sc.cache_dir = cdir;
+    sc.max_staging = 12345;
+    setenv("KEG_FAULTY", "seed=3", 1);
+    assert_int_equal(keg_stack_open(&f, &sc, &o), 0);
+    unsetenv("KEG_FAULTY");
+    assert_string_equal(o->ops->name, "writeback");
+    assert_string_equal(o->inner->ops->name, "cache_ssd");
+    assert_string_equal(o->inner->inner->ops->name, "faulty");
+    assert_string_equal(o->inner->inner->inner->ops->name, "file");
+    assert_int_equal(keg_stack_stats(o, &st), 0);
+    assert_int_equal(st.has_writeback, 1);
+    assert_int_equal(st.has_cache, 1);
+    assert_int_equal(st.max_staging, 12345);
+    assert_int_equal(st.cache_budget, 1ULL << 30);
+
+    /* a second mounter of the volume on this node gets its own staging slot */
+    {
+        struct keg_obj *o2 = NULL;
+        char slot1[160];
+        struct stat sb;
+        assert_int_equal(keg_stack_open(&f, &sc, &o2), 0);
+        snprintf(slot1, sizeof(slot1), "%s/vol1/staging/1/.lock", cdir);
+        assert_int_equal(stat(slot1, &sb), 0);
+        keg_obj_close(o2);
+    }
+    keg_obj_close(o);
+}
+
+int main(void)
+{
+#define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
+    const struct CMUnitTest tests[] = {
+        T(test_put_returns_before_upload),
+        T(test_crash_recovery),
+        T(test_close_leaves_staged),
+        T(test_backpressure),
+        T(test_permanent_failure),
+        T(test_drain_timeout),
+        T(test_del_staged),
+        T(test_sync_bookkeeping),
+        T(test_corrupt_staged_quarantined),
+        T(test_stack_order),
+    };
+    keg_log_set_level(getenv("KEG_TEST_LOG") ? LOG_DEBUG : LOG_CRIT);
+    assert_int_equal(keg_obj_register(&cnt_ops), 0);
+    return cmocka_run_group_tests_name("wb", tests, NULL, NULL);
+}
