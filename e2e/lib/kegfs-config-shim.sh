@@ -25,10 +25,10 @@ url=$(sed -n 's/^meta-url: "\(.*\)"$/\1/p' "$cfg")
 target=${args[-1]}
 unset 'args[-1]'
 rest=$(mktemp "${cfg}.shim.XXXXXX")
-trap 'rm -f "$rest"' EXIT
 grep -Ev '^(meta-url|access-key|secret-key):' "$cfg" > "$rest" || true
-if [ -s "$rest" ] && grep -q ':' "$rest"; then
-  "$KEGFS_BIN" mount --config "$rest" "${args[@]}" "$url" "$target"
-else
-  "$KEGFS_BIN" mount "${args[@]}" "$url" "$target"
+# exec keeps the pid the driver recorded; the copy goes once the mounter read it
+(sleep 10; rm -f "$rest") </dev/null >/dev/null 2>&1 &
+if grep -q ':' "$rest"; then
+  exec "$KEGFS_BIN" mount --config "$rest" "${args[@]}" "$url" "$target"
 fi
+exec "$KEGFS_BIN" mount "${args[@]}" "$url" "$target"
