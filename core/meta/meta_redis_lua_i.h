@@ -231,11 +231,12 @@
 #define MR_LUA_LINK \
 "local ino, np, name = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]\n" \
 "local a = getattr(ino)\n" \
-"if not a or a.nlink == 0 then return {ENOENT} end\n" \
-"if isdir(a) then return {EPERM} end\n" \
+"if not a then return {ENOENT} end\n" \
 "local pa, e = getdir(np)\n" \
 "if not pa then return {e} end\n" \
 "if redis.call('HEXISTS', P .. 'd' .. N(np), name) == 1 then return {EEXIST} end\n" \
+"if isdir(a) then return {EPERM} end\n" \
+"if a.nlink == 0 then return {ENOENT} end\n" \
 "if a.nlink >= 65000 then return {EMLINK} end\n" \
 "a.nlink = a.nlink + 1\n" \
 "touch_c(a)\n" \
@@ -622,13 +623,14 @@
 "    if r.e > e then out[#out + 1] = {typ = r.typ, s = hinc(e), e = r.e, pid = r.pid} end\n" \
 "  end\n" \
 "end\n" \
-"if typ ~= 2 then out[#out + 1] = {typ = (typ == 1) and 'W' or 'R', s = s, e = e, pid = pid} end\n" \
+"if typ ~= 2 then out[#out + 1] = {typ = (typ == 1) and 'W' or 'R', s = s, e = e, pid = pid, new = true} end\n" \
 "table.sort(out, function(x, y) return x.s < y.s end)\n" \
 "local m = {}\n" \
 "for _, r in ipairs(out) do\n" \
 "  local l = m[#m]\n" \
 "  if l and l.typ == r.typ and (l.e == HMAX or hinc(l.e) >= r.s) then\n" \
 "    if r.e > l.e then l.e = r.e end\n" \
+"    if r.new then l.pid = r.pid; l.new = true end\n" \
 "  else\n" \
 "    m[#m + 1] = r\n" \
 "  end\n" \
