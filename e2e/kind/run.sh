@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# run.sh -- kind-based e2e for Docker-capable CI (cannot run on machines without a
+# container engine).  Builds the image, creates a one-node kind cluster, loads
+# the image, installs the driver (kustomize overlay `ci`, or the Helm chart with
+# KEG_E2E_INSTALL=helm), runs e2e/scenarios/*.sh, and dumps `kubectl describe`
+# and logs on failure.  KEG_E2E_KEEP=1 keeps the cluster.
+#   e2e/kind/run.sh
+set -euo pipefail
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+CLUSTER=${KEG_E2E_CLUSTER:-kegfs-e2e}
+IMAGE=kegfs-csi:ci
+NS=kegfs-system
+export KUBECONFIG=${KUBECONFIG:-$(mktemp /tmp/kegfs-kind-kubeconfig.XXXXXX)}
+
+for t in docker kind kubectl; do
+  command -v "$t" >/dev/null || { echo "SKIP: $t not installed"; exit 77; }
+done
+docker info >/dev/null 2>&1 || { echo "SKIP: no usable Docker daemon"; exit 77; }
+
+dump() {
+  echo "=== kubectl get all -A"; kubectl get all -A -o wide || true
+  echo "=== describe ($NS)"; kubectl -n "$NS" describe pods || true
+  for p in $(kubectl -n "$NS" get pods -o name 2>/dev/null); do
+    for c in $(kubectl -n "$NS" get "$p" -o jsonpath='{.spec.containers[*].name}'); do
+      echo "=== logs $p -c $c"; kubectl -n "$NS" logs "$p" -c "$c" --tail=200 || true
+    done
+  done
+  echo "=== describe (kegfs-e2e)"; kubectl -n kegfs-e2e describe pvc,pods || true
+  echo "=== events"; kubectl get events -A --sort-by=.lastTimestamp | tail -50 || true
+}
+cleanup() {
+  rc=$?
+  [ $rc -ne 0 ] && dump
+  [ "${KEG_E2E_KEEP:-0}" = 1 ] || kind delete cluster --name "$CLUSTER" >/dev/null 2>&1 || true
+  exit $rc
+}
+trap cleanup EXIT
+
+echo "--- build $IMAGE"
+docker build -t "$IMAGE" "$REPO"
+echo "--- cluster $CLUSTER"
+kind get clusters | grep -qx "$CLUSTER" ||
+  kind create cluster --name "$CLUSTER" --config "$REPO/e2e/kind/kind-config.yaml" --wait 120s
+kind load docker-image "$IMAGE" --name "$CLUSTER"
+
+echo "--- install"
+if [ "${KEG_E2E_INSTALL:-kustomize}" = helm ]; then
+  command -v helm >/dev/null || { echo "helm not installed"; exit 1; }
+  kubectl create namespace "$NS" --dry-run=client -o yaml | kubectl apply -f -
+  kubectl apply -n "$NS" -f "$REPO/manifests/overlays/ci/redis.yaml"
+  helm upgrade --install kegfs "$REPO/charts/kegfs-csi" -n "$NS" \
+    --set image.repository=kegfs-csi --set image.tag=ci --set image.pullPolicy=Never \
+    --set secret.create=true --set secret.storage=file --set secret.bucket=/tmp/kegfs-data \
+    --set secret.metaurl=redis://kegfs-redis.$NS.svc:6379/1 --set node.debug=true
+else
+  kubectl apply -k "$REPO/manifests/overlays/ci"
+fi
+kubectl -n "$NS" rollout status deploy/kegfs-redis --timeout=180s || true
+kubectl -n "$NS" rollout status deploy/kegfs-csi-controller --timeout=180s 2>/dev/null ||
+  kubectl -n "$NS" rollout status deploy/kegfs-kegfs-csi-controller --timeout=180s
+kubectl -n "$NS" rollout status ds --timeout=180s
+
+echo "--- scenarios"
+fail=0
+for s in "$REPO"/e2e/scenarios/*.sh; do
+  echo "=== $(basename "$s")"
+  if bash "$s"; then echo "PASS $(basename "$s")"; else echo "FAIL $(basename "$s")"; fail=1; fi
+done
+exit $fail
