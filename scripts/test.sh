@@ -93,6 +93,7 @@ if [ $UNIT_ONLY = 0 ]; then
   if scripts/redis-server.sh start "$REDIS_PORT" "$TMP/redis"; then
     started_redis=1
     export KEG_TEST_REDIS_URL="redis://127.0.0.1:$REDIS_PORT/0"
+    export KEG_TEST_REDIS_RESTART=1
     stage redis-contract env "KEG_TEST_META_URL_FMT=redis://127.0.0.1:$REDIS_PORT/0?ns=%s" \
       "$BUILD/tests/test_meta_contract"
     stage redis-engine "$BUILD/tests/test_meta_redis"
