@@ -230,6 +230,24 @@ def t_expand(x):
     x.delete(v.volume_id)
 
 
+@check("Concurrent calls: 8 CreateVolume/DeleteVolume in parallel with Probes")
+def t_concurrent(x):
+    import concurrent.futures as cf
+    names = [x.name("par%d" % i) for i in range(8)]
+
+    def life(n):
+        v = x.create(n, 32 * MiB)
+        x.c.identity.Probe(pb.ProbeRequest())
+        x.delete(v.volume_id)
+        return v.volume_id
+
+    with cf.ThreadPoolExecutor(max_workers=8) as ex:
+        ids = list(ex.map(life, names))
+        probes = list(ex.map(lambda _: x.c.identity.Probe(pb.ProbeRequest()).ready.value,
+                             range(64)))
+    assert len(set(ids)) == 8 and all(probes)
+
+
 @check("Unknown method -> UNIMPLEMENTED")
 def t_unimpl(x):
     call = x.c.channel.unary_unary("/csi.v1.Controller/ListVolumes")
