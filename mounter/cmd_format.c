@@ -37,7 +37,7 @@ enum {
 /* What the command line set (NULL / -1: not given). */
 struct fmt_args {
     const char *storage, *bucket, *access_key, *secret_key, *secret_key_file, *region;
-    const char *compress;
+    const char *compress, *block_size_arg;
     uint64_t block_size, capacity, inodes, trash_days;
     int has_block_size, has_capacity, has_inodes, has_trash_days;
     int force;
@@ -106,6 +106,7 @@ static int parse_args(int argc, char **argv, struct fmt_args *a)
         case OPT_FORCE: a->force = 1; break;
         case OPT_BLOCK_SIZE:
             a->has_block_size = 1;
+            a->block_size_arg = optarg;
             if (mnt_parse_size(optarg, &a->block_size)) {
                 mnt_error("invalid --block-size '%s' (expected e.g. 4M)", optarg);
                 return 2;
@@ -252,8 +253,8 @@ static int build_format(const struct fmt_args *a, const char *name, int exists,
     if (a->has_block_size) {
         uint64_t bs = a->block_size;
         if (bs < (64u << 10) || bs > KEG_BLOCK_SIZE_MAX || (bs & (bs - 1))) {
-            mnt_error("invalid --block-size %llu: must be a power of two from 64K to 16M",
-                      (unsigned long long)bs);
+            mnt_error("invalid --block-size %s: must be a power of two from 64K to 16M",
+                      a->block_size_arg);
             return -EINVAL;
         }
         f->block_size = (uint32_t)bs;
