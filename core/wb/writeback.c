@@ -1139,7 +1139,18 @@ int keg_wb_create(const struct keg_wb_conf *conf, struct keg_obj *inner, struct 
         KEG_ERR("staging directory %s cannot be created: %s", base, strerror(-rc));
         goto fail3;
     }
+    /* make the new directories themselves durable (fsync of each parent) */
+    wb_fsync_dir(base);
     wb_fsync_dir(conf->dir);
+    {
+        char *parent = keg_strdup(conf->dir);
+        char *slash = parent ? strrchr(parent, '/') : NULL;
+        if (slash && slash != parent) {
+            *slash = '\0';
+            wb_fsync_dir(parent);
+        }
+        keg_free(parent);
+    }
     rc = wb_take_slot(wb, base);
     if (rc < 0)
         goto fail3;
