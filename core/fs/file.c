@@ -13,8 +13,17 @@
  * bytes).  Otherwise a new slice (new id) starts at the piece.
  *
  * Block i of a slice covers slice bytes [i*bs, (i+1)*bs).  A full block is
- * uploaded (encoded, CRC'd, put) once a later write to the slice starts past
- * it; the rest, including the partial last block, at commit.
+ * handed to the upload pipeline once a later write to the slice starts past
+ * it; the rest, including the partial last block, at commit.  The pipeline
+ * (fs->up_pool, FS_UPLOAD_THREADS workers, a bounded queue) encodes, CRCs and
+ * puts blocks while the writer goes on; a block handed over is immutable
+ * (blocks [0, nup) are never written again) and its buffer belongs to the job.
+ * Per inode, up_pending counts its blocks in the pipeline and up_err keeps the
+ * first failure; a commit waits for up_pending == 0 and commits nothing if
+ * up_err is set.  Memory: the bytes of buffers still in the pipeline stay in
+ * fs->wbytes until their upload ends, and a writer that finds fs->wbytes over
+ * buffer_size waits for uploads in flight first (backpressure), then commits
+ * its own inode as before.  A full queue makes the submitter wait too.
  *
  * Commit points: flush (close), fsync, release, read of the inode, truncate,
  * fallocate, copy_range, lseek, and implicitly when the buffered bytes of all
@@ -27,9 +36,11 @@
  * commit was implicit and returned by the next flush/fsync (kernel writeback
  * semantics).  -ENOSPC/-EDQUOT are also returned by the following writes.
  *
- * Writer states per slice: buffering (nup < nblocks) -> committed (freed).
+ * Writer states per block: buffering (i >= nup) -> uploading (in a job) ->
+ * uploaded; per slice: buffering -> committed (freed).
  * Invariants: blk[i].p != NULL iff i >= nup and i*bs < len; ip->wend >= every
- * buffered slice end (as a file offset); fs->wbytes = sum of blk caps.
+ * buffered slice end (as a file offset); fs->wbytes = sum of blk caps plus
+ * the caps of jobs in the pipeline; a writer is freed only with up_pending == 0.
  */
 #define _GNU_SOURCE 1   /* SEEK_DATA, SEEK_HOLE */
 #include <fcntl.h>
@@ -126,9 +137,8 @@ static int ws_put(struct keg_fs *fs, struct fs_inode *ip, struct fs_wslice *ws, 
     return 0;
 }
 
-/* Encode and put block i of ws (length blen) and free its buffer. */
-static int ws_upload(struct keg_fs *fs, struct fs_inode *ip, struct fs_wslice *ws, uint32_t i,
-                     uint32_t blen)
+int fs_put_block(struct keg_fs *fs, uint64_t id, uint32_t indx, const uint8_t *raw,
+                 uint32_t blen)
 {
     char key[256];
     size_t cap = keg_block_bound(fs->codec, blen);
@@ -139,23 +149,114 @@ static int ws_upload(struct keg_fs *fs, struct fs_inode *ip, struct fs_wslice *w
     enc = keg_malloc(cap);
     if (!enc)
         return -ENOMEM;
-    rc = keg_block_encode(fs->codec, ws->blk[i].p, blen, enc, cap, &olen);
+    rc = keg_block_encode(fs->codec, raw, blen, enc, cap, &olen);
     if (rc < 0)
         goto out;
-    keg_block_key(key, sizeof(key), fs->fmt.name, ws->id, i, blen);
+    keg_block_key(key, sizeof(key), fs->fmt.name, id, indx, blen);
     rc = keg_obj_put(fs->obj, key, enc, olen);
-    if (rc < 0) {
+    if (rc < 0)
         KEG_ERR("upload of %s failed: %s", key, strerror(-rc));
-        goto out;
-    }
-    atomic_fetch_sub(&fs->wbytes, ws->blk[i].cap);
-    ip->wbytes -= ws->blk[i].cap;
-    keg_free(ws->blk[i].p);
-    ws->blk[i].p = NULL;
-    ws->blk[i].cap = 0;
 out:
     keg_free(enc);
     return rc;
+}
+
+/*----------------------------------------------------------------------------
+ * Upload pipeline
+ *--------------------------------------------------------------------------*/
+
+/* One block on its way to the store.  The job owns the buffer. */
+struct fs_upjob {
+    struct fs_job    job;       /* MUST be first */
+    struct keg_fs   *fs;
+    struct fs_inode *ip;        /* kept alive: its writer waits for up_pending == 0 */
+    uint64_t         id;
+    uint32_t         indx;
+    uint32_t         blen;
+    uint32_t         cap;       /* bytes charged to fs->wbytes */
+    uint8_t         *p;
+};
+
+static void up_run(struct fs_job *j)
+{
+    struct fs_upjob *u = (struct fs_upjob *)j;
+    struct keg_fs *fs = u->fs;
+    int rc = fs_put_block(fs, u->id, u->indx, u->p, u->blen);
+
+    keg_free(u->p);
+    pthread_mutex_lock(&fs->up_mu);
+    if (rc < 0 && u->ip->up_err == 0)
+        u->ip->up_err = rc;
+    KEG_ASSERT(u->ip->up_pending > 0 && fs->up_inflight > 0);
+    u->ip->up_pending--;
+    fs->up_inflight--;
+    atomic_fetch_sub(&fs->wbytes, u->cap);
+    pthread_cond_broadcast(&fs->up_cv);
+    pthread_mutex_unlock(&fs->up_mu);
+    keg_free(u);
+}
+
+int fs_up_wait(struct keg_fs *fs, struct fs_inode *ip)
+{
+    int rc;
+    pthread_mutex_lock(&fs->up_mu);
+    while (ip->up_pending > 0)
+        pthread_cond_wait(&fs->up_cv, &fs->up_mu);
+    rc = ip->up_err;
+    ip->up_err = 0;
+    pthread_mutex_unlock(&fs->up_mu);
+    return rc;
+}
+
+/* Backpressure: while the buffered + uploading bytes of all files exceed the
+ * budget and uploads are in flight, wait for them.  LOCKS: may hold ip->mu. */
+static void up_throttle(struct keg_fs *fs)
+{
+    if (atomic_load(&fs->wbytes) <= fs->buffer_size)
+        return;
+    pthread_mutex_lock(&fs->up_mu);
+    while (atomic_load(&fs->wbytes) > fs->buffer_size && fs->up_inflight > 0)
+        pthread_cond_wait(&fs->up_cv, &fs->up_mu);
+    pthread_mutex_unlock(&fs->up_mu);
+}
+
+/* Hand block i of ws (length blen) to the upload pool; its buffer goes with
+ * it.  Falls back to an upload in this thread when no job can be allocated.
+ * Errors of queued uploads surface in fs_up_wait. */
+static int ws_upload(struct keg_fs *fs, struct fs_inode *ip, struct fs_wslice *ws, uint32_t i,
+                     uint32_t blen)
+{
+    struct fs_upjob *u = keg_calloc(1, sizeof(*u));
+    struct fs_wblock *b = &ws->blk[i];
+
+    if (!u) {
+        int rc = fs_put_block(fs, ws->id, i, b->p, blen);
+        if (rc < 0)
+            return rc;
+        atomic_fetch_sub(&fs->wbytes, b->cap);
+        ip->wbytes -= b->cap;
+        keg_free(b->p);
+        b->p = NULL;
+        b->cap = 0;
+        return 0;
+    }
+    u->job.fn = up_run;
+    u->fs = fs;
+    u->ip = ip;
+    u->id = ws->id;
+    u->indx = i;
+    u->blen = blen;
+    u->cap = b->cap;
+    u->p = b->p;
+    ip->wbytes -= b->cap;       /* still in fs->wbytes until the upload ends */
+    b->p = NULL;
+    b->cap = 0;
+    pthread_mutex_lock(&fs->up_mu);
+    ip->up_pending++;
+    fs->up_inflight++;
+    pthread_mutex_unlock(&fs->up_mu);
+    fs_pool_submit(&fs->up_pool, &u->job, 1);
+    return 0;
 }
 
 /* Upload the full blocks of ws that end at or before slice offset upto. */
@@ -174,6 +275,8 @@ static int ws_upload_full(struct keg_fs *fs, struct fs_inode *ip, struct fs_wsli
 void fs_writer_drop(struct keg_fs *fs, struct fs_inode *ip, int delete_uploaded)
 {
     struct fs_wslice *ws = ip->wfirst;
+    /* no put may land after the deletes below */
+    fs_up_wait(fs, ip);
     while (ws) {
         struct fs_wslice *next = ws->next;
         if (delete_uploaded && ws->nup > 0)
@@ -195,18 +298,29 @@ int fs_commit_locked(struct keg_fs *fs, struct fs_inode *ip)
     size_t n = 0;
     int rc = 0;
 
+    uint32_t nslices = 0;
+
     if (!ip->wfirst)
         return 0;
-    for (ws = ip->wfirst; ws; ws = ws->next) {
+    /* the remaining blocks go to the pool too (in parallel), then wait for
+     * every upload of this inode: nothing is committed unless all landed */
+    for (ws = ip->wfirst; ws && rc == 0; ws = ws->next) {
         uint32_t nb = (ws->len + fs->bs - 1) / fs->bs;
         while (ws->nup < nb) {
             rc = ws_upload(fs, ip, ws, ws->nup, fs_block_len(fs->bs, ws->len, ws->nup));
-            if (rc < 0) {
-                fs_writer_drop(fs, ip, 1);
-                return rc;
-            }
+            if (rc < 0)
+                break;
             ws->nup++;
         }
+    }
+    {
+        int urc = fs_up_wait(fs, ip);
+        if (rc == 0)
+            rc = urc;
+    }
+    if (rc < 0) {
+        fs_writer_drop(fs, ip, 1);
+        return rc;
     }
     cs = keg_malloc(ip->nws * sizeof(*cs));
     if (!cs) {
@@ -222,7 +336,13 @@ int fs_commit_locked(struct keg_fs *fs, struct fs_inode *ip)
         cs[n].s.pos = ws->pos;
         n++;
     }
-    rc = KEG_META_CALL(fs->meta, write_slices, ip->ino, n, cs, ip->wend, 0, NULL, &attr);
+    rc = KEG_META_CALL(fs->meta, write_slices, ip->ino, n, cs, ip->wend, 0, &nslices, &attr);
+    if (rc == 0 && nslices > FS_COMPACT_THRESHOLD) {
+        for (size_t k = 0; k < n; k++) {
+            if (k == 0 || cs[k].indx != cs[k - 1].indx)
+                fs_compact_queue(fs, ip->ino, cs[k].indx);
+        }
+    }
     keg_free(cs);
     /* The blocks stay in the store even on failure: an engine error may
      * still have committed the slices, and a leak is safer than a dangling
@@ -348,6 +468,7 @@ ssize_t keg_fs_write(struct keg_fs *fs, struct keg_fh *fh, uint64_t off, const v
         uint32_t indx = (uint32_t)(p / KEG_CHUNK_SIZE);
         uint32_t cpos = (uint32_t)(p % KEG_CHUNK_SIZE);
         uint32_t n = (uint32_t)KEG_MIN((uint64_t)(size - done), KEG_CHUNK_SIZE - cpos);
+        up_throttle(fs);
         rc = write_piece(fs, ip, indx, cpos, src + done, n);
         if (rc < 0) {
             /* the buffer now holds part of this write: drop it all, report */
@@ -384,6 +505,7 @@ static int fh_new(struct keg_fs *fs, const struct keg_attr *a, int flags, struct
         keg_free(fh);
         return -ENOMEM;
     }
+    pthread_mutex_init(&fh->ra_mu, NULL);
     fh->flags = flags;
     *out = fh;
     return 0;
@@ -424,6 +546,7 @@ int keg_fs_open(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, int fl
             ip->nopen--;
             pthread_mutex_unlock(&ip->mu);
             fs_inode_put(fs, ip);
+            pthread_mutex_destroy(&fh->ra_mu);
             keg_free(fh);
             return rc;
         }
@@ -548,6 +671,7 @@ int keg_fs_release(struct keg_fs *fs, struct keg_fh *fh)
         pthread_mutex_unlock(&fs->bg_mu);
     }
     fs_inode_put(fs, ip);
+    pthread_mutex_destroy(&fh->ra_mu);
     keg_free(fh);
     return rc;
 }

@@ -9,6 +9,11 @@
  *              drains the engine's deletion queue: every block object of each
  *              queued slice is deleted, then the entry is acknowledged.  It
  *              runs every second, or at once when kicked (bg_cv).
+ *   pools      FS_UPLOAD_THREADS upload workers (file.c) and FS_FETCH_THREADS
+ *              block fetchers for read-ahead and parallel reads (read.c)
+ *   compactor  merges fragmented chunks into one slice (compact.c)
+ * Without a session (tools) none of them runs: pool jobs run inline and
+ * nothing is compacted.
  * Inode numbers and slice ids are reserved from the engine in batches
  * (100 inodes, 1000 slices) under id_mu.
  * keg_fs_free commits every open file, stops the threads, purges what is
@@ -31,6 +36,8 @@
 #define FS_SLICE_BATCH 1000
 #define FS_DELQ_BATCH  256
 #define FS_STALE_PERIOD_SEC 60
+#define FS_UPLOAD_THREADS 8
+#define FS_UPLOAD_QUEUE   16     /* blocks waiting for an upload thread */
 
 /*----------------------------------------------------------------------------
  * Ids
@@ -279,25 +286,45 @@ static void *del_main(void *arg)
     return NULL;
 }
 
+/* Stop the pools and the compactor (idempotent; later pool jobs run inline). */
+static void stop_workers(struct keg_fs *fs)
+{
+    fs_compact_stop(fs);
+    fs_pool_stop(&fs->up_pool);
+    fs_fetch_stop(fs);
+}
+
 static int start_threads(struct keg_fs *fs)
 {
     int rc;
 
-    rc = pthread_create(&fs->hb_thr, NULL, hb_main, fs);
-    if (rc != 0)
-        return -rc;
-    rc = pthread_create(&fs->del_thr, NULL, del_main, fs);
-    if (rc != 0) {
+    fs_pool_stop(&fs->up_pool);          /* replace the inline pool by workers */
+    fs_pool_destroy(&fs->up_pool);
+    rc = fs_pool_start(&fs->up_pool, "upload", FS_UPLOAD_THREADS, FS_UPLOAD_QUEUE);
+    if (rc == 0)
+        rc = fs_fetch_start(fs);
+    if (rc == 0)
+        rc = fs_compact_start(fs);
+    if (rc < 0)
+        goto fail;
+    rc = -pthread_create(&fs->hb_thr, NULL, hb_main, fs);
+    if (rc < 0)
+        goto fail;
+    rc = -pthread_create(&fs->del_thr, NULL, del_main, fs);
+    if (rc < 0) {
         pthread_mutex_lock(&fs->bg_mu);
         fs->stopping = 1;
         pthread_cond_broadcast(&fs->bg_cv);
         pthread_mutex_unlock(&fs->bg_mu);
         pthread_join(fs->hb_thr, NULL);
         fs->stopping = 0;
-        return -rc;
+        goto fail;
     }
     fs->threads = 1;
     return 0;
+fail:
+    stop_workers(fs);
+    return rc;
 }
 
 static void stop_threads(struct keg_fs *fs)
@@ -309,6 +336,7 @@ static void stop_threads(struct keg_fs *fs)
     pthread_cond_broadcast(&fs->bg_cv);
     pthread_mutex_unlock(&fs->bg_mu);
     fs_waiters_wake_all(fs);
+    stop_workers(fs);
     if (running) {
         pthread_join(fs->hb_thr, NULL);
         pthread_join(fs->del_thr, NULL);
@@ -328,10 +356,17 @@ static void fs_init_locks(struct keg_fs *fs)
     pthread_mutex_init(&fs->id_mu, NULL);
     pthread_mutex_init(&fs->itab_mu, NULL);
     pthread_mutex_init(&fs->bg_mu, NULL);
+    pthread_mutex_init(&fs->up_mu, NULL);
+    pthread_mutex_init(&fs->cmp_mu, NULL);
+    pthread_cond_init(&fs->up_cv, NULL);
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);   /* all waits use fs_deadline() */
     pthread_cond_init(&fs->bg_cv, &ca);
+    pthread_cond_init(&fs->cmp_cv, &ca);
     pthread_condattr_destroy(&ca);
+    /* inline pools until start_threads replaces them by workers */
+    fs_pool_start(&fs->up_pool, "upload", 0, 1);
+    fs_pool_start(&fs->fetch_pool, "fetch", 0, 1);
 }
 
 static void fs_destroy_locks(struct keg_fs *fs)
@@ -340,6 +375,12 @@ static void fs_destroy_locks(struct keg_fs *fs)
     pthread_mutex_destroy(&fs->itab_mu);
     pthread_mutex_destroy(&fs->bg_mu);
     pthread_cond_destroy(&fs->bg_cv);
+    pthread_mutex_destroy(&fs->up_mu);
+    pthread_cond_destroy(&fs->up_cv);
+    pthread_mutex_destroy(&fs->cmp_mu);
+    pthread_cond_destroy(&fs->cmp_cv);
+    fs_pool_destroy(&fs->up_pool);
+    fs_pool_destroy(&fs->fetch_pool);
 }
 
 int keg_fs_new(const struct keg_fs_conf *conf, struct keg_fs **out)

@@ -9,7 +9,11 @@
  *   layout.c visible segments of a chunk from its slice list (pure)
  *   file.c   open/create/release, write buffer + commit, fallocate, copy_range,
  *            lseek, fsync, keg_fs_chunks
- *   read.c   read path and the decoded-block LRU cache (single-flight)
+ *   read.c   read path and the decoded-block LRU cache (single-flight),
+ *            sequential read-ahead and parallel block fetches
+ *   pool.c   small thread pools with bounded queues (uploads, fetches)
+ *   compact.c background compaction of fragmented chunks
+ *   gc.c     kegfs gc / fsck / warmup (keg/admin.h)
  *   ns.c     namespace ops and the one ownership/permission function
  *   dir.c    readdir streaming
  *   lock.c   flock / POSIX locks
@@ -18,8 +22,10 @@
  * LOCK ORDER (outer first): fs->itab_mu is never held while taking an
  * inode's mu (inodes are found and referenced under itab_mu, which is then
  * dropped).  An inode's mu may be held while calling the engine and the
- * object store, and while taking fs->id_mu, fs->bg_mu or the block cache's
- * mutex (all leaf locks).
+ * object store, and while taking fs->id_mu, fs->bg_mu, fs->up_mu,
+ * fs->cmp_mu, a pool's mu or the block cache's mutex (all leaf locks: none of
+ * them is held while taking another lock, and pool threads never take an
+ * inode's mu, so a writer may wait for uploads while holding its inode).
  */
 #ifndef KEG_FS_I_H
 #define KEG_FS_I_H
@@ -30,6 +36,42 @@
 #include <time.h>
 
 #include "keg/fs.h"
+
+/*----------------------------------------------------------------------------
+ * Thread pools (pool.c)
+ *--------------------------------------------------------------------------*/
+
+#define FS_POOL_MAX_THREADS 16
+
+/* A job: embed as the FIRST member of the submitter's struct.  fn runs on a
+ * pool thread (or inline) and must free the job. */
+struct fs_job {
+    struct fs_job *next;
+    void (*fn)(struct fs_job *j);
+};
+
+struct fs_pool {
+    pthread_mutex_t mu;         /* protects everything below */
+    pthread_cond_t  cv;         /* a job was queued, or stopping */
+    pthread_cond_t  room_cv;    /* a job left the queue */
+    const char     *name;
+    struct fs_job  *head, *tail;
+    unsigned        queued, running, max_queue;
+    unsigned        nthreads;
+    int             stopping;
+    pthread_t       thr[FS_POOL_MAX_THREADS];
+};
+
+/* Start nthreads threads (0: every job runs inline).  Returns 0 or -errno. */
+int  fs_pool_start(struct fs_pool *p, const char *name, unsigned nthreads, unsigned max_queue);
+/* Run what is queued, join the threads; later submits run inline. */
+void fs_pool_stop(struct fs_pool *p);
+void fs_pool_destroy(struct fs_pool *p);
+/* Queue j.  wait != 0: wait for room (or run inline without threads), always
+ * returns 0.  wait == 0: -EAGAIN when full or without threads (j not taken).
+ * TAKES: j when 0 is returned. */
+int  fs_pool_submit(struct fs_pool *p, struct fs_job *j, int wait);
+unsigned fs_pool_queued(struct fs_pool *p);
 
 /*----------------------------------------------------------------------------
  * Layout (layout.c)
@@ -69,7 +111,7 @@ struct fs_chunk {
 
 /* One block of a buffered slice: bytes [i*bs, i*bs + fill) of the slice. */
 struct fs_wblock {
-    uint8_t *p;                 /* NULL once uploaded (or before first write) */
+    uint8_t *p;                 /* NULL once handed to an upload (or before first write) */
     uint32_t cap;               /* allocated bytes of p (grows up to bs) */
 };
 
@@ -80,7 +122,7 @@ struct fs_wslice {
     uint32_t          indx;
     uint32_t          pos;
     uint32_t          len;
-    uint32_t          nup;      /* blocks [0, nup) are uploaded (full blocks only) */
+    uint32_t          nup;      /* blocks [0, nup) are uploaded or uploading (immutable) */
     uint32_t          nblk;     /* entries in blk (KEG_CHUNK_SIZE / bs) */
     struct fs_wblock *blk;
 };
@@ -115,8 +157,12 @@ struct fs_inode {
     uint32_t          nws;      /* buffered slices */
     uint64_t          wend;     /* highest buffered end (file offset), 0: none */
     int64_t           wtime_ns; /* time of the last buffered write */
-    uint64_t          wbytes;   /* bytes allocated for buffers */
+    uint64_t          wbytes;   /* bytes allocated for buffers (not those in upload) */
     int               werr;     /* deferred write error (reported by flush/fsync) */
+
+    /* upload pipeline: protected by fs->up_mu (NOT mu) */
+    uint32_t          up_pending; /* uploads of this inode queued or running */
+    int               up_err;     /* first failed upload since the last wait */
 };
 
 /* Find or create the entry of ino and take a reference.
@@ -150,6 +196,32 @@ void fs_attr_fixup(struct keg_fs *fs, struct keg_attr *a);
 struct fs_bcache;
 int  fs_bcache_new(uint64_t budget, struct fs_bcache **out);
 void fs_bcache_free(struct fs_bcache *bc);
+
+/* Copy slice bytes [sa, sb) of slice (id, size) to dst through the block
+ * cache.  quiet: a missing block is returned as -ENOENT without a log line
+ * (the caller's view of the chunk may be stale); otherwise it is logged and
+ * -EIO.  Returns 0 or -errno. */
+int fs_read_slice(struct keg_fs *fs, uint64_t id, uint32_t size, uint32_t sa, uint32_t sb,
+                  uint8_t *dst, int quiet);
+
+/*----------------------------------------------------------------------------
+ * Compaction (compact.c)
+ *--------------------------------------------------------------------------*/
+
+#define FS_COMPACT_THRESHOLD 20     /* slices in a chunk that trigger compaction */
+
+struct fs_cmp_item;
+/* Queue chunk indx of ino for compaction (deduplicated; dropped when the
+ * queue is full or no worker runs).  LOCKS: takes fs->cmp_mu (leaf). */
+void fs_compact_queue(struct keg_fs *fs, uint64_t ino, uint32_t indx);
+/* Compact chunk indx of ino now, in the caller.  Returns 0 (compacted, or
+ * nothing to do), -EAGAIN (the chunk changed meanwhile) or -errno. */
+int  fs_compact_chunk(struct keg_fs *fs, uint64_t ino, uint32_t indx);
+/* Wait until the compaction queue is empty and idle (tests, unmount), at most
+ * timeout_ms.  Returns 0 or -ETIMEDOUT. */
+int  fs_compact_wait_idle(struct keg_fs *fs, unsigned timeout_ms);
+int  fs_compact_start(struct keg_fs *fs);
+void fs_compact_stop(struct keg_fs *fs);
 
 /*----------------------------------------------------------------------------
  * The volume
@@ -201,6 +273,26 @@ struct keg_fs {
     struct fs_waiter *waiters;      /* blocking lock waits (lock.c) */
     int               threads;      /* background threads running */
     pthread_t         hb_thr, del_thr;
+
+    /* upload pipeline (file.c) */
+    struct fs_pool    up_pool;
+    pthread_mutex_t   up_mu;        /* protects up_inflight and every inode's up_* */
+    pthread_cond_t    up_cv;        /* an upload finished */
+    uint32_t          up_inflight;  /* uploads queued or running, all inodes */
+
+    /* block fetches: read-ahead and parallel reads (read.c) */
+    struct fs_pool    fetch_pool;
+
+    /* compaction (compact.c) */
+    pthread_mutex_t   cmp_mu;       /* protects the fields below */
+    pthread_cond_t    cmp_cv;
+    struct fs_cmp_item *cmp_head;   /* queued chunks, FIFO */
+    struct fs_cmp_item *cmp_cur;    /* the chunk being compacted, or NULL */
+    unsigned          cmp_n;        /* queued + running */
+    int               cmp_stopping;
+    int               cmp_running;  /* worker thread exists */
+    uint64_t          cmp_done;     /* chunks compacted (stats, tests) */
+    pthread_t         cmp_thr;
 };
 
 /* fs.c */
@@ -225,12 +317,23 @@ int  fs_commit_locked(struct keg_fs *fs, struct fs_inode *ip);
 /* Commit ip's buffered data; returns the commit error or the deferred one
  * (which is then cleared) when report != 0.  LOCKS: takes ip->mu. */
 int  fs_flush_inode(struct keg_fs *fs, struct fs_inode *ip, int report);
-/* Drop buffered data without committing.  LOCKS: ip->mu held. */
+/* Drop buffered data without committing (waits for its uploads first).
+ * LOCKS: ip->mu held. */
 void fs_writer_drop(struct keg_fs *fs, struct fs_inode *ip, int delete_uploaded);
+/* Encode and put one block of file data (compaction uses it too).
+ * BORROWS: raw.  Returns 0 or -errno (logged). */
+int  fs_put_block(struct keg_fs *fs, uint64_t id, uint32_t indx, const uint8_t *raw,
+                  uint32_t blen);
+/* Wait for ip's uploads; returns (and clears) the first upload error.
+ * LOCKS: takes fs->up_mu; may be called with ip->mu held. */
+int  fs_up_wait(struct keg_fs *fs, struct fs_inode *ip);
 
 /* read.c */
 ssize_t fs_read_range(struct keg_fs *fs, struct fs_inode *ip, uint64_t off, void *buf,
                       size_t size);
+/* Start/stop the fetch pool. */
+int  fs_fetch_start(struct keg_fs *fs);
+void fs_fetch_stop(struct keg_fs *fs);
 
 /* ns.c */
 /* The ownership rules of chmod/chown/utimes that POSIX leaves to the file
@@ -248,6 +351,12 @@ struct keg_fh {
     int              flags;         /* open(2) flags */
     int              flocked;       /* a flock is held under flock_owner */
     uint64_t         flock_owner;
+
+    /* sequential read detection (read.c) */
+    pthread_mutex_t  ra_mu;         /* protects the fields below */
+    uint64_t         ra_next;       /* where the next sequential read starts */
+    uint64_t         ra_upto;       /* read-ahead was issued up to here */
+    uint32_t         ra_win;        /* window in blocks (0: not sequential) */
 };
 
 static inline uint32_t fs_block_len(uint32_t bs, uint32_t size, uint32_t i)

@@ -186,6 +186,8 @@ int fs_inode_chunk(struct keg_fs *fs, struct fs_inode *ip, uint32_t indx, struct
     c->indx = indx;
     rc = fs_layout(sl, n, 0, (uint32_t)KEG_CHUNK_SIZE, &c->seg, &c->nseg);
     keg_free(sl);
+    if (n > FS_COMPACT_THRESHOLD)
+        fs_compact_queue(fs, ip->ino, indx);    /* fragmented: merge in the background */
     if (rc < 0) {
         keg_free(c);
         return rc;

@@ -11,6 +11,22 @@
  * store failure becomes -EIO and an ERROR log line naming the object key:
  * never wrong bytes.
  *
+ * Read-ahead: every handle remembers where its next sequential read would
+ * start.  A read that starts there (or overlaps it) doubles the handle's
+ * window (1 block up to FS_RA_MAX_BLOCKS); any other read resets it.  After a
+ * sequential read, the blocks of [end, end + window * bs) that are not cached
+ * yet and were not requested before are queued on the fetch pool
+ * (FS_FETCH_THREADS threads, bounded queue; a full queue drops the request).
+ * A fetch job is just bc_get + bc_put: the block lands in this cache, and a
+ * reader that arrives while it is LOADING waits for it (single-flight).
+ * A read that needs several blocks queues all of them but the first on the
+ * fetch pool and then copies in order, so the GETs run in parallel.
+ *
+ * A missing block usually means the reader's layout is stale (compaction or
+ * another mounter replaced the chunk's slices and their blocks were deleted):
+ * the read drops the inode's cached layouts and tries once more before it
+ * reports -EIO.
+ *
  * Cache entry states:
  *   LOADING  inserted by the first reader that missed; others wait on cv
  *   READY    data valid; on the LRU list; evictable when refs == 0
@@ -29,6 +45,10 @@
 
 #define BC_BUCKETS 8192
 #define FS_READ_LOCAL_SEGS 32
+#define FS_FETCH_THREADS 4
+#define FS_FETCH_QUEUE   64     /* fetches waiting for a thread; more are dropped */
+#define FS_RA_MAX_BLOCKS 8      /* largest read-ahead window */
+#define FS_FETCH_MAX_JOBS 64    /* blocks queued by one read */
 
 enum { BC_LOADING, BC_READY, BC_FAILED };
 
@@ -171,8 +191,7 @@ static int block_fetch(struct keg_fs *fs, uint64_t id, uint32_t indx, uint32_t b
     }
     n = keg_obj_get(fs->obj, key, 0, enc, cap);
     if (n == -ENOENT) {
-        KEG_ERR("block %s is missing from the object store", key);
-        rc = -EIO;
+        rc = -ENOENT;           /* logged by the reader if its layout is current */
         goto out;
     }
     if (n < 0) {
@@ -195,10 +214,11 @@ out:
 }
 
 /* A referenced READY entry for the block, fetching it on a miss (one fetch
- * per block however many readers miss at once).
- * OWNERSHIP: caller drops it with bc_put(). */
-static int bc_get(struct keg_fs *fs, uint64_t id, uint32_t indx, uint32_t blen,
-                  struct bc_ent **out)
+ * per block however many readers miss at once).  prefetch: if the block is
+ * cached or being fetched, return -EEXIST at once (no reference, no wait).
+ * OWNERSHIP: caller drops *out with bc_put(). */
+static int bc_get_mode(struct keg_fs *fs, uint64_t id, uint32_t indx, uint32_t blen,
+                       int prefetch, struct bc_ent **out)
 {
     struct fs_bcache *bc = fs->bc;
     size_t h = bc_hash(id, indx);
@@ -211,6 +231,11 @@ static int bc_get(struct keg_fs *fs, uint64_t id, uint32_t indx, uint32_t blen,
     for (e = bc->h[h]; e; e = e->hnext) {
         if (e->id == id && e->indx == indx)
             break;
+    }
+    if (e && prefetch) {
+        /* cached or being fetched: a prefetch never waits */
+        pthread_mutex_unlock(&bc->mu);
+        return -EEXIST;
     }
     if (e) {
         e->refs++;
@@ -276,28 +301,140 @@ static int bc_get(struct keg_fs *fs, uint64_t id, uint32_t indx, uint32_t blen,
     return 0;
 }
 
-/* Copy slice bytes [sa, sb) of slice (id, size) to dst. */
-static int read_slice(struct keg_fs *fs, uint64_t id, uint32_t size, uint32_t sa, uint32_t sb,
-                      uint8_t *dst)
+static int bc_get(struct keg_fs *fs, uint64_t id, uint32_t indx, uint32_t blen,
+                  struct bc_ent **out)
+{
+    return bc_get_mode(fs, id, indx, blen, 0, out);
+}
+
+/* 1 if block indx of slice id is in the cache (READY or LOADING). */
+static int bc_has(struct fs_bcache *bc, uint64_t id, uint32_t indx)
+{
+    struct bc_ent *e;
+    pthread_mutex_lock(&bc->mu);
+    for (e = bc->h[bc_hash(id, indx)]; e; e = e->hnext) {
+        if (e->id == id && e->indx == indx)
+            break;
+    }
+    pthread_mutex_unlock(&bc->mu);
+    return e != NULL;
+}
+
+int fs_read_slice(struct keg_fs *fs, uint64_t id, uint32_t size, uint32_t sa, uint32_t sb,
+                  uint8_t *dst, int quiet)
 {
     uint32_t bs = fs->bs;
+    if ((uint64_t)sb > (uint64_t)size) {
+        KEG_ERR("slice %llu: reference past its size %u", (unsigned long long)id, size);
+        return -EIO;
+    }
     for (uint32_t i = sa / bs; (uint64_t)i * bs < sb; i++) {
         uint64_t b0 = (uint64_t)i * bs;
         uint32_t blen = fs_block_len(bs, size, i);
         uint32_t from = (uint32_t)(KEG_MAX((uint64_t)sa, b0) - b0);
         uint32_t to = (uint32_t)(KEG_MIN((uint64_t)sb, b0 + blen) - b0);
         struct bc_ent *e = NULL;
-        int rc;
-        if ((uint64_t)sb > (uint64_t)size) {
-            KEG_ERR("slice %llu: reference past its size %u", (unsigned long long)id, size);
-            return -EIO;
+        int rc = bc_get(fs, id, i, blen, &e);
+        if (rc == -ENOENT && !quiet) {
+            char key[256];
+            keg_block_key(key, sizeof(key), fs->fmt.name, id, i, blen);
+            KEG_ERR("block %s is missing from the object store", key);
+            rc = -EIO;
         }
-        rc = bc_get(fs, id, i, blen, &e);
         if (rc < 0)
             return rc;
         memcpy(dst, e->data + from, to - from);
         dst += to - from;
         bc_put(fs->bc, e);
+    }
+    return 0;
+}
+
+/*----------------------------------------------------------------------------
+ * Fetch pool: read-ahead and parallel block fetches
+ *--------------------------------------------------------------------------*/
+
+struct fs_fetchjob {
+    struct fs_job  job;         /* MUST be first */
+    struct keg_fs *fs;
+    uint64_t       id;
+    uint32_t       indx;
+    uint32_t       blen;
+};
+
+static void fetch_run(struct fs_job *j)
+{
+    struct fs_fetchjob *f = (struct fs_fetchjob *)j;
+    struct bc_ent *e = NULL;
+    /* errors are not reported: the reader fetches (and logs) itself */
+    if (bc_get_mode(f->fs, f->id, f->indx, f->blen, 1, &e) == 0)
+        bc_put(f->fs->bc, e);
+    keg_free(f);
+}
+
+int fs_fetch_start(struct keg_fs *fs)
+{
+    fs_pool_stop(&fs->fetch_pool);
+    fs_pool_destroy(&fs->fetch_pool);
+    return fs_pool_start(&fs->fetch_pool, "fetch", FS_FETCH_THREADS, FS_FETCH_QUEUE);
+}
+
+void fs_fetch_stop(struct keg_fs *fs)
+{
+    fs_pool_stop(&fs->fetch_pool);
+}
+
+/* Queue a fetch of one block unless cached.  Returns 0, or -EAGAIN when the
+ * pool is full or has no threads (then the caller stops queueing). */
+static int fetch_one(struct keg_fs *fs, uint64_t id, uint32_t indx, uint32_t blen)
+{
+    struct fs_fetchjob *f;
+    if (bc_has(fs->bc, id, indx))
+        return 0;
+    f = keg_calloc(1, sizeof(*f));
+    if (!f)
+        return -ENOMEM;
+    f->job.fn = fetch_run;
+    f->fs = fs;
+    f->id = id;
+    f->indx = indx;
+    f->blen = blen;
+    if (fs_pool_submit(&fs->fetch_pool, &f->job, 0) < 0) {
+        keg_free(f);
+        return -EAGAIN;
+    }
+    return 0;
+}
+
+/* Queue fetches for the blocks behind chunk bytes [cfrom, cto) given the
+ * segments segs (which cover at least that range); the first `skip` blocks
+ * are left to the caller.  *budget limits the jobs queued.  Returns 0 or
+ * -EAGAIN (pool full: stop). */
+static int fetch_segs(struct keg_fs *fs, const struct fs_seg *segs, size_t n, uint32_t cfrom,
+                      uint32_t cto, unsigned *skip, unsigned *budget)
+{
+    uint32_t bs = fs->bs;
+    for (size_t k = 0; k < n; k++) {
+        const struct fs_seg *s = &segs[k];
+        uint32_t a = KEG_MAX(s->pos, cfrom);
+        uint32_t b = (uint32_t)KEG_MIN((uint64_t)s->pos + s->len, (uint64_t)cto);
+        if (s->id == 0 || a >= b)
+            continue;
+        uint32_t sa = s->soff + (a - s->pos);
+        uint32_t sb = s->soff + (b - s->pos);
+        if (sb > s->size)
+            continue;           /* corrupt reference: the read reports it */
+        for (uint32_t i = sa / bs; (uint64_t)i * bs < sb; i++) {
+            if (*skip > 0) {
+                (*skip)--;
+                continue;
+            }
+            if (*budget == 0)
+                return -EAGAIN;
+            (*budget)--;
+            if (fetch_one(fs, s->id, i, fs_block_len(bs, s->size, i)) == -EAGAIN)
+                return -EAGAIN;
+        }
     }
     return 0;
 }
@@ -350,6 +487,7 @@ ssize_t fs_read_range(struct keg_fs *fs, struct fs_inode *ip, uint64_t off, void
     uint8_t *out = buf;
     uint64_t fsize;
     size_t done = 0;
+    int retried = 0;
     int rc = 0;
 
     pthread_mutex_lock(&ip->mu);
@@ -378,11 +516,15 @@ ssize_t fs_read_range(struct keg_fs *fs, struct fs_inode *ip, uint64_t off, void
         uint32_t cto = (uint32_t)KEG_MIN((uint64_t)KEG_CHUNK_SIZE, cfrom + (uint64_t)(size - done));
         struct fs_seg local[FS_READ_LOCAL_SEGS];
         struct fs_seg *segs = NULL;
+        unsigned skip = 1;
+        unsigned budget = FS_FETCH_MAX_JOBS;
         size_t n = 0;
 
         rc = chunk_segs(fs, ip, indx, cfrom, cto, local, &segs, &n);
         if (rc < 0)
             return rc;
+        /* several blocks: fetch all but the first in parallel */
+        fetch_segs(fs, segs, n, cfrom, cto, &skip, &budget);
         for (size_t k = 0; k < n && rc == 0; k++) {
             const struct fs_seg *s = &segs[k];
             uint32_t a = KEG_MAX(s->pos, cfrom);
@@ -391,11 +533,22 @@ ssize_t fs_read_range(struct keg_fs *fs, struct fs_inode *ip, uint64_t off, void
             if (s->id == 0)
                 memset(dst, 0, b - a);
             else
-                rc = read_slice(fs, s->id, s->size, s->soff + (a - s->pos),
-                                s->soff + (b - s->pos), dst);
+                rc = fs_read_slice(fs, s->id, s->size, s->soff + (a - s->pos),
+                                   s->soff + (b - s->pos), dst, !retried);
         }
         if (segs != local)
             keg_free(segs);
+        if (rc == -ENOENT && !retried) {
+            /* stale layout (compacted or rewritten elsewhere): reload once */
+            KEG_DEBUG("inode %llu: block missing, reloading chunk %u",
+                      (unsigned long long)ip->ino, indx);
+            pthread_mutex_lock(&ip->mu);
+            fs_inode_drop_chunks(ip);
+            pthread_mutex_unlock(&ip->mu);
+            retried = 1;
+            rc = 0;
+            continue;
+        }
         if (rc < 0)
             return rc;
         done += cto - cfrom;
@@ -403,9 +556,70 @@ ssize_t fs_read_range(struct keg_fs *fs, struct fs_inode *ip, uint64_t off, void
     return (ssize_t)size;
 }
 
+/* Queue fetches of the blocks of file range [from, to) (clipped to the size). */
+static void prefetch_range(struct keg_fs *fs, struct fs_inode *ip, uint64_t from, uint64_t to)
+{
+    unsigned budget = 2 * FS_RA_MAX_BLOCKS;
+    uint64_t fsize;
+
+    pthread_mutex_lock(&ip->mu);
+    fsize = ip->size;
+    pthread_mutex_unlock(&ip->mu);
+    to = KEG_MIN(to, fsize);
+    while (from < to) {
+        uint32_t indx = (uint32_t)(from / KEG_CHUNK_SIZE);
+        uint64_t base = (uint64_t)indx * KEG_CHUNK_SIZE;
+        uint32_t cfrom = (uint32_t)(from - base);
+        uint32_t cto = (uint32_t)KEG_MIN((uint64_t)KEG_CHUNK_SIZE, to - base);
+        struct fs_seg local[FS_READ_LOCAL_SEGS];
+        struct fs_seg *segs = NULL;
+        unsigned skip = 0;
+        size_t n = 0;
+        int rc = chunk_segs(fs, ip, indx, cfrom, cto, local, &segs, &n);
+        if (rc == 0)
+            rc = fetch_segs(fs, segs, n, cfrom, cto, &skip, &budget);
+        if (segs != local)
+            keg_free(segs);
+        if (rc < 0)
+            return;
+        from = base + cto;
+    }
+}
+
+/* Sequential detection per handle; issues read-ahead after a read of
+ * [off, off+n).  Reads arriving a little out of order (the kernel sends
+ * several at once) still count as sequential. */
+static void readahead(struct keg_fs *fs, struct keg_fh *fh, uint64_t off, size_t n)
+{
+    const uint64_t slack = 1u << 20;
+    uint64_t from = 0;
+    uint64_t to = 0;
+
+    pthread_mutex_lock(&fh->ra_mu);
+    if (off + slack >= fh->ra_next && off <= fh->ra_next + slack) {
+        fh->ra_win = fh->ra_win ? KEG_MIN(fh->ra_win * 2, FS_RA_MAX_BLOCKS) : 1;
+    } else {
+        fh->ra_win = 0;
+        fh->ra_upto = 0;
+    }
+    if (off + n > fh->ra_next || fh->ra_win == 0)
+        fh->ra_next = off + n;
+    if (fh->ra_win > 0) {
+        /* whole blocks, each requested once */
+        from = KEG_MAX(fh->ra_upto, fh->ra_next);
+        to = (fh->ra_next / fs->bs + fh->ra_win) * (uint64_t)fs->bs;
+        if (to > from)
+            fh->ra_upto = to;
+    }
+    pthread_mutex_unlock(&fh->ra_mu);
+    if (to > from)
+        prefetch_range(fs, fh->ip, from, to);
+}
+
 ssize_t keg_fs_read(struct keg_fs *fs, struct keg_fh *fh, uint64_t off, void *buf, size_t size)
 {
     struct fs_inode *ip = fh->ip;
+    ssize_t n;
     int dirty;
 
     if (size == 0)
@@ -415,5 +629,8 @@ ssize_t keg_fs_read(struct keg_fs *fs, struct keg_fh *fh, uint64_t off, void *bu
     pthread_mutex_unlock(&ip->mu);
     if (dirty)
         fs_flush_inode(fs, ip, 0);      /* errors stay deferred for flush/fsync */
-    return fs_read_range(fs, ip, off, buf, size);
+    n = fs_read_range(fs, ip, off, buf, size);
+    if (n > 0)
+        readahead(fs, fh, off, (size_t)n);
+    return n;
 }

@@ -1,0 +1,347 @@
+/* test_fs_compact.c -- background compaction, read-ahead / parallel fetches and the upload
+ * pipeline of core/fs: content against a model, slice counts, object counts, memory bound,
+ * failed uploads never committed.  SQLite engine + file store (faulty layer via KEG_FAULTY). */
+#define _GNU_SOURCE 1
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <linux/falloc.h>
+
+#include "test_fs_helpers.h"
+#include "fs/fs_i.h"
+
+#define BS (64u << 10)
+
+static uint64_t rs = 0x9E3779B97F4A7C15ULL;
+
+static uint32_t rnd(uint32_t n)
+{
+    rs ^= rs << 13;
+    rs ^= rs >> 7;
+    rs ^= rs << 17;
+    return n ? (uint32_t)(rs % n) : 0;
+}
+
+static void fill_random(uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = (uint8_t)rnd(256);
+}
+
+struct slices {
+    unsigned         n;
+    struct keg_slice last;
+};
+
+static int count_cb(void *arg, uint32_t indx, const struct keg_slice *s)
+{
+    struct slices *c = arg;
+    (void)indx;
+    c->n++;
+    c->last = *s;
+    return 0;
+}
+
+static int wait_objects(struct tvol *v, long want)
+{
+    for (int i = 0; i < 200; i++) {
+        if (tvol_count_objects(v) == want)
+            return 1;
+        usleep(50000);
+    }
+    return 0;
+}
+
+/*--------------------------------------------------------------------------*/
+
+#define CSPAN (1u << 20)
+
+static void test_compact_random_writes(void **state)
+{
+    struct tvol v;
+    uint64_t ino = 0;
+    uint8_t *model = keg_calloc(1, CSPAN);
+    uint8_t *buf = keg_malloc(CSPAN);
+    uint64_t msize = 0;
+    struct slices c = {0};
+    (void)state;
+
+    tvol_init(&v, BS, "none");
+    tvol_mount(&v);
+    struct keg_fh *fh = tvol_create(&v, KEG_ROOT_INO, "frag", &ino);
+    /* 500 small random writes, each committed: compaction runs while writing */
+    for (int i = 0; i < 530; i++) {
+        uint32_t len = 1 + rnd(3000);
+        uint32_t off = rnd(CSPAN - len);
+        fill_random(buf, len);
+        assert_int_equal(keg_fs_write(v.fs, fh, off, buf, len), (ssize_t)len);
+        memcpy(model + off, buf, len);
+        msize = KEG_MAX(msize, (uint64_t)off + len);
+        if (i < 500)
+            assert_int_equal(keg_fs_flush(v.fs, fh, 1), 0);   /* the last 30 commit together */
+    }
+    assert_int_equal(keg_fs_flush(v.fs, fh, 1), 0);
+    assert_int_equal(fs_compact_wait_idle(v.fs, 30000), 0);
+    assert_true(v.fs->cmp_done > 0);
+
+    assert_int_equal(keg_fs_chunks(v.fs, ino, count_cb, &c), 0);
+    assert_int_equal(c.n, 1);
+    assert_int_not_equal(c.last.id, 0);
+    /* holes before/after the data range stay uncovered */
+    for (uint64_t p = 0; p < c.last.pos; p++)
+        assert_int_equal(model[p], 0);
+    assert_true((uint64_t)c.last.pos + c.last.len == msize);
+
+    /* content identical, through this handle and after a remount */
+    assert_int_equal(keg_fs_read(v.fs, fh, 0, buf, CSPAN), (ssize_t)msize);
+    assert_memory_equal(buf, model, msize);
+    assert_int_equal(keg_fs_release(v.fs, fh), 0);
+
+    /* the old slices' objects are deleted by the deleter */
+    long want = (long)((c.last.size + BS - 1) / BS);
+    assert_true(wait_objects(&v, want));
+    tvol_umount(&v);
+    tvol_mount(&v);
+    fh = tvol_open(&v, ino, O_RDONLY);
+    memset(buf, 0xEE, CSPAN);
+    assert_int_equal(keg_fs_read(v.fs, fh, 0, buf, CSPAN), (ssize_t)msize);
+    assert_memory_equal(buf, model, msize);
+    assert_int_equal(keg_fs_release(v.fs, fh), 0);
+    tvol_cleanup(&v);
+    keg_free(model);
+    keg_free(buf);
+}
+
+static void test_compact_holes(void **state)
+{
+    struct tvol v;
+    uint64_t ino = 0;
+    struct keg_attr in, out;
+    struct slices c = {0};
+    static uint8_t got[300000];
+    static uint8_t zero[300000];
+    (void)state;
+
+    tvol_init(&v, BS, "none");
+    tvol_mount(&v);
+    struct keg_fh *fh = tvol_create(&v, KEG_ROOT_INO, "holes", &ino);
+    memset(&in, 0, sizeof(in));
+    in.size = 300000;
+    assert_int_equal(keg_fs_setattr(v.fs, &tv_root, ino, KEG_FS_SET_SIZE, &in, &out), 0);
+    for (int i = 0; i < 25; i++)
+        assert_int_equal(keg_fs_fallocate(v.fs, &tv_root, fh,
+                                          FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                                          (uint64_t)i * 10000, 5000), 0);
+    /* a read finds the fragmented chunk and queues it */
+    assert_int_equal(keg_fs_read(v.fs, fh, 0, got, sizeof(got)), (ssize_t)sizeof(got));
+    assert_int_equal(fs_compact_wait_idle(v.fs, 30000), 0);
+    assert_int_equal(keg_fs_chunks(v.fs, ino, count_cb, &c), 0);
+    assert_int_equal(c.n, 1);
+    assert_int_equal(c.last.id, 0);                   /* all holes: one hole */
+    assert_int_equal(keg_fs_read(v.fs, fh, 0, got, sizeof(got)), (ssize_t)sizeof(got));
+    assert_memory_equal(got, zero, sizeof(got));
+    assert_int_equal(tvol_count_objects(&v), 0);
+    assert_int_equal(keg_fs_release(v.fs, fh), 0);
+    tvol_cleanup(&v);
+}
+
+/* Direct compaction: a merged chunk is left alone, an emptied one is a no-op. */
+static void test_compact_direct(void **state)
+{
+    struct tvol v;
+    uint64_t ino = 0;
+    uint8_t d[1000];
+    struct keg_attr in, out;
+    (void)state;
+
+    tvol_init(&v, BS, "none");
+    tvol_mount(&v);
+    struct keg_fh *fh = tvol_create(&v, KEG_ROOT_INO, "stale", &ino);
+    memset(d, 9, sizeof(d));
+    for (int i = 0; i < 10; i++) {
+        assert_int_equal(keg_fs_write(v.fs, fh, (uint64_t)i * 3000, d, sizeof(d)), 1000);
+        assert_int_equal(keg_fs_flush(v.fs, fh, 1), 0);
+    }
+    /* the second call sees a 1-entry list: nothing to do */
+    assert_int_equal(fs_compact_chunk(v.fs, ino, 0), 0);
+    assert_int_equal(fs_compact_chunk(v.fs, ino, 0), 0);
+    memset(&in, 0, sizeof(in));
+    assert_int_equal(keg_fs_setattr(v.fs, &tv_root, ino, KEG_FS_SET_SIZE, &in, &out), 0);
+    assert_int_equal(fs_compact_chunk(v.fs, ino, 0), 0);   /* empty chunk: nothing to do */
+    assert_int_equal(keg_fs_release(v.fs, fh), 0);
+    assert_true(wait_objects(&v, 0));
+    tvol_cleanup(&v);
+}
+
+/*--------------------------------------------------------------------------*/
+
+/* Sequential reads with a 30 ms store latency: read-ahead and parallel fetches
+ * make them much faster than one GET after another. */
+static void test_readahead_parallel(void **state)
+{
+    struct tvol v;
+    uint64_t ino = 0;
+    const size_t n = 32 * BS;
+    uint8_t *data = keg_malloc(n);
+    uint8_t *got = keg_malloc(n);
+    (void)state;
+
+    tvol_init(&v, BS, "none");
+    tvol_mount(&v);
+    struct keg_fh *fh = tvol_create(&v, KEG_ROOT_INO, "seq", &ino);
+    fill_random(data, n);
+    assert_int_equal(keg_fs_write(v.fs, fh, 0, data, n), (ssize_t)n);
+    assert_int_equal(keg_fs_release(v.fs, fh), 0);
+    tvol_umount(&v);
+
+    setenv("KEG_FAULTY", "seed=1,delay=30", 1);
+    tvol_mount(&v);
+    unsetenv("KEG_FAULTY");
+    fh = tvol_open(&v, ino, O_RDONLY);
+    /* 16 blocks one 16 KiB read after another: one GET each would take >= 480 ms */
+    int64_t t0 = keg_mono_ns();
+    for (size_t p = 0; p < n / 2; p += 16384)
+        assert_int_equal(keg_fs_read(v.fs, fh, p, got + p, 16384), 16384);
+    int64_t seq_ms = (keg_mono_ns() - t0) / 1000000;
+    assert_memory_equal(got, data, n / 2);
+    assert_int_equal(keg_fs_release(v.fs, fh), 0);
+
+    /* one large read of 16 uncached blocks: fetched in parallel */
+    fh = tvol_open(&v, ino, O_RDONLY);
+    t0 = keg_mono_ns();
+    assert_int_equal(keg_fs_read(v.fs, fh, n / 2, got + n / 2, n / 2), (ssize_t)(n / 2));
+    int64_t big_ms = (keg_mono_ns() - t0) / 1000000;
+    assert_memory_equal(got, data, n);
+    assert_int_equal(keg_fs_release(v.fs, fh), 0);
+    print_message("sequential 16 blocks: %lld ms, one read of 16 blocks: %lld ms "
+                  "(480 ms without overlap)\n", (long long)seq_ms, (long long)big_ms);
+    assert_true(seq_ms < 360);
+    assert_true(big_ms < 360);
+    tvol_cleanup(&v);
+    keg_free(data);
+    keg_free(got);
+}
+
+/*--------------------------------------------------------------------------*/
+
+struct peak {
+    struct keg_fs   *fs;
+    volatile int     stop;
+    uint64_t         max;
+};
+
+static void *peak_main(void *arg)
+{
+    struct peak *pk = arg;
+    while (!pk->stop) {
+        uint64_t w = atomic_load(&pk->fs->wbytes);
+        if (w > pk->max)
+            pk->max = w;
+        usleep(200);
+    }
+    return NULL;
+}
+
+/* Uploads run behind the writer, and the buffered + uploading bytes stay
+ * within buffer_size (plus one write and one block of slack). */
+static void test_upload_pipeline_bounded(void **state)
+{
+    struct tvol v;
+    uint64_t ino = 0;
+    const size_t n = 8u << 20;
+    const size_t wsz = 128u << 10;
+    const uint64_t budget = 512u << 10;
+    uint8_t *data = keg_malloc(n);
+    uint8_t *got = keg_malloc(n);
+    struct peak pk = {0};
+    pthread_t thr;
+    (void)state;
+
+    tvol_init(&v, BS, "none");
+    setenv("KEG_FAULTY", "seed=2,delay=2", 1);
+    assert_int_equal(tvol_mount_conf(&v, 0, 0, budget), 0);
+    unsetenv("KEG_FAULTY");
+    pk.fs = v.fs;
+    assert_int_equal(pthread_create(&thr, NULL, peak_main, &pk), 0);
+    struct keg_fh *fh = tvol_create(&v, KEG_ROOT_INO, "big", &ino);
+    fill_random(data, n);
+    for (size_t p = 0; p < n; p += wsz)
+        assert_int_equal(keg_fs_write(v.fs, fh, p, data + p, wsz), (ssize_t)wsz);
+    assert_int_equal(keg_fs_flush(v.fs, fh, 1), 0);
+    pk.stop = 1;
+    pthread_join(thr, NULL);
+    print_message("peak buffered+uploading bytes: %llu (budget %llu)\n",
+                  (unsigned long long)pk.max, (unsigned long long)budget);
+    assert_true(pk.max <= budget + 2 * wsz + BS);
+    assert_int_equal(atomic_load(&v.fs->wbytes), 0);
+    assert_int_equal(keg_fs_read(v.fs, fh, 0, got, n), (ssize_t)n);
+    assert_memory_equal(got, data, n);
+    assert_int_equal(keg_fs_release(v.fs, fh), 0);
+    tvol_cleanup(&v);
+    keg_free(data);
+    keg_free(got);
+}
+
+/* With uploads failing at random, a flush either commits all of its data or
+ * none of it: the result always matches the model of successful flushes. */
+static void test_upload_failures_commit_nothing(void **state)
+{
+    struct tvol v;
+    uint64_t ino = 0;
+    const size_t piece = 300000;
+    const int rounds = 16;
+    uint8_t *model = keg_calloc(1, piece * rounds);
+    uint8_t *buf = keg_malloc(piece * rounds);
+    uint64_t msize = 0;
+    int failed = 0;
+    (void)state;
+
+    tvol_init(&v, BS, "none");
+    setenv("KEG_FAULTY", "seed=7,err=0.08", 1);
+    tvol_mount(&v);
+    unsetenv("KEG_FAULTY");
+    struct keg_fh *fh = tvol_create(&v, KEG_ROOT_INO, "flaky", &ino);
+    for (int r = 0; r < rounds; r++) {
+        fill_random(buf, piece);
+        assert_int_equal(keg_fs_write(v.fs, fh, (uint64_t)r * piece, buf, piece),
+                         (ssize_t)piece);
+        if (keg_fs_flush(v.fs, fh, 1) == 0) {
+            memcpy(model + (size_t)r * piece, buf, piece);
+            msize = (uint64_t)(r + 1) * piece;
+        } else {
+            failed++;
+        }
+    }
+    assert_int_equal(keg_fs_release(v.fs, fh), 0);
+    tvol_umount(&v);
+    print_message("%d of %d flushes failed\n", failed, rounds);
+    assert_true(failed > 0 && failed < rounds);
+
+    tvol_mount(&v);
+    fh = tvol_open(&v, ino, O_RDONLY);
+    struct keg_attr a;
+    assert_int_equal(keg_fs_getattr(v.fs, &tv_root, ino, &a), 0);
+    assert_int_equal(a.size, msize);
+    assert_int_equal(keg_fs_read(v.fs, fh, 0, buf, piece * rounds), (ssize_t)msize);
+    assert_memory_equal(buf, model, msize);
+    assert_int_equal(keg_fs_release(v.fs, fh), 0);
+    tvol_cleanup(&v);
+    keg_free(model);
+    keg_free(buf);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_compact_random_writes),
+        cmocka_unit_test(test_compact_holes),
+        cmocka_unit_test(test_compact_direct),
+        cmocka_unit_test(test_readahead_parallel),
+        cmocka_unit_test(test_upload_pipeline_bounded),
+        cmocka_unit_test(test_upload_failures_commit_nothing),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
