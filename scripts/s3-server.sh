@@ -138,8 +138,9 @@ do_start() {
         die "$DIR exists but is not an s3-server directory"
     fi
     local fresh=0
-    if ! alive mon; then
-        # memstore keeps no data across an OSD restart: a half-dead cluster is rebuilt.
+    if ! alive mon || ! alive osd; then
+        # memstore keeps no data across an OSD crash: a half-dead cluster is rebuilt
+        # (a dead gateway alone is just restarted below).
         do_stop quiet
         fresh=1
     fi
@@ -161,7 +162,7 @@ do_start() {
         ceph-osd -c "$CONF" -i 0 --mkfs --osd-uuid "$uuid" >>"$DIR/log/mkfs.out" 2>&1 ||
             { log_tail; die "ceph-osd --mkfs failed"; }
     fi
-    if ! alive osd; then
+    if ((fresh)); then
         spawn osd ceph-osd -c "$CONF" -i 0 -f
         wait_for 60 "the OSD to come up" bash -c \
             "${CEPH[*]} osd dump 2>/dev/null | grep -q '^osd.0 up'"
