@@ -210,7 +210,7 @@ run_case() {
     return
   fi
 
-  timeout=$(header "$case" timeout | head -1)
+  timeout=$(header "$case" timeout | head -1 | awk '{print $1}')
   case "$timeout" in ''|*[!0-9]*) timeout=$DEF_TIMEOUT ;; esac
   fmt_extra=$(header "$case" format | tr '\n' ' ')
   mnt_extra=$(header "$case" mount | tr '\n' ' ')
@@ -263,7 +263,7 @@ run_case() {
     cd "$WORK" || exit 1
     export MNT KEGFS META WORK OBJDIR VOL STORAGE META_KIND BUCKET
     export MT_LOG=$LOG MT_MOUNT_EXTRA="$mnt_extra ${KEG_TEST_MOUNT_OPTS:-}"
-    export MT_HERE=$here MT_CASE=$name
+    export MT_HERE=$here MT_CASE=$name MT_LONG=$LONG
     [ -n "$CUR_CG" ] && echo $BASHPID > "$CUR_CG/cgroup.procs" 2>/dev/null
     exec timeout -k 10 "$timeout" bash "$case"
   ) </dev/null >"$WORK/case.log" 2>&1
