@@ -44,6 +44,8 @@
  *   upload ok     UPLOADING -> gone, or -> QUEUED if gen changed meanwhile (re-put)
  *   upload fails  UPLOADING -> PARKED
  *   del           QUEUED/PARKED -> gone; UPLOADING: deleted = 1, del waits, worker -> gone
+ * list merges the staged keys into inner's listing (byte order, no duplicates), so
+ * every object whose put returned is listed.
  * Invariants (under wb->mu):
  *   | entry in hash                 <=> its staging file exists (or is being replaced by a put) |
  *   | QUEUED <=> on ready; PARKED <=> on parked; UPLOADING <=> on no list, counted in uploading  |
@@ -734,6 +736,91 @@ static int wb_head(struct keg_obj *o, const char *key, uint64_t *size)
     return e ? 0 : keg_obj_head(o->inner, key, size);
 }
 
+/*---------------------------------------------------------------------------
+ * list: inner's keys merged with the staged ones, in byte order
+ *-------------------------------------------------------------------------*/
+
+struct wb_lkey {
+    char    *key;
+    uint64_t size;
+};
+
+struct wb_merge {
+    struct wb_lkey  *v;          /* staged keys with the prefix, sorted */
+    size_t           n, i;
+    keg_obj_list_cb *cb;
+    void            *arg;
+};
+
+static int wb_lkey_cmp(const void *a, const void *b)
+{
+    return strcmp(((const struct wb_lkey *)a)->key, ((const struct wb_lkey *)b)->key);
+}
+
+/* Emits the staged keys sorting before key (all when key is NULL), skipping one equal to it. */
+static int wb_merge_upto(struct wb_merge *m, const char *key)
+{
+    while (m->i < m->n) {
+        int c = key ? strcmp(m->v[m->i].key, key) : -1;
+        int rc;
+        if (c > 0)
+            break;
+        if (c < 0) {
+            rc = m->cb(m->arg, m->v[m->i].key, m->v[m->i].size);
+            if (rc)
+                return rc;
+        }
+        m->i++;
+    }
+    return 0;
+}
+
+static int wb_merge_cb(void *arg, const char *key, uint64_t size)
+{
+    struct wb_merge *m = arg;
+    int rc = wb_merge_upto(m, key);
+    return rc ? rc : m->cb(m->arg, key, size);
+}
+
+/* LOCKS: takes wb->mu to copy the staged keys; callbacks run without it. */
+static int wb_list(struct keg_obj *o, const char *prefix, keg_obj_list_cb *cb, void *arg)
+{
+    struct wb *wb = o->priv;
+    struct wb_merge m = {.cb = cb, .arg = arg};
+    size_t plen = prefix ? strlen(prefix) : 0, cap;
+    int rc = 0;
+
+    pthread_mutex_lock(&wb->mu);
+    cap = wb->nents;
+    m.v = cap ? keg_calloc(cap, sizeof(*m.v)) : NULL;
+    if (cap && !m.v)
+        rc = -ENOMEM;
+    for (size_t b = 0; m.v && b < wb->nbuckets && rc == 0; b++) {
+        for (struct wb_ent *e = wb->ht[b]; e && rc == 0; e = e->hnext) {
+            if (plen && strncmp(e->key, prefix, plen) != 0)
+                continue;
+            m.v[m.n].key = keg_strdup(e->key);
+            m.v[m.n].size = e->size;
+            if (!m.v[m.n].key)
+                rc = -ENOMEM;
+            else
+                m.n++;
+        }
+    }
+    pthread_mutex_unlock(&wb->mu);
+    if (rc == 0) {
+        if (m.n)
+            qsort(m.v, m.n, sizeof(*m.v), wb_lkey_cmp);
+        rc = keg_obj_list(o->inner, prefix, wb_merge_cb, &m);
+        if (rc == 0)
+            rc = wb_merge_upto(&m, NULL);
+    }
+    for (size_t i = 0; i < m.n; i++)
+        keg_free(m.v[i].key);
+    keg_free(m.v);
+    return rc;
+}
+
 struct wb_syncing {
     char    *key;
     unsigned gen;
@@ -1209,6 +1296,6 @@ const struct keg_obj_ops keg_wb_ops = {
     .put = wb_put,
     .del = wb_del,
     .head = wb_head,
-    .list = keg_obj_def_list,
+    .list = wb_list,
     .sync = wb_sync,
 };

@@ -645,6 +645,154 @@ static void test_stack_order(void **state)
     keg_obj_close(o);
 }
 
+struct lst {
+    char     keys[16][128];
+    unsigned n;
+    unsigned stop_at;
+};
+
+static int lst_cb(void *arg, const char *key, uint64_t size)
+{
+    struct lst *l = arg;
+    (void)size;
+    if (l->n == 16)
+        return -ENOSPC;
+    snprintf(l->keys[l->n++], sizeof(l->keys[0]), "%s", key);
+    return l->stop_at && l->n == l->stop_at ? 77 : 0;
+}
+
+/* list shows staged and uploaded objects together, in byte order, once each. */
+static void test_list_merges_staged(void **state)
+{
+    struct fx *fx = *state;
+    struct keg_obj *o = open_wb(fx, "mem", (struct keg_wb_conf){.workers = 1});
+    struct lst l = {0};
+    char key[128];
+
+    put_block(o->inner, 2, 100);        /* already in the store */
+    put_block(o->inner, 4, 100);
+    atomic_store(&cnt_put_delay_ms, 300);
+    put_block(o, 1, 100);
+    put_block(o, 3, 100);
+    put_block(o, 4, 100);               /* staged and in the store */
+    put_block(o, 5, 100);
+    assert_int_equal(keg_obj_list(o, "vol1/", lst_cb, &l), 0);
+    assert_int_equal(l.n, 5);
+    for (unsigned i = 0; i < 5; i++) {
+        keg_block_key(key, sizeof(key), "vol1", i + 1, 0, 100);
+        assert_string_equal(l.keys[i], key);
+    }
+    memset(&l, 0, sizeof(l));
+    l.stop_at = 3;
+    assert_int_equal(keg_obj_list(o, "vol1/", lst_cb, &l), 77);
+    assert_int_equal(l.n, 3);
+    memset(&l, 0, sizeof(l));
+    assert_int_equal(keg_obj_list(o, "other/", lst_cb, &l), 0);
+    assert_int_equal(l.n, 0);
+    atomic_store(&cnt_put_delay_ms, 0);
+    assert_int_equal(keg_wb_drain(o, 5000, NULL), 0);
+    memset(&l, 0, sizeof(l));
+    assert_int_equal(keg_obj_list(o, "vol1/", lst_cb, &l), 0);
+    assert_int_equal(l.n, 5);
+    keg_obj_close(o);
+}
+
+struct st_arg {
+    struct keg_obj *o;
+    unsigned        t;
+    uint8_t         live[64];   /* per id: 1 = put and not deleted */
+    int             ok;
+};
+
+#define ST_IDS 40
+
+static void *stress_thread(void *p)
+{
+    struct st_arg *a = p;
+    uint64_t r = 0x9e3779b97f4a7c15ull * (a->t + 1);
+    a->ok = 1;
+    for (unsigned i = 0; i < ST_IDS; i++) {
+        uint64_t id = 1000 * (a->t + 1) + i;
+        uint8_t enc[KEG_BLOCK_HDR + 4000];
+        char key[128];
+        size_t olen = make_block(id, 4000, enc, sizeof(enc), key, sizeof(key));
+        int rc;
+        if (keg_obj_put(a->o, key, enc, olen) != 0) {
+            a->ok = 0;
+            return NULL;
+        }
+        a->live[i] = 1;
+        r ^= r << 13;
+        r ^= r >> 7;
+        r ^= r << 17;
+        /* read back a random earlier one (retrying injected store errors) */
+        {
+            unsigned j = (unsigned)(r % (i + 1));
+            if (a->live[j]) {
+                int tries = 0;
+                while (!has_block(a->o, 1000 * (a->t + 1) + j, 4000) && ++tries < 50)
+                    ;
+                if (tries == 50)
+                    a->ok = 0;
+            }
+        }
+        if (r % 4 == 0) {        /* delete this one again, sometimes while it uploads */
+            do
+                rc = keg_obj_del(a->o, key);
+            while (rc == -EIO || rc == -EAGAIN);
+            if (rc != 0)
+                a->ok = 0;
+            a->live[i] = 0;
+        }
+    }
+    return NULL;
+}
+
+/* Four writers with puts, reads and deletes over a flaky, slow store and a
+ * small staging bound: afterwards the store holds exactly the live blocks. */
+static void test_stress_model(void **state)
+{
+    struct fx *fx = *state;
+    struct keg_obj_conf fc = {.seed = 7, .err_prob = 0.2, .delay_ms = 2};
+    struct keg_wb_conf wc = {.dir = fx->cache, .workers = 3,
+                             .max_staging = 8 * (KEG_BLOCK_HDR + 4000), .retries = 50,
+                             .backoff_ms = 1};
+    struct keg_obj *mem = NULL, *o = NULL;
+    struct st_arg args[4];
+    pthread_t th[4];
+
+    assert_int_equal(keg_obj_open("mem", NULL, NULL, &mem), 0);
+    assert_int_equal(keg_obj_open("faulty", &fc, mem, &o), 0);
+    assert_int_equal(keg_wb_create(&wc, o, &o), 0);
+    for (unsigned t = 0; t < 4; t++) {
+        memset(&args[t], 0, sizeof(args[t]));
+        args[t].o = o;
+        args[t].t = t;
+        assert_int_equal(pthread_create(&th[t], NULL, stress_thread, &args[t]), 0);
+    }
+    for (unsigned t = 0; t < 4; t++) {
+        pthread_join(th[t], NULL);
+        assert_true(args[t].ok);
+    }
+    assert_int_equal(keg_wb_drain(o, 30000, NULL), 0);
+    assert_int_equal(wbst(o).staged_bytes, 0);
+    assert_int_equal(count_files(fx->slot, NULL, NULL), 0);
+    for (unsigned t = 0; t < 4; t++) {
+        for (unsigned i = 0; i < ST_IDS; i++) {
+            uint64_t id = 1000 * (t + 1) + i;
+            char key[128];
+            uint8_t buf[8];
+            if (args[t].live[i]) {
+                assert_true(has_block(mem, id, 4000));
+            } else {
+                keg_block_key(key, sizeof(key), "vol1", id, 0, 4000);
+                assert_int_equal(keg_obj_get(mem, key, 0, buf, sizeof(buf)), -ENOENT);
+            }
+        }
+    }
+    keg_obj_close(o);
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
@@ -659,6 +807,8 @@ int main(void)
         T(test_sync_bookkeeping),
         T(test_corrupt_staged_quarantined),
         T(test_stack_order),
+        T(test_list_merges_staged),
+        T(test_stress_model),
     };
     keg_log_set_level(getenv("KEG_TEST_LOG") ? LOG_DEBUG : LOG_CRIT);
     assert_int_equal(keg_obj_register(&cnt_ops), 0);
