@@ -632,6 +632,13 @@ static int cs_put(struct keg_obj *o, const char *key, const void *buf, size_t le
 
     if (rc < 0 || !kegc_is_block(key, &blen) || kegc_escape(key, name) < 0)
         return rc;
+    /* A fill that fetched the previous object must not cache it over this one. */
+    pthread_mutex_lock(&cs->mu);
+    for (struct cs_fill *f = cs->fills; f; f = f->next) {
+        if (strcmp(f->key, key) == 0)
+            f->cancelled = 1;
+    }
+    pthread_mutex_unlock(&cs->mu);
     if (len <= KEG_BLOCK_HDR + (size_t)blen)
         cs_store(cs, NULL, key, name, buf, len);
     return 0;

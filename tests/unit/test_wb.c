@@ -793,6 +793,55 @@ static void test_stress_model(void **state)
     keg_obj_close(o);
 }
 
+/* The store contract through writeback -> cache_ssd -> mem: missing keys,
+ * overwrite (last put wins, staged and uploaded), del of a missing key, head. */
+static void test_contract_through_stack(void **state)
+{
+    struct fx *fx = *state;
+    struct keg_cache_ssd_conf cc = {.dir = fx->cache, .budget = 1 << 20};
+    struct keg_wb_conf wc = {.dir = fx->cache, .workers = 2};
+    struct keg_obj *o = NULL;
+    uint8_t a[KEG_BLOCK_HDR + 300], b[KEG_BLOCK_HDR + 300], got[KEG_BLOCK_HDR + 400];
+    char key[128];
+    size_t la = make_block(1, 300, a, sizeof(a), key, sizeof(key));
+    size_t lb = make_block(2, 300, b, sizeof(b), key, sizeof(key));
+    uint64_t size = 1;
+
+    keg_block_key(key, sizeof(key), "vol1", 9, 0, 300);
+    assert_int_equal(keg_obj_open("mem", NULL, NULL, &o), 0);
+    assert_int_equal(keg_obj_open("counting", NULL, o, &o), 0);
+    assert_int_equal(keg_cache_ssd_create(&cc, o, &o), 0);
+    assert_int_equal(keg_wb_create(&wc, o, &o), 0);
+
+    assert_int_equal(keg_obj_get(o, key, 0, got, sizeof(got)), -ENOENT);
+    assert_int_equal(keg_obj_head(o, key, &size), -ENOENT);
+    assert_int_equal(size, 0);
+    assert_int_equal(keg_obj_del(o, key), 0);
+
+    atomic_store(&cnt_put_delay_ms, 200);
+    assert_int_equal(keg_obj_put(o, key, a, la), 0);
+    assert_int_equal(keg_obj_get(o, key, 0, got, sizeof(got)), (ssize_t)la);
+    assert_memory_equal(got, a, la);
+    assert_int_equal(keg_obj_put(o, key, b, lb), 0);     /* staged over staged */
+    assert_int_equal(keg_obj_get(o, key, 0, got, sizeof(got)), (ssize_t)lb);
+    assert_memory_equal(got, b, lb);
+    assert_int_equal(keg_wb_drain(o, 5000, NULL), 0);
+    assert_int_equal(keg_obj_get(o, key, 0, got, sizeof(got)), (ssize_t)lb);
+    assert_memory_equal(got, b, lb);                      /* from the cache */
+    assert_int_equal(keg_obj_put(o, key, a, la), 0);     /* staged over uploaded */
+    assert_int_equal(keg_wb_drain(o, 5000, NULL), 0);
+    assert_int_equal(keg_obj_get(o, key, 0, got, sizeof(got)), (ssize_t)la);
+    assert_memory_equal(got, a, la);
+    assert_int_equal(keg_obj_get(o->inner->inner, key, 0, got, sizeof(got)), (ssize_t)la);
+    assert_memory_equal(got, a, la);                      /* and in the store */
+    assert_int_equal(keg_obj_head(o, key, &size), 0);
+    assert_int_equal(size, la);
+    assert_int_equal(keg_obj_del(o, key), 0);
+    assert_int_equal(keg_obj_get(o, key, 0, got, sizeof(got)), -ENOENT);
+    atomic_store(&cnt_put_delay_ms, 0);
+    keg_obj_close(o);
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
@@ -809,6 +858,7 @@ int main(void)
         T(test_stack_order),
         T(test_list_merges_staged),
         T(test_stress_model),
+        T(test_contract_through_stack),
     };
     keg_log_set_level(getenv("KEG_TEST_LOG") ? LOG_DEBUG : LOG_CRIT);
     assert_int_equal(keg_obj_register(&cnt_ops), 0);
