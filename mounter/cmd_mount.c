@@ -643,6 +643,7 @@ static int run_session(struct mount_opts *o, const char *url, const char *abs_mp
         fuse_remove_signal_handlers(se);
         goto fail;
     }
+    mnt_state_prune();
     rc = mnt_state_write(abs_mp, getpid(), url);
     if (rc)
         KEG_WARN("cannot write the state file in %s: %s ('kegfs umount' will not wait, "

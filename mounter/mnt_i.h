@@ -77,6 +77,8 @@ const char *mnt_run_dir(void);
  * mnt_state_write creates the directories.  Returns 0 or -errno. */
 int mnt_state_write(const char *abs_mp, pid_t pid, const char *meta_url);
 void mnt_state_remove(const char *abs_mp);
+/* Remove the state files of mounters that no longer run (killed, crashed). */
+void mnt_state_prune(void);
 /* OWNERSHIP: caller keg_free()s *meta_url (may be NULL if not wanted).
  * Returns 0, -ENOENT (no state file), -errno. */
 int mnt_state_read(const char *abs_mp, pid_t *pid, char **meta_url);

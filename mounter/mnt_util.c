@@ -9,9 +9,11 @@
  * hold a password, hence 0600 and never a world-readable place.
  */
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -286,6 +288,49 @@ static char *state_path(const char *abs_mp)
     char h[17];
     mnt_path_hash(abs_mp, h);
     return keg_asprintf("%s/mounts/%s", mnt_run_dir(), h);
+}
+
+/* Pid recorded in a state file, or 0. */
+static pid_t state_file_pid(const char *path)
+{
+    char *text = NULL;
+    uint64_t v = 0;
+    if (mnt_read_small_file(path, &text) != 0)
+        return 0;
+    if (strncmp(text, "pid=", 4) == 0) {
+        size_t n = strcspn(text + 4, "\n");
+        text[4 + n] = '\0';
+        if (mnt_parse_u64(text + 4, &v) != 0)
+            v = 0;
+    }
+    keg_free(text);
+    return (pid_t)v;
+}
+
+void mnt_state_prune(void)
+{
+    char *dir = keg_asprintf("%s/mounts", mnt_run_dir());
+    DIR *d = dir ? opendir(dir) : NULL;
+    struct dirent *de;
+    if (!d) {
+        keg_free(dir);
+        return;
+    }
+    while ((de = readdir(d)) != NULL) {
+        if (de->d_name[0] == '.' || strlen(de->d_name) != 16)
+            continue;
+        char *path = keg_asprintf("%s/%s", dir, de->d_name);
+        if (!path)
+            break;
+        pid_t pid = state_file_pid(path);
+        if (pid > 0 && kill(pid, 0) < 0 && errno == ESRCH) {
+            KEG_DEBUG("removing the state file of dead mounter %d: %s", (int)pid, path);
+            unlink(path);
+        }
+        keg_free(path);
+    }
+    closedir(d);
+    keg_free(dir);
 }
 
 int mnt_state_write(const char *abs_mp, pid_t pid, const char *meta_url)

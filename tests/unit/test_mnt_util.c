@@ -138,6 +138,20 @@ static void test_state_file(void **state)
     assert_int_equal(mnt_state_read("/mnt/x", &pid, NULL), 0);
     assert_int_equal(pid, 7);
 
+    /* pruning keeps the files of live mounters and drops the dead ones */
+    assert_int_equal(mnt_state_write("/mnt/live", getpid(), "sqlite3:///l.db"), 0);
+    pid_t dead = fork();
+    assert_true(dead >= 0);
+    if (dead == 0)
+        _exit(0);
+    assert_int_equal(waitpid(dead, NULL, 0), dead);
+    assert_int_equal(mnt_state_write("/mnt/dead", dead, "sqlite3:///d.db"), 0);
+    mnt_state_prune();
+    assert_int_equal(mnt_state_read("/mnt/live", &pid, NULL), 0);
+    assert_int_equal(pid, getpid());
+    assert_int_equal(mnt_state_read("/mnt/dead", &pid, NULL), -ENOENT);
+    mnt_state_remove("/mnt/live");
+
     mnt_state_remove("/mnt/x");
     assert_int_equal(stat(path, &st), -1);
     assert_int_equal(mnt_state_read("/mnt/x", &pid, &url), -ENOENT);
