@@ -1166,7 +1166,8 @@ static int lcreate(struct loader *L)
     rc = KEG_META_CALL(L->m, mknod, e->parent, e->name, e->a.ino, e->a.mode, e->a.uid, e->a.gid,
                        e->a.rdev, e->target, &out);
     if (rc)
-        return lfail(L, rc, "creating '%s' (inode %" PRIu64 ", mode 0%o) in directory %" PRIu64
+        return lfail(L, rc == -EEXIST ? -EINVAL : rc, "creating '%s' (inode %" PRIu64
+                     ", mode 0%o) in directory %" PRIu64
                      " failed: %s%s", lname(L, nb, sizeof(nb)), e->a.ino, (unsigned)e->a.mode,
                      e->parent, strerror(-rc),
                      rc == -EIO ? " (is the inode number used twice in the dump?)" :
