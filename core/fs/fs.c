@@ -433,9 +433,14 @@ int keg_fs_new(const struct keg_fs_conf *conf, struct keg_fs **out)
         goto fail2;
 
     memset(&sc, 0, sizeof(sc));
-    sc.access_key = conf->access_key;
-    sc.secret_key = conf->secret_key;
-    sc.session_token = conf->session_token;
+    if (conf->stack)
+        sc = *conf->stack;
+    if (conf->access_key)
+        sc.access_key = conf->access_key;
+    if (conf->secret_key)
+        sc.secret_key = conf->secret_key;
+    if (conf->session_token)
+        sc.session_token = conf->session_token;
     rc = keg_stack_open(&fs->fmt, &sc, &fs->obj);
     if (rc < 0) {
         KEG_ERR("cannot open the object store of volume %s (%s): %s", fs->fmt.name,

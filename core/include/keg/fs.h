@@ -34,6 +34,7 @@
 #include "keg/obj.h"
 
 struct keg_fs;
+struct keg_stack_conf;
 struct keg_fh;      /* an open file */
 struct keg_dh;      /* an open directory */
 
@@ -51,6 +52,10 @@ struct keg_fs_conf {
     const char *access_key;
     const char *secret_key;
     const char *session_token;
+    /* Object-stack options (SSD cache directory, writeback; keg/stack.h), or
+     * NULL for none.  BORROWED during keg_fs_new.  The three credentials
+     * above take precedence over its own when set. */
+    const struct keg_stack_conf *stack;
 };
 
 /* Open the volume at conf->meta_url: engine, format, object stack, session,

@@ -1,0 +1,98 @@
+/* admin.h -- volume maintenance: garbage collection, consistency check, cache warm-up.
+ *
+ * DESIGN
+ * These are the library halves of `kegfs gc`, `kegfs fsck` and `kegfs warmup`
+ * (core/fs/gc.c).  They work on an open volume (keg_fs_new; tools open it with
+ * no_session) and only through the engine and object-store interfaces, so
+ * they run against every engine and store.
+ *
+ * Which files exist is found by walking the directory tree from the root
+ * (readdir, engine-agnostic), hard links counted once by inode number.  Files
+ * that are unlinked but still open on some mounter ("pending" inodes) are not
+ * in the tree: their slices look unreferenced to gc (see keg_fs_gc).
+ *
+ * Long operations report progress through a keg_progress_fn (called from one
+ * thread at a time, at most every ~1% and at the end).
+ */
+#ifndef KEG_ADMIN_H
+#define KEG_ADMIN_H
+
+#include <stdint.h>
+
+struct keg_fs;
+
+/* done of total units (total 0: not known yet); what names the phase
+ * ("scanning files", "listing objects", "checking blocks", ...). */
+typedef void keg_progress_fn(void *arg, uint64_t done, uint64_t total, const char *what);
+
+/* One finding: kind is "leak", "missing", "corrupt", "deleted", "error";
+ * key the object key (or NULL); detail a human-readable line (file paths that
+ * reference the object, the error).  BORROWS: all strings (valid during the call). */
+typedef void keg_admin_item_fn(void *arg, const char *kind, const char *key, const char *detail);
+
+struct keg_gc_report {
+    /* in (set by the caller; zero is fine) */
+    unsigned           threads;        /* parallel deletes (0: 4) */
+    keg_admin_item_fn *item;           /* called for every leak (and deletion failure) */
+    void              *item_arg;
+    /* out */
+    uint64_t files;                    /* regular files scanned (hard links once) */
+    uint64_t dirs;
+    uint64_t slices;                   /* distinct slices referenced */
+    uint64_t objects;                  /* objects listed under <vol>/chunks/ */
+    uint64_t object_bytes;
+    uint64_t referenced_objects;
+    uint64_t queued_objects;           /* slices in the deletion queue: not leaks */
+    uint64_t new_objects;              /* slice id too new to judge (live writers) */
+    uint64_t leaked_objects;           /* unreferenced: leaks */
+    uint64_t leaked_bytes;
+    uint64_t foreign_objects;          /* keys under chunks/ that are no block key (ignored) */
+    uint64_t deleted_objects;          /* leaks deleted (do_delete) */
+    uint64_t errors;                   /* deletes that failed */
+    uint64_t id_limit;                 /* slice ids >= this were not judged */
+};
+
+/* Find objects that no file references (leaks: uploads of commits that
+ * failed or never happened, crashed mounters) and, with do_delete, delete them.
+ * Objects of slices in the deletion queue are left to the deleter.  Slices
+ * newer than the id limit are skipped: it is the engine's slice counter when
+ * no mounter has a live session, else that counter minus a margin of 100000
+ * ids (ids reserved by live mounters for uploads not yet committed).
+ * Limitation: blocks of files unlinked but still open on a live mounter are
+ * counted as leaks if their ids are old enough.
+ * Returns 0 or -errno (-ENOSYS: the store cannot list). */
+int keg_fs_gc(struct keg_fs *fs, int do_delete, struct keg_gc_report *r, keg_progress_fn *p,
+              void *arg);
+
+struct keg_fsck_report {
+    /* in */
+    unsigned           threads;        /* parallel checks (0: 8) */
+    keg_admin_item_fn *item;           /* called for every problem */
+    void              *item_arg;
+    /* out */
+    uint64_t files;
+    uint64_t dirs;
+    uint64_t slices;                   /* distinct slices referenced */
+    uint64_t blocks;                   /* block objects checked */
+    uint64_t missing;                  /* blocks that do not exist */
+    uint64_t corrupt;                  /* blocks that exist but do not decode (deep) or are
+                                          too short */
+    uint64_t bad_refs;                 /* slice references inconsistent with the slice size */
+    uint64_t errors;                   /* store errors other than missing (not judged) */
+    uint64_t problem_files;            /* files that reference a missing/corrupt block */
+};
+
+/* Check that every block of every referenced slice exists (head); with deep,
+ * get and decode (CRC32C) each one.  Each problem is reported (item) with the
+ * paths of the files that reference it.
+ * Returns 0 when consistent, 1 when problems were found, or -errno. */
+int keg_fs_fsck(struct keg_fs *fs, int deep, struct keg_fsck_report *r, keg_progress_fn *p,
+                void *arg);
+
+/* Read every block of file ino (a directory: every file below it,
+ * recursively) through the object stack, so that cache layers (SSD cache)
+ * hold them; each block is verified.  Blocks are fetched by a few threads.
+ * Returns 0, or the first error (-EIO: a block is missing or corrupt). */
+int keg_fs_warmup(struct keg_fs *fs, uint64_t ino, keg_progress_fn *p, void *arg);
+
+#endif
