@@ -122,6 +122,20 @@ static int do_truncate(struct keg_fs *fs, uint64_t ino, uint64_t size, struct ke
     return rc;
 }
 
+/* Commit the buffered writes of ino, if it is open here.  Returns 0 or -errno. */
+static int commit_if_open(struct keg_fs *fs, uint64_t ino)
+{
+    struct fs_inode *ip = fs_inode_find(fs, ino);
+    int rc;
+    if (!ip)
+        return 0;
+    pthread_mutex_lock(&ip->mu);
+    rc = fs_commit_locked(fs, ip);
+    pthread_mutex_unlock(&ip->mu);
+    fs_inode_put(fs, ip);
+    return rc;
+}
+
 int keg_fs_setattr(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, unsigned set,
                    const struct keg_attr *in, struct keg_attr *out)
 {
@@ -149,6 +163,11 @@ int keg_fs_setattr(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, uns
             return rc;
     }
     if (rest) {
+        /* Buffered data is committed first: its commit sets mtime to "now" and
+         * would otherwise overwrite an explicit time (write, futimens, close). */
+        rc = commit_if_open(fs, ino);
+        if (rc < 0)
+            return rc;
         nin = *in;
         nin.mode = mode;
         rc = KEG_META_CALL(fs->meta, setattr, ino, rest, &nin, out);
