@@ -1850,7 +1850,7 @@ int keg_meta_load(struct keg_meta *m, FILE *in, unsigned flags, keg_dump_progres
         ys = yajl_complete_parse(L.h);
         errpos = L.fed;
         if (ys == yajl_status_error)
-            lyajl_error(&L, NULL, 0);
+            lfail(&L, -EINVAL, "the input ends in the middle of the JSON document (truncated?)");
     }
     if (!L.err && !L.done)
         lfail(&L, -EINVAL, "the input ends before the dump does (truncated?)");
