@@ -12,6 +12,7 @@
 #include "keg/log.h"
 
 #include "mnt_i.h"
+#include "cmd_admin_i.h"
 
 struct mnt_cmd {
     const char *name;
@@ -25,6 +26,9 @@ static const struct mnt_cmd cmds[] = {
     {"umount", mnt_cmd_umount, "unmount a volume and wait for the mounter to finish"},
     {"status", mnt_cmd_status, "show a volume's settings, sessions and usage"},
     {"info", mnt_cmd_info, "show the inode, chunks, slices and objects of files"},
+    {"gc", mnt_cmd_gc, "find (and delete) objects that no file references"},
+    {"fsck", mnt_cmd_fsck, "check that every referenced block exists (--deep: is intact)"},
+    {"warmup", mnt_cmd_warmup, "fetch the blocks of files ahead of use"},
     {NULL, NULL, NULL},
 };
 

@@ -1,0 +1,120 @@
+/* cmd_fsck.c -- `kegfs fsck [--deep] [--threads N] META_URL`: check that every block that a
+ * file references exists (and with --deep, decodes with a valid CRC32C).  The work is
+ * keg_fs_fsck (core/fs/gc.c); this file parses options, draws the progress bar and prints
+ * each problem with the files it affects. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+
+#define KEG_LOG_TAG "fsck"
+#include "keg/admin.h"
+#include "keg/fs.h"
+#include "keg/log.h"
+
+#include "cmd_admin_i.h"
+#include "mnt_i.h"
+
+enum { OPT_DEEP = 0x2101, OPT_THREADS };
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+        "Usage: kegfs fsck [OPTIONS] META_URL\n"
+        "\n"
+        "Walk every file of the volume and check that each block object its slices\n"
+        "use exists in the object store (one HEAD per block).  With --deep every\n"
+        "block is downloaded and verified (format and CRC32C).  Each missing or\n"
+        "corrupt object is printed with the paths of the files that use it.\n"
+        "\n"
+        "Options:\n"
+        "      --deep               download and verify every block\n"
+        "      --threads N          parallel checks (default 8, at most 64)\n"
+        MNT_COMMON_HELP
+        "\n"
+        "Exit status: 0 consistent, 1 problems found (or an error), 2 usage error.\n");
+}
+
+static void fsck_item(void *arg, const char *kind, const char *key, const char *detail)
+{
+    mnt_bar_end(arg);
+    if (strcmp(kind, "file") == 0)
+        printf("  affected file: %s (%s)\n", key, detail);
+    else
+        printf("%s: %s%s%s\n", kind, key ? key : "", detail && *detail ? "  " : "",
+               detail ? detail : "");
+}
+
+int mnt_cmd_fsck(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        MNT_COMMON_LONGOPTS,
+        {"deep", no_argument, NULL, OPT_DEEP},
+        {"threads", required_argument, NULL, OPT_THREADS},
+        {NULL, 0, NULL, 0},
+    };
+    struct keg_fsck_report r;
+    struct keg_fs *fs = NULL;
+    struct mnt_bar bar;
+    uint64_t threads = 8;
+    int deep = 0;
+    int opt;
+    int rc;
+
+    while ((opt = getopt_long(argc, argv, "vh", longopts, NULL)) != -1) {
+        if (mnt_common_opt(opt, optarg))
+            continue;
+        switch (opt) {
+        case 'h':
+            usage(stdout);
+            return 0;
+        case OPT_DEEP:
+            deep = 1;
+            break;
+        case OPT_THREADS:
+            if (mnt_parse_u64(optarg, &threads) != 0 || threads == 0 || threads > 64) {
+                mnt_error("--threads: '%s' is not a number from 1 to 64", optarg);
+                return 2;
+            }
+            break;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (optind != argc - 1) {
+        mnt_error("fsck needs exactly one META_URL (see 'kegfs fsck --help')");
+        return 2;
+    }
+    if (mnt_log_file && keg_log_set_file(mnt_log_file) < 0)
+        mnt_warn("cannot open --log-file %s", mnt_log_file);
+    if (mnt_admin_open(argv[optind], 1, NULL, &fs) != 0)
+        return 1;
+
+    memset(&r, 0, sizeof(r));
+    r.threads = (unsigned)threads;
+    r.item = fsck_item;
+    r.item_arg = &bar;
+    mnt_bar_init(&bar);
+    rc = keg_fs_fsck(fs, deep, &r, mnt_bar_progress, &bar);
+    mnt_bar_end(&bar);
+    keg_fs_free(fs);
+    if (rc < 0) {
+        mnt_error("fsck failed: %s", strerror(-rc));
+        return 1;
+    }
+    printf("files: %llu, directories: %llu, slices: %llu, blocks checked: %llu%s\n",
+           (unsigned long long)r.files, (unsigned long long)r.dirs,
+           (unsigned long long)r.slices, (unsigned long long)r.blocks,
+           deep ? " (downloaded and verified)" : "");
+    printf("missing: %llu, corrupt: %llu, bad references: %llu, store errors: %llu, "
+           "affected files: %llu\n",
+           (unsigned long long)r.missing, (unsigned long long)r.corrupt,
+           (unsigned long long)r.bad_refs, (unsigned long long)r.errors,
+           (unsigned long long)r.problem_files);
+    if (rc == 0 && r.errors == 0) {
+        printf("volume is consistent\n");
+        return 0;
+    }
+    return 1;
+}

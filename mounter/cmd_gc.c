@@ -1,0 +1,137 @@
+/* cmd_gc.c -- `kegfs gc [--delete] [--threads N] META_URL`: find (and delete) objects that no
+ * file references.  The work is keg_fs_gc (core/fs/gc.c); this file parses options, draws
+ * the progress bar and prints the findings. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+
+#define KEG_LOG_TAG "gc"
+#include "keg/admin.h"
+#include "keg/fs.h"
+#include "keg/log.h"
+
+#include "cmd_admin_i.h"
+#include "mnt_i.h"
+
+#define GC_SHOW_MAX 100     /* findings printed one per line; the rest are counted */
+
+enum { OPT_DELETE = 0x2001, OPT_THREADS };
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+        "Usage: kegfs gc [OPTIONS] META_URL\n"
+        "\n"
+        "Find objects under <volume>/chunks/ that no file references (leaks left by\n"
+        "failed or interrupted writes, crashed mounters) and, with --delete, delete them.\n"
+        "Objects waiting in the deletion queue are left to the mounters' deleter.  While\n"
+        "mounters are live, slices newer than the last 100000 ids are not judged (their\n"
+        "writers may still commit them); run gc with no mounter to judge everything.\n"
+        "Files that are deleted but still open on a mounter are not visible to gc: do\n"
+        "not use --delete while applications keep deleted files open.\n"
+        "\n"
+        "Options:\n"
+        "      --delete             delete the leaked objects (default: only report)\n"
+        "      --threads N          parallel deletes (default 4, at most 64)\n"
+        MNT_COMMON_HELP
+        "\n"
+        "Exit status: 0 done (leaks or not), 1 error, 2 usage error.\n");
+}
+
+struct gc_show {
+    struct mnt_bar *bar;
+    unsigned long   shown;
+};
+
+static void gc_item(void *arg, const char *kind, const char *key, const char *detail)
+{
+    struct gc_show *s = arg;
+    if (strcmp(kind, "deleted") == 0)
+        return;                     /* counted in the summary */
+    if (s->shown++ >= GC_SHOW_MAX)
+        return;
+    mnt_bar_end(s->bar);
+    printf("%s: %s%s%s\n", kind, key ? key : "", detail && *detail ? "  " : "",
+           detail ? detail : "");
+}
+
+int mnt_cmd_gc(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        MNT_COMMON_LONGOPTS,
+        {"delete", no_argument, NULL, OPT_DELETE},
+        {"threads", required_argument, NULL, OPT_THREADS},
+        {NULL, 0, NULL, 0},
+    };
+    struct keg_gc_report r;
+    struct keg_fs *fs = NULL;
+    struct mnt_bar bar;
+    struct gc_show show = {.bar = &bar};
+    uint64_t threads = 4;
+    int do_delete = 0;
+    int opt;
+    int rc;
+
+    while ((opt = getopt_long(argc, argv, "vh", longopts, NULL)) != -1) {
+        if (mnt_common_opt(opt, optarg))
+            continue;
+        switch (opt) {
+        case 'h':
+            usage(stdout);
+            return 0;
+        case OPT_DELETE:
+            do_delete = 1;
+            break;
+        case OPT_THREADS:
+            if (mnt_parse_u64(optarg, &threads) != 0 || threads == 0 || threads > 64) {
+                mnt_error("--threads: '%s' is not a number from 1 to 64", optarg);
+                return 2;
+            }
+            break;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (optind != argc - 1) {
+        mnt_error("gc needs exactly one META_URL (see 'kegfs gc --help')");
+        return 2;
+    }
+    if (mnt_log_file && keg_log_set_file(mnt_log_file) < 0)
+        mnt_warn("cannot open --log-file %s", mnt_log_file);
+    if (mnt_admin_open(argv[optind], !do_delete, NULL, &fs) != 0)
+        return 1;
+
+    memset(&r, 0, sizeof(r));
+    r.threads = (unsigned)threads;
+    r.item = gc_item;
+    r.item_arg = &show;
+    mnt_bar_init(&bar);
+    rc = keg_fs_gc(fs, do_delete, &r, mnt_bar_progress, &bar);
+    mnt_bar_end(&bar);
+    keg_fs_free(fs);
+    if (rc < 0) {
+        mnt_error("gc failed: %s", strerror(-rc));
+        return 1;
+    }
+    if (show.shown > GC_SHOW_MAX)
+        printf("... and %lu more\n", show.shown - GC_SHOW_MAX);
+    printf("files: %llu, directories: %llu, slices referenced: %llu\n",
+           (unsigned long long)r.files, (unsigned long long)r.dirs,
+           (unsigned long long)r.slices);
+    printf("objects: %llu (%llu bytes): %llu referenced, %llu queued for deletion, "
+           "%llu too new to judge (slice id >= %llu), %llu not block objects\n",
+           (unsigned long long)r.objects, (unsigned long long)r.object_bytes,
+           (unsigned long long)r.referenced_objects, (unsigned long long)r.queued_objects,
+           (unsigned long long)r.new_objects, (unsigned long long)r.id_limit,
+           (unsigned long long)r.foreign_objects);
+    printf("leaked: %llu objects, %llu bytes", (unsigned long long)r.leaked_objects,
+           (unsigned long long)r.leaked_bytes);
+    if (do_delete)
+        printf("; deleted %llu, failed %llu\n", (unsigned long long)r.deleted_objects,
+               (unsigned long long)r.errors);
+    else
+        printf("%s\n", r.leaked_objects ? " (run with --delete to remove them)" : "");
+    return r.errors ? 1 : 0;
+}
