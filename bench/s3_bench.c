@@ -226,6 +226,23 @@ static double run_once(int keg, int put, size_t size, int threads, double secs)
     }
     double dt = now_s() - t0;
     pthread_barrier_destroy(&r.barrier);
+    if (!put) {
+        /* Untimed: remove this run's objects (the plain loop's through a keg store). */
+        struct keg_obj *d = r.o;
+        struct keg_obj_conf c = { .bucket = env_bucket, .access_key = env_ak,
+                                  .secret_key = env_sk };
+        if (d || keg_obj_open("s3", &c, NULL, &d) == 0) {
+            char key[128];
+            for (int t = 0; t < threads; t++) {
+                for (int i = 0; i < r.nkeys; i++) {
+                    key_of(key, sizeof(key), &r, t, i);
+                    keg_obj_del(d, key);
+                }
+            }
+            if (d != r.o)
+                keg_obj_close(d);
+        }
+    }
     keg_obj_close(r.o);
     return atomic_load(&r.failed) ? -1 : (double)ops / dt;
 }
