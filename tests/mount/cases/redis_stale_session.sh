@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# redis_stale_session.sh -- a mounter that dies (kill -9) leaves a session in Redis with
+# locks and an unlinked-but-open file.  The surviving mounter A ($MNT) must, within a
+# bounded time, clean that session up: release its flock and fcntl locks (A can take
+# them) and purge the unlinked file (its block objects disappear from OBJDIR).
+#
+# The bound: a session is stale session_timeout (60 s, conf->session_timeout; `kegfs
+# mount` has no option for it) after its last heartbeat (every 10 s), and each mounter
+# looks for stale sessions every 45-75 s (first look 30-90 s after mounting), so the
+# cleanup can take up to ~140 s.  KEG_TEST_STALE_WAIT (default 200) is the limit.
+# timeout: 420
+# needs: redis
+# needs: file
+# mount: --attr-cache 0 --entry-cache 0
+. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../redis_lib.sh"
+need_redis
+need_objdir
+need_cmd flock
+KEG_LOCKHOLD=${KEG_LOCKHOLD:-$(dirname "${KEG_SYSCALLS:-/nonexistent/x}")/keg_lockhold}
+need_bin KEG_LOCKHOLD keg_lockhold
+LIMIT=${KEG_TEST_STALE_WAIT:-200}
+
+A=$MNT
+B=$WORK/mnt2
+count_objects() {
+  find "$OBJDIR" -type f -path '*/chunks/*' ! -name '.tmp.*' 2>/dev/null | wc -l
+}
+sessions() {   # number of sessions `kegfs status` lists with mount point $1
+  "$KEGFS" status "$META" 2>/dev/null | grep -c " $1\$"
+}
+
+m2_mount "$B" "$WORK/mounterB.log" "$META" --attr-cache 0 --entry-cache 0
+pidB=$(m2_pid "$B")
+[ -n "$pidB" ] || fail "no mounter process for $B"
+assert_eq "$(sessions "$B")" 1 "sessions of mount B in kegfs status"
+
+# B: a file with data, opened, then unlinked (stays pending while open)
+dd if=/dev/urandom of="$B/victim" bs=1M count=6 conv=fsync status=none || fail "write victim on B"
+objs=$(count_objects)
+[ "$objs" -gt 0 ] || fail "no block objects in $OBJDIR after writing 6 MiB with fsync"
+sleep 600 < "$B/victim" &
+reader=$!
+sleep 0.3
+rm "$B/victim" || fail "rm victim on B"
+[ -e "$A/victim" ] && fail "A still sees victim after B removed it"
+
+# B: an flock and an fcntl write lock
+: > "$B/lk"
+"$KEG_LOCKHOLD" -H 600 flock-ex "$B/lk" > "$WORK/flock.held" &
+fholder=$!
+"$KEG_LOCKHOLD" -H 600 wr "$B/lk" 0 0 > "$WORK/plock.held" &
+pholder=$!
+wait_for 10 grep -q '^locked' "$WORK/flock.held" || fail "flock on B: $(cat "$WORK/flock.held")"
+wait_for 10 grep -q '^locked' "$WORK/plock.held" || fail "fcntl lock on B: $(cat "$WORK/plock.held")"
+flock -x -n "$A/lk" true && fail "A got the flock while B holds it"
+"$KEG_LOCKHOLD" wr "$A/lk" 0 0 > /dev/null && fail "A got the fcntl lock while B holds it"
+note "B (pid $pidB) holds flock + fcntl lock, $objs block objects of an unlinked open file"
+
+# B dies without any cleanup
+kill -9 "$pidB"
+wait_for 10 sh -c "! kill -0 $pidB 2>/dev/null" || fail "mounter B did not die"
+t0=$(date +%s)
+kill -9 "$reader" "$fholder" "$pholder" 2>/dev/null
+wait "$reader" "$fholder" "$pholder" 2>/dev/null
+umount -l "$B" 2>/dev/null || fusermount3 -u -z "$B" 2>/dev/null
+m2_is_mounted "$B" && fail "dead mount $B still mounted after umount -l"
+
+# the locks live in Redis: still held by the dead session right after the kill
+flock -x -n "$A/lk" true && fail "A got the flock right after B died (locks not in Redis?)"
+assert_eq "$(count_objects)" "$objs" "block objects right after B died"
+assert_eq "$(sessions "$B")" 1 "B's session is still listed right after it died"
+
+got_flock() { flock -x -n "$A/lk" true; }
+wait_for "$LIMIT" got_flock || fail "A cannot take the flock $LIMIT s after B died"
+note "flock free $(( $(date +%s) - t0 )) s after B died"
+"$KEG_LOCKHOLD" wr "$A/lk" 0 0 > "$WORK/lh.out" || fail "A cannot take the fcntl lock: $(cat "$WORK/lh.out")"
+no_objects() { [ "$(count_objects)" -eq 0 ]; }
+wait_for 60 no_objects || fail "$(count_objects) of $objs block objects of B's unlinked file still in OBJDIR"
+note "objects purged $(( $(date +%s) - t0 )) s after B died"
+assert_eq "$(sessions "$B")" 0 "B's session after the cleanup"
+grep -q 'cleaned 1 stale session' "$MT_LOG" || note "no 'cleaned 1 stale session' line in A's log"
+
+# A keeps working
+printf 'still fine' > "$A/after" && assert_eq "$(cat "$A/after")" "still fine" "A after the cleanup"
+exit 0
