@@ -728,7 +728,7 @@ static size_t write_cb(char *ptr, size_t size, size_t nmemb, void *arg)
         r->out_len += k;
     }
     r->excess += n - off - k;
-    if (r->excess > S3_GET_EXCESS_MAX && r->out_len == r->out_cap) {
+    if (r->out && r->excess > S3_GET_EXCESS_MAX && r->out_len == r->out_cap) {
         /* An unranged GET of an object much larger than asked for: stop
          * downloading (costs the connection, saves the bandwidth). */
         r->cut_short = 1;
