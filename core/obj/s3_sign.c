@@ -29,7 +29,7 @@
 #include <openssl/sha.h>
 
 #include "keg/mem.h"
-#include "obj/s3_sign_i.h"
+#include "s3_sign_i.h"
 
 /*----------------------------------------------------------------------------
  * Growable string
