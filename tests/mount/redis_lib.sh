@@ -62,31 +62,31 @@ rd_launch() {   # rd_launch PORT: start the server from its config, wait for PIN
     || fail "redis-server on port $port still loading after 30 s"
 }
 
-rd_start() {   # rd_start VAR [CONFIG LINE]...
-  local var=$1 port dir line
+rd_start() {   # rd_start VAR [CONFIG LINE]... (locals prefixed: VAR may be a caller's local)
+  local _rd_var=$1 _rd_port _rd_dir _rd_line
   shift
-  port=$(rd_free_port) || fail "no free port for a redis-server"
-  dir=$WORK/redis-$port
-  mkdir -p "$dir" || fail "mkdir $dir"
+  _rd_port=$(rd_free_port) || fail "no free port for a redis-server"
+  _rd_dir=$WORK/redis-$_rd_port
+  mkdir -p "$_rd_dir" || fail "mkdir $_rd_dir"
   {
     echo "# dedicated server of mount case $MT_CASE"
     echo "bind 127.0.0.1"
-    echo "port $port"
+    echo "port $_rd_port"
     echo "protected-mode yes"
     echo "daemonize yes"
-    echo "pidfile $dir/redis.pid"
-    echo "logfile $dir/redis.log"
-    echo "dir $dir"
+    echo "pidfile $_rd_dir/redis.pid"
+    echo "logfile $_rd_dir/redis.log"
+    echo "dir $_rd_dir"
     echo "save \"\""
     echo "appendonly no"
     echo "maxmemory 256mb"
     echo "maxmemory-policy noeviction"
-    for line in "$@"; do echo "$line"; done   # later lines win
-  } > "$dir/redis.conf"
-  RD_PORTS="$RD_PORTS $port"
-  rd_launch "$port"
-  note "redis-server on 127.0.0.1:$port ($*)"
-  printf -v "$var" '%s' "$port"
+    for _rd_line in "$@"; do echo "$_rd_line"; done   # later lines win
+  } > "$_rd_dir/redis.conf"
+  RD_PORTS="$RD_PORTS $_rd_port"
+  rd_launch "$_rd_port"
+  note "redis-server on 127.0.0.1:$_rd_port ($*)"
+  printf -v "$_rd_var" '%s' "$_rd_port"
 }
 
 rd_restart() {
