@@ -39,7 +39,7 @@ if [ "${KEG_E2E_S3:-1}" != 0 ] && [ -x "$REPO/scripts/s3-server.sh" ] && command
     log "S3 gateway did not start (see below); using the file store"; tail -5 "$W/s3.log" >&2
   fi
 fi
-MOUNTER=$(pick_mounter)
+MOUNTER=$KEGFS_BIN
 log "mounter: $MOUNTER; object store: ${storage[1]}"
 rc=0
 $PY "$REPO/e2e/local_e2e.py" --csi-bin "$CSI_BIN" --mounter "$MOUNTER" --workdir "$W" \

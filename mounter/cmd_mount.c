@@ -64,6 +64,13 @@ struct mount_opts {
     char    *fuse_opts;        /* comma-joined -o values; OWNERSHIP: keg_free */
     char    *log_file;         /* OWNERSHIP: keg_free */
     char    *config;           /* OWNERSHIP: keg_free */
+    /* Config-file only (never on argv): the volume and credentials overriding the
+     * stored ones.  OWNERSHIP: keg_free (secrets wiped first, free_secret). */
+    char    *meta_url;
+    char    *access_key;
+    char    *secret_key;
+    char    *session_token;
+    int      config_secrets;   /* the config file holds a secret */
 };
 
 static const struct option longopts[] = {
@@ -85,6 +92,7 @@ static void usage(FILE *out)
 {
     fprintf(out,
         "Usage: kegfs mount [OPTIONS] META_URL MOUNTPOINT\n"
+        "       kegfs mount --config FILE [OPTIONS] MOUNTPOINT   (FILE has meta-url)\n"
         "\n"
         "Mount the volume at META_URL on the empty directory MOUNTPOINT.  Runs in the\n"
         "foreground (logging to stderr) unless -d is given.\n"
@@ -101,7 +109,8 @@ static void usage(FILE *out)
         "      --buffer-size MiB    write-buffer budget (default 300)\n"
         "      --cache-size MiB     decoded-block memory cache (default 256)\n"
         "      --no-allow-other     do not add allow_other (added by default for root)\n"
-        "      --config FILE        YAML file of defaults (keys: long option names)\n"
+        "      --config FILE        YAML file of defaults (keys: long option names, and\n"
+        "                           meta-url, access-key, secret-key, session-token)\n"
         MNT_COMMON_HELP
         "\n"
         "With -d the log goes to --log-file, default /var/log/kegfs/NAME-HASH.log\n"
@@ -211,6 +220,65 @@ static const struct option *find_opt(const char *name, size_t len)
     return NULL;
 }
 
+/* Wipe and free a string that may hold a secret. */
+static void free_secret(char *s)
+{
+    if (s)
+        memset(s, 0, strlen(s));
+    keg_free(s);
+}
+
+static int key_is(const char *key, const char *name)
+{
+    for (; *key && *name; key++, name++) {
+        char c = *key == '_' ? '-' : *key;
+        if (c != *name)
+            return 0;
+    }
+    return *key == '\0' && *name == '\0';
+}
+
+/* The field of a config-only key (meta-url, access-key, secret-key,
+ * session-token), or NULL. */
+static char **config_only_key(struct mount_opts *o, const char *key)
+{
+    if (key_is(key, "meta-url"))
+        return &o->meta_url;
+    if (key_is(key, "access-key"))
+        return &o->access_key;
+    if (key_is(key, "secret-key"))
+        return &o->secret_key;
+    if (key_is(key, "session-token"))
+        return &o->session_token;
+    return NULL;
+}
+
+/* Returns 0 or 2 (usage). */
+static int set_config_only(struct mount_opts *o, char **field, const char *key, const char *val,
+                           const char *path)
+{
+    if (!val || !*val) {
+        mnt_error("--config %s: '%s' needs a value", path, key);
+        return 2;
+    }
+    free_secret(*field);
+    *field = keg_strdup(val);
+    if (!*field)
+        return 1;
+    if (field == &o->meta_url) {
+        struct keg_url u;
+        const char *err = NULL;
+        if (keg_url_parse(val, &u, &err) == 0) {
+            if (u.has_password)
+                o->config_secrets = 1;
+            keg_url_free(&u);
+        }
+    } else if (field != &o->access_key) {
+        o->config_secrets = 1;
+    }
+    return 0;
+}
+
 /* YAML: a mapping of option name -> scalar (or a sequence of scalars, joined
  * with ',' -- handy for "options"). */
 static int load_config(struct mount_opts *o, const char *path)
@@ -283,8 +351,11 @@ static int load_config(struct mount_opts *o, const char *path)
                 in_seq = 0;
                 val = seq ? seq : "";
             }
-            const struct option *opt = find_opt(key, strlen(key));
-            if (!opt || opt->val == OPT_CONFIG || opt->val == 'h') {
+            char **secret = config_only_key(o, key);
+            const struct option *opt = secret ? NULL : find_opt(key, strlen(key));
+            if (secret) {
+                rc = set_config_only(o, secret, key, val, path);
+            } else if (!opt || opt->val == OPT_CONFIG || opt->val == 'h') {
                 mnt_error("--config %s: unknown option '%s'", path, key);
                 rc = 2;
             } else {
@@ -302,6 +373,10 @@ static int load_config(struct mount_opts *o, const char *path)
         yaml_event_delete(&ev);
     }
     yaml_parser_delete(&p);
+    struct stat st;
+    if (rc == 0 && o->config_secrets && fstat(fileno(f), &st) == 0 && (st.st_mode & 077))
+        mnt_warn("warning: --config %s holds secrets but is readable by group or others "
+                 "(mode %04o); chmod 600 it", path, (unsigned)(st.st_mode & 07777));
     fclose(f);
     keg_free(key);
     keg_free(seq);
@@ -611,9 +686,9 @@ static int run_session(struct mount_opts *o, const char *url, const char *abs_mp
     conf.read_only = o->read_only;
     conf.buffer_size = o->buffer_mib << 20;
     conf.block_cache_size = o->cache_mib << 20;
-    conf.access_key = getenv("AWS_ACCESS_KEY_ID");
-    conf.secret_key = getenv("AWS_SECRET_ACCESS_KEY");
-    conf.session_token = getenv("AWS_SESSION_TOKEN");
+    conf.access_key = o->access_key ? o->access_key : getenv("AWS_ACCESS_KEY_ID");
+    conf.secret_key = o->secret_key ? o->secret_key : getenv("AWS_SECRET_ACCESS_KEY");
+    conf.session_token = o->session_token ? o->session_token : getenv("AWS_SESSION_TOKEN");
     rc = keg_fs_new(&conf, &fs);
     if (rc) {
         mnt_error("cannot open volume %s at %s: %s", volname, red, strerror(-rc));
@@ -827,13 +902,20 @@ int mnt_cmd_mount(int argc, char **argv)
     }
     if (mnt_log_file && !o.log_file)
         o.log_file = keg_strdup(mnt_log_file);
-    if (argc - optind != 2) {
-        mnt_error("mount needs META_URL and MOUNTPOINT (see 'kegfs mount --help')");
+    const char *url;
+    const char *mp;
+    if (argc - optind == 2) {
+        url = argv[optind];
+        mp = argv[optind + 1];
+    } else if (argc - optind == 1 && o.meta_url) {
+        url = o.meta_url;
+        mp = argv[optind];
+    } else {
+        mnt_error("mount needs META_URL and MOUNTPOINT, or MOUNTPOINT alone with meta-url in "
+                  "--config (see 'kegfs mount --help')");
         rc = 2;
         goto out;
     }
-    const char *url = argv[optind];
-    const char *mp = argv[optind + 1];
     fuse_set_log_func(fuse_log_to_keg);
     signal(SIGPIPE, SIG_IGN);
 
@@ -876,5 +958,9 @@ out:
     keg_free(o.fuse_opts);
     keg_free(o.log_file);
     keg_free(o.config);
+    free_secret(o.meta_url);
+    free_secret(o.access_key);
+    free_secret(o.secret_key);
+    free_secret(o.session_token);
     return rc;
 }

@@ -15,7 +15,7 @@ cleanup() { stop_plugin; umount_below "$W"; sleep 0.5; rm -rf "$W"; }
 trap cleanup EXIT
 MOUNTER=$KEGFS_BIN
 mount_flag=()
-if can_mount; then MOUNTER=$(pick_mounter); mount_flag=(--mount); fi
+if can_mount; then mount_flag=(--mount); fi
 start_plugin "$W" all
 rc=0
 $PY "$REPO/e2e/conformance/sanity.py" --endpoint "unix://$W/csi.sock" \

@@ -4,7 +4,6 @@ BUILD=${KEG_BUILD:-$REPO/build}
 PY=/usr/bin/python3          # Debian's python3 has python3-grpcio (NOTES.md)
 CSI_BIN=${CSI_BIN:-$BUILD/csi/kegfs-csi}
 KEGFS_BIN=${KEGFS_BIN:-$BUILD/mounter/kegfs}
-export KEGFS_BIN              # read by e2e/lib/kegfs-config-shim.sh
 
 log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
 die() { log "FAIL: $*"; exit 1; }
@@ -12,22 +11,6 @@ die() { log "FAIL: $*"; exit 1; }
 # 0 if this machine can do real FUSE mounts as root.
 can_mount() {
   [ "$(id -u)" = 0 ] && [ -c /dev/fuse ] && [ -x "$KEGFS_BIN" ]
-}
-
-# The mounter kegfs-csi should run: kegfs itself when its `mount --config`
-# takes meta-url, else the test-only shim.
-pick_mounter() {
-  local probe
-  probe=$(mktemp)
-  printf 'meta-url: "sqlite3:///nonexistent/x.db"\n' > "$probe"
-  local out
-  out=$("$KEGFS_BIN" mount --config "$probe" /nonexistent-kegfs-probe 2>&1 || true)
-  if grep -q "unknown option 'meta-url'\|META_URL" <<< "$out"; then
-    echo "$REPO/e2e/lib/kegfs-config-shim.sh"
-  else
-    echo "$KEGFS_BIN"
-  fi
-  rm -f "$probe"
 }
 
 # start_plugin DIR MODE [extra args]: starts kegfs-csi, sets PLUGIN_PID.
