@@ -111,6 +111,14 @@ static unsigned char model_byte(const struct model *m, uint64_t off)
     return p ? p[off % PAGE] : 0;
 }
 
+static void model_free(struct model *m)
+{
+    for (uint64_t i = 0; i < m->npages; i++)
+        free(m->pages[i]);
+    free(m->pages);
+    m->pages = NULL;
+}
+
 static void model_truncate(struct model *m, uint64_t size)
 {
     if (size < m->size)
@@ -384,6 +392,9 @@ static int run_single(struct run *r)
     close(r->fd);
     printf("keg_fsmodel: seed %" PRIu64 ": %" PRIu64 " ops verified, final size %" PRIu64 "\n",
            r->seed, r->nops, r->m.size);
+    model_free(&r->m);
+    free(r->buf);
+    free(r->rbuf);
     return 0;
 }
 
