@@ -61,9 +61,11 @@ static void bar_cb(void *arg, const struct keg_dump_stats *st, uint64_t done, ui
         memset(fill, '#', (size_t)w);
         memset(fill + w, '.', (size_t)(30 - w));
         fill[30] = '\0';
-        fprintf(stderr, "\r%s [%s] %3d%%  %llu/%llu %s, %llu entries ", b->what, fill, pct,
-                (unsigned long long)done, (unsigned long long)total, b->unit,
-                (unsigned long long)st->entries);
+        fprintf(stderr, "\r%s [%s] %3d%%  %llu/%llu %s", b->what, fill, pct,
+                (unsigned long long)done, (unsigned long long)total, b->unit);
+        if (strcmp(b->unit, "entries") != 0)
+            fprintf(stderr, ", %llu entries", (unsigned long long)st->entries);
+        fputc(' ', stderr);
     } else {
         fprintf(stderr, "\r%s %llu %s, %llu entries ", b->what, (unsigned long long)done,
                 b->unit, (unsigned long long)st->entries);
