@@ -38,7 +38,7 @@ started_redis=0
 started_s3=0
 
 cleanup() {
-  [ $started_s3 = 1 ] && scripts/s3-server.sh stop >/dev/null 2>&1
+  [ $started_s3 = 1 ] && scripts/s3-server.sh stop "$TMP/s3" >/dev/null 2>&1
   [ $started_redis = 1 ] && scripts/redis-server.sh stop "$REDIS_PORT" "$TMP/redis" >/dev/null 2>&1
 }
 trap cleanup EXIT
@@ -102,9 +102,9 @@ if [ $UNIT_ONLY = 0 ]; then
   fi
 
   # --- S3 (Ceph gateway) ---
-  if scripts/s3-server.sh start; then
+  if scripts/s3-server.sh start "$TMP/s3"; then
     started_s3=1
-    eval "$(scripts/s3-server.sh env)"
+    eval "$(scripts/s3-server.sh env "$TMP/s3")"
     stage s3-contract "$BUILD/tests/test_obj_contract"
     stage s3-live "$BUILD/tests/test_obj_s3_live"
   else
