@@ -158,9 +158,9 @@ static void build_tree(struct tvol *v)
     /* owners, set-id bits and times */
     set_owner_times(v, small, 04755, 1234, 5678, 946684800);
     set_owner_times(v, d, 01777, 42, 43, 1234567890);
-    /* 300 entries: several readdir pages */
+    /* 700 entries: several readdir pages, and the slice-id set grows */
     ino = mk_dir(v, KEG_ROOT_INO, "many", 0755);
-    for (int i = 0; i < 300; i++) {
+    for (int i = 0; i < 700; i++) {
         snprintf(name, sizeof(name), "f%03d", i);
         mk_file(v, ino, name, 0, name, 4);
     }
