@@ -119,6 +119,7 @@ cg_kill() {   # cg_kill DIR: kill every process in the group, remove it
 CUR_WORK=""
 CUR_MNT=""
 CUR_CG=""
+CUR_PID=""                      # the case's `timeout` process while it runs
 
 is_mounted() {
   grep -qs " $1 " /proc/self/mountinfo
@@ -152,10 +153,35 @@ unmount_cur() {
   done
 }
 
+# every FUSE mount below DIR (a case may add mount points), deepest first
+mounts_under() {
+  awk -v d="$1/" 'index($5, d) == 1 { print $5 }' /proc/self/mountinfo | sort -r
+}
+
+unmount_all_under() {
+  local m
+  [ -n "$1" ] || return 0
+  for m in $(mounts_under "$1"); do
+    unmount_cur "$m"
+  done
+}
+
+cg_kill_except_mounters() {
+  local cg=$1 pid
+  [ -n "$cg" ] && [ -f "$cg/cgroup.procs" ] || return 0
+  while read -r pid; do
+    tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -qE 'kegfs.* mount ' && continue
+    kill -9 "$pid" 2>/dev/null
+  done < "$cg/cgroup.procs"
+  sleep 0.2
+}
+
 cleanup() {
   trap - INT TERM EXIT
+  [ -n "$CUR_PID" ] && kill -TERM "$CUR_PID" 2>/dev/null && sleep 0.5
+  cg_kill_except_mounters "$CUR_CG"
+  unmount_all_under "$CUR_WORK"
   cg_kill "$CUR_CG"
-  unmount_cur "$CUR_MNT"
   if [ -n "$CUR_WORK" ] && [ $KEEP = 0 ]; then
     rm -rf "$CUR_WORK"
   fi
@@ -167,7 +193,7 @@ on_signal() {
   cleanup
   exit 130
 }
-trap on_signal INT TERM
+trap on_signal INT TERM HUP
 trap cleanup EXIT
 
 #--- helpers ------------------------------------------------------------------
@@ -266,13 +292,18 @@ run_case() {
     export MT_HERE=$here MT_CASE=$name MT_LONG=$LONG
     [ -n "$CUR_CG" ] && echo $BASHPID > "$CUR_CG/cgroup.procs" 2>/dev/null
     exec timeout -k 10 "$timeout" bash "$case"
-  ) </dev/null >"$WORK/case.log" 2>&1
+  ) </dev/null >"$WORK/case.log" 2>&1 &
+  # (in the background: `wait` returns at once when a trapped signal arrives)
+  CUR_PID=$!
+  wait $CUR_PID
   rc=$?
+  CUR_PID=""
+  # Mounters the case started (remounts, extra mount points) live in its cgroup: kill
+  # the case's other leftovers first, unmount cleanly, then kill what is left.
+  cg_kill_except_mounters "$CUR_CG"
+  unmount_all_under "$WORK"
   cg_kill "$CUR_CG"
   CUR_CG=""
-
-  # a case that unmounted/remounted keeps MNT mounted at the end (lib.sh)
-  unmount_cur "$MNT"
   CUR_MNT=""
 
   local errs=""
