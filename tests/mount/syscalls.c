@@ -1325,6 +1325,118 @@ static void t_statfs(void)
     TRUE(sf2.f_ffree <= sf.f_ffree);
 }
 
+/* Data a file system may still buffer (written, not yet closed or fsync'ed) must
+ * interact correctly with namespace and size changes made through other paths. */
+static void t_buffered(void)
+{
+    char a[8192], buf[64];
+    struct stat st;
+    int fd, fd2;
+
+    memset(a, 'A', sizeof(a));
+    /* truncate by path while another fd holds unflushed writes */
+    fd = OK(open("a", O_CREAT | O_RDWR, 0644));
+    EQ(write(fd, a, 100), 100);
+    OK(truncate("a", 0));
+    EQ(xstat("a").st_size, 0);
+    close(fd);
+    EQ(xstat("a").st_size, 0);
+    /* ftruncate through a second fd between two writes of the first */
+    fd = OK(open("b", O_CREAT | O_RDWR, 0644));
+    EQ(write(fd, a, sizeof(a)), sizeof(a));
+    fd2 = OK(open("b", O_RDWR));
+    OK(ftruncate(fd2, 10));
+    close(fd2);
+    EQ(pwrite(fd, "B", 1, 20), 1);
+    close(fd);
+    EQ(xstat("b").st_size, 21);
+    fd = OK(open("b", O_RDONLY));
+    TRUE(pread_is(fd, 0, a, 10));
+    TRUE(pread_is(fd, 10, NULL, 10));
+    TRUE(pread_is(fd, 20, "B", 1));
+    close(fd);
+    /* rename another file over one with unflushed writes */
+    OK(write_file("d", "new", 3, 0644));
+    fd = OK(open("c", O_CREAT | O_RDWR, 0644));
+    EQ(write(fd, "old-data", 8), 8);
+    OK(rename("d", "c"));
+    close(fd);
+    fd = OK(open("c", O_RDONLY));
+    EQ(read(fd, buf, sizeof(buf)), 3);
+    TRUE(memcmp(buf, "new", 3) == 0);
+    close(fd);
+    /* unlink with unflushed writes: nothing comes back at close */
+    fd = OK(open("e", O_CREAT | O_RDWR, 0644));
+    EQ(write(fd, a, sizeof(a)), sizeof(a));
+    OK(unlink("e"));
+    close(fd);
+    ERR(access("e", F_OK), ENOENT);
+    EQ(count_dir("."), 3);                          /* a b c */
+    /* a second open sees the first one's unflushed data and size */
+    fd = OK(open("f", O_CREAT | O_RDWR, 0644));
+    EQ(pwrite(fd, a, 5000, 3000), 5000);
+    fd2 = OK(open("f", O_RDONLY));
+    OK(fstat(fd2, &st));
+    EQ(st.st_size, 8000);
+    TRUE(pread_is(fd2, 0, NULL, 3000));
+    TRUE(pread_is(fd2, 3000, a, 5000));
+    close(fd2);
+    /* and so does a hard link's name */
+    OK(link("f", "g"));
+    EQ(pwrite(fd, "LINK", 4, 0), 4);
+    fd2 = OK(open("g", O_RDONLY));
+    TRUE(pread_is(fd2, 0, "LINK", 4));
+    close(fd2);
+    /* chmod through the fd, then more writes: mode and data both stay */
+    OK(fchmod(fd, 0600));
+    EQ(pwrite(fd, "MORE", 4, 8000), 4);
+    close(fd);
+    EQ(xstat("f").st_mode & 07777, 0600);
+    EQ(xstat("f").st_size, 8004);
+    /* st_blocks covers the data of a dense file (du, cp --sparse rely on it) */
+    char *big = calloc(1, 1 << 20);
+    memset(big, 'x', 1 << 20);
+    OK(write_file("dense", big, 1 << 20, 0644));
+    free(big);
+    st = xstat("dense");
+    TRUE((long long)st.st_blocks * 512 >= (1 << 20));
+    /* readdir's d_ino is the inode number stat reports */
+    DIR *d = opendir(".");
+    struct dirent *de;
+    int checked = 0;
+    while (d && (de = readdir(d)) != NULL) {
+        if (!strcmp(de->d_name, "dense")) {
+            EQ(de->d_ino, st.st_ino);
+            checked = 1;
+        }
+    }
+    if (d)
+        closedir(d);
+    TRUE(checked);
+}
+
+static void t_tmpfile(void)
+{
+    char path[64];
+    int fd = open(".", O_TMPFILE | O_RDWR, 0600);
+
+    if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
+        skip("O_TMPFILE not supported here (%s)%s", strerror(errno),
+             g_fstype == FUSE_SUPER_MAGIC ? "; FUSE needs a tmpfile handler (kernel 6.x)" : "");
+        return;
+    }
+    TRUE(fd >= 0);
+    if (fd < 0)
+        return;
+    EQ(write(fd, "tmp", 3), 3);
+    EQ(count_dir("."), 0);
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+    OK(linkat(AT_FDCWD, path, AT_FDCWD, "named", AT_SYMLINK_FOLLOW));
+    close(fd);
+    EQ(xstat("named").st_size, 3);
+    EQ(xstat("named").st_nlink, 1);
+}
+
 /*--- permission checks as uid 65534 ---*/
 
 static void nobody_checks(void *arg)
@@ -1451,7 +1563,8 @@ static const struct test g_tests[] = {
     {"posix_locks", t_posix_locks}, {"fallocate", t_fallocate},
     {"seek_data", t_seek_data}, {"copy_range", t_copy_range},
     {"unlinked_open", t_unlinked_open}, {"mmap", t_mmap},
-    {"statfs", t_statfs},       {"perms", t_perms},
+    {"statfs", t_statfs},       {"buffered", t_buffered},
+    {"tmpfile", t_tmpfile},     {"perms", t_perms},
 };
 
 static int selected(const char *list, const char *name)
