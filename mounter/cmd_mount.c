@@ -43,6 +43,7 @@
 #include "keg/log.h"
 #include "keg/mem.h"
 #include "keg/meta.h"
+#include "keg/stack.h"
 #include "keg/url.h"
 
 #include "mnt_i.h"
@@ -52,6 +53,8 @@
 enum {
     OPT_ATTR_CACHE = 0x3001, OPT_ENTRY_CACHE, OPT_DIR_ENTRY_CACHE, OPT_READ_ONLY, OPT_BUFFER_SIZE,
     OPT_CACHE_SIZE, OPT_CONFIG, OPT_BACKGROUND, OPT_FUSE_OPTS, OPT_NO_ALLOW_OTHER,
+    OPT_MEM_CACHE_SIZE, OPT_CACHE_DIR, OPT_WRITEBACK, OPT_UPLOAD_WORKERS, OPT_MAX_STAGING,
+    OPT_DRAIN_TIMEOUT, OPT_SESSION_TIMEOUT, OPT_HEARTBEAT,
 };
 
 struct mount_opts {
@@ -59,7 +62,15 @@ struct mount_opts {
     double   attr_cache, entry_cache, dir_entry_cache;   /* seconds */
     int      read_only;
     uint64_t buffer_mib;       /* 0: core default */
-    uint64_t cache_mib;        /* 0: core default */
+    uint64_t mem_cache_mib;    /* 0: core default */
+    char    *cache_dir;        /* SSD cache + staging directory; OWNERSHIP: keg_free */
+    uint64_t cache_size;       /* SSD cache budget, bytes (0: stack default) */
+    int      writeback;
+    uint64_t upload_workers;   /* 0: stack default */
+    uint64_t max_staging;      /* bytes, 0: stack default */
+    double   drain_timeout;    /* seconds the unmount waits for staged uploads */
+    double   session_timeout;  /* seconds; 0: core default */
+    double   heartbeat;        /* seconds; 0: core default */
     int      no_allow_other;
     char    *fuse_opts;        /* comma-joined -o values; OWNERSHIP: keg_free */
     char    *log_file;         /* OWNERSHIP: keg_free */
@@ -81,7 +92,15 @@ static const struct option longopts[] = {
     {"dir-entry-cache", required_argument, NULL, OPT_DIR_ENTRY_CACHE},
     {"read-only", optional_argument, NULL, OPT_READ_ONLY},
     {"buffer-size", required_argument, NULL, OPT_BUFFER_SIZE},
+    {"mem-cache-size", required_argument, NULL, OPT_MEM_CACHE_SIZE},
+    {"cache-dir", required_argument, NULL, OPT_CACHE_DIR},
     {"cache-size", required_argument, NULL, OPT_CACHE_SIZE},
+    {"writeback", optional_argument, NULL, OPT_WRITEBACK},
+    {"upload-workers", required_argument, NULL, OPT_UPLOAD_WORKERS},
+    {"max-staging", required_argument, NULL, OPT_MAX_STAGING},
+    {"drain-timeout", required_argument, NULL, OPT_DRAIN_TIMEOUT},
+    {"session-timeout", required_argument, NULL, OPT_SESSION_TIMEOUT},
+    {"heartbeat", required_argument, NULL, OPT_HEARTBEAT},
     {"no-allow-other", optional_argument, NULL, OPT_NO_ALLOW_OTHER},
     {"config", required_argument, NULL, OPT_CONFIG},
     MNT_COMMON_LONGOPTS,
@@ -107,7 +126,16 @@ static void usage(FILE *out)
         "      --dir-entry-cache SEC kernel directory-name cache timeout (default 1)\n"
         "      --read-only          mount read-only\n"
         "      --buffer-size MiB    write-buffer budget (default 300)\n"
-        "      --cache-size MiB     decoded-block memory cache (default 256)\n"
+        "      --mem-cache-size MiB decoded-block memory cache (default 256)\n"
+        "      --cache-dir DIR      local SSD cache of blocks (and writeback staging) in DIR\n"
+        "      --cache-size SIZE    SSD cache budget, e.g. 10G (default 1G; needs --cache-dir)\n"
+        "      --writeback          stage written blocks in --cache-dir, upload them in the\n"
+        "                           background (close returns before the upload)\n"
+        "      --upload-workers N   writeback upload threads (default 4)\n"
+        "      --max-staging SIZE   staged bytes before writes wait (default 1G)\n"
+        "      --drain-timeout SEC  at unmount, wait this long for staged uploads (default 30)\n"
+        "      --session-timeout SEC a session silent this long is stale (default 60)\n"
+        "      --heartbeat SEC      session heartbeat period (default 10)\n"
         "      --no-allow-other     do not add allow_other (added by default for root)\n"
         "      --config FILE        YAML file of defaults (keys: long option names, and\n"
         "                           meta-url, access-key, secret-key, session-token)\n"
@@ -165,9 +193,42 @@ static int apply_opt(struct mount_opts *o, int id, const char *name, const char 
             rc = -ERANGE;
         o->buffer_mib = u;
         break;
-    case OPT_CACHE_SIZE:
+    case OPT_MEM_CACHE_SIZE:
         rc = mnt_parse_u64(v, &u);
-        o->cache_mib = u;
+        o->mem_cache_mib = u;
+        break;
+    case OPT_CACHE_SIZE:
+        rc = mnt_parse_size(v, &o->cache_size);
+        if (!rc && o->cache_size == 0)
+            rc = -ERANGE;
+        break;
+    case OPT_MAX_STAGING:
+        rc = mnt_parse_size(v, &o->max_staging);
+        if (!rc && o->max_staging == 0)
+            rc = -ERANGE;
+        break;
+    case OPT_UPLOAD_WORKERS:
+        rc = mnt_parse_u64(v, &u);
+        if (!rc && (u < 1 || u > 256))
+            rc = -ERANGE;
+        o->upload_workers = u;
+        break;
+    case OPT_WRITEBACK: rc = parse_bool(v, &o->writeback); break;
+    case OPT_DRAIN_TIMEOUT: rc = mnt_parse_seconds(v, &o->drain_timeout); break;
+    case OPT_SESSION_TIMEOUT:
+        rc = mnt_parse_seconds(v, &o->session_timeout);
+        if (!rc && o->session_timeout < 1)
+            rc = -ERANGE;
+        break;
+    case OPT_HEARTBEAT:
+        rc = mnt_parse_seconds(v, &o->heartbeat);
+        if (!rc && o->heartbeat < 1)
+            rc = -ERANGE;
+        break;
+    case OPT_CACHE_DIR:
+        keg_free(o->cache_dir);
+        o->cache_dir = v && *v ? keg_strdup(v) : NULL;
+        rc = o->cache_dir ? 0 : -EINVAL;
         break;
     case OPT_FUSE_OPTS:
         rc = v ? append_fuse_opts(o, v) : -EINVAL;
@@ -536,6 +597,45 @@ out:
 
 /*----- pre-mount checks -----*/
 
+/* Cache/writeback options that need each other; the cache directory made
+ * absolute (a background mounter runs in /).  Returns 0, 1 or 2 (usage). */
+static int check_cache_opts(struct mount_opts *o)
+{
+    if (o->session_timeout && o->heartbeat && o->session_timeout <= o->heartbeat) {
+        mnt_error("--session-timeout (%.0f s) must be longer than --heartbeat (%.0f s)",
+                  o->session_timeout, o->heartbeat);
+        return 2;
+    }
+    if (!o->cache_dir) {
+        const char *need = o->writeback ? "--writeback" : o->cache_size ? "--cache-size" :
+                           o->max_staging ? "--max-staging" :
+                           o->upload_workers ? "--upload-workers" : NULL;
+        if (need) {
+            mnt_error("%s needs --cache-dir", need);
+            return 2;
+        }
+        return 0;
+    }
+    if (!o->writeback && (o->max_staging || o->upload_workers)) {
+        mnt_error("%s needs --writeback", o->max_staging ? "--max-staging" : "--upload-workers");
+        return 2;
+    }
+    if (o->cache_dir[0] != '/') {
+        char cwd[4096];
+        if (!getcwd(cwd, sizeof(cwd))) {
+            mnt_error("--cache-dir %s: cannot resolve a relative path: %s", o->cache_dir,
+                      strerror(errno));
+            return 1;
+        }
+        char *abs = keg_asprintf("%s/%s", cwd, o->cache_dir);
+        if (!abs)
+            return 1;
+        keg_free(o->cache_dir);
+        o->cache_dir = abs;
+    }
+    return 0;
+}
+
 static int check_mountpoint(const char *mp, char **abs)
 {
     struct stat st;
@@ -639,6 +739,40 @@ static void fuse_log_to_keg(enum fuse_log_level level, const char *fmt, va_list 
 
 /*----- running the session -----*/
 
+/* --drain-timeout in ms (the stack takes 0 as its 30 s default, so 0 s is 1 ms). */
+static unsigned drain_ms(const struct mount_opts *o)
+{
+    double ms = o->drain_timeout * 1000.0;
+    if (ms < 1)
+        return 1;
+    return ms > 4e9 ? 4000000000u : (unsigned)ms;
+}
+
+/* Unmount with writeback: give staged objects --drain-timeout to reach the store,
+ * and say plainly what is left (it stays staged and is uploaded at the next mount
+ * with the same --cache-dir). */
+static void drain_staged(const struct mount_opts *o, struct keg_fs *fs)
+{
+    struct keg_stack_stats st;
+    uint64_t left = 0;
+    if (!o->writeback)
+        return;
+    keg_stack_stats(keg_fs_obj(fs), &st);
+    if (st.staged_objects)
+        KEG_INFO("uploading %llu staged objects (%llu bytes) before exiting, for up to %.0f s",
+                 (unsigned long long)st.staged_objects, (unsigned long long)st.staged_bytes,
+                 o->drain_timeout);
+    int rc = keg_stack_drain(keg_fs_obj(fs), drain_ms(o), &left);
+    if (rc == 0)
+        return;
+    KEG_WARN("%llu objects remain staged under %s (%s); they will be uploaded at the next "
+             "mount with --cache-dir %s", (unsigned long long)left, o->cache_dir,
+             rc == -ETIMEDOUT ? "the drain timeout passed" : "their upload fails",
+             o->cache_dir);
+    mnt_warn("%llu objects remain staged under %s; they will be uploaded at the next mount "
+             "with --cache-dir %s", (unsigned long long)left, o->cache_dir, o->cache_dir);
+}
+
 static struct mnt_state state;   /* userdata of the session; lives for the process */
 
 static void notify(int fd, const char *msg)
@@ -685,7 +819,18 @@ static int run_session(struct mount_opts *o, const char *url, const char *abs_mp
     conf.mountpoint = abs_mp;
     conf.read_only = o->read_only;
     conf.buffer_size = o->buffer_mib << 20;
-    conf.block_cache_size = o->cache_mib << 20;
+    conf.block_cache_size = o->mem_cache_mib << 20;
+    conf.session_timeout = (unsigned)o->session_timeout;
+    conf.heartbeat_sec = (unsigned)o->heartbeat;
+    struct keg_stack_conf sc;
+    memset(&sc, 0, sizeof(sc));
+    sc.cache_dir = o->cache_dir;
+    sc.cache_size = o->cache_size;
+    sc.writeback = o->writeback;
+    sc.upload_workers = (unsigned)o->upload_workers;
+    sc.max_staging = o->max_staging;
+    sc.drain_ms = drain_ms(o);
+    conf.stack = &sc;
     conf.access_key = o->access_key ? o->access_key : getenv("AWS_ACCESS_KEY_ID");
     conf.secret_key = o->secret_key ? o->secret_key : getenv("AWS_SECRET_ACCESS_KEY");
     conf.session_token = o->session_token ? o->session_token : getenv("AWS_SESSION_TOKEN");
@@ -719,10 +864,14 @@ static int run_session(struct mount_opts *o, const char *url, const char *abs_mp
         goto fail;
     }
     mnt_state_prune();
-    rc = mnt_state_write(abs_mp, getpid(), url);
+    rc = mnt_state_write(abs_mp, getpid(), url,
+                         o->writeback ? (unsigned)(o->drain_timeout + 0.999) : 0);
     if (rc)
         KEG_WARN("cannot write the state file in %s: %s ('kegfs umount' will not wait, "
                  "'kegfs info' will not work)", mnt_run_dir(), strerror(-rc));
+    rc = mnt_stats_start(abs_mp, fs, 0);
+    if (rc)
+        KEG_WARN("cannot start the stats thread: %s", strerror(-rc));
     KEG_INFO("mounted volume %s (%s) at %s, pid %d", volname, red, abs_mp, (int)getpid());
     notify(notify_fd, "OK");
     notify_fd = -1;
@@ -744,6 +893,9 @@ static int run_session(struct mount_opts *o, const char *url, const char *abs_mp
     KEG_INFO("unmounting %s", abs_mp);
     fuse_remove_signal_handlers(se);
     fuse_session_unmount(se);
+    mnt_stats_phase("draining");
+    drain_staged(o, fs);
+    mnt_stats_stop();
     keg_fs_free(fs);      /* flushes open files, ends the session */
     fs = NULL;
     mnt_state_remove(abs_mp);
@@ -893,6 +1045,7 @@ int mnt_cmd_mount(int argc, char **argv)
 
     memset(&o, 0, sizeof(o));
     o.attr_cache = o.entry_cache = o.dir_entry_cache = 1.0;
+    o.drain_timeout = 30.0;
     if (keg_log_level == LOG_WARNING)
         keg_log_set_level(LOG_INFO);
     rc = parse_cmdline(argc, argv, &o);
@@ -902,6 +1055,9 @@ int mnt_cmd_mount(int argc, char **argv)
     }
     if (mnt_log_file && !o.log_file)
         o.log_file = keg_strdup(mnt_log_file);
+    rc = check_cache_opts(&o);
+    if (rc)
+        goto out;
     const char *url;
     const char *mp;
     if (argc - optind == 2) {
@@ -958,6 +1114,7 @@ out:
     keg_free(o.fuse_opts);
     keg_free(o.log_file);
     keg_free(o.config);
+    keg_free(o.cache_dir);
     free_secret(o.meta_url);
     free_secret(o.access_key);
     free_secret(o.secret_key);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define KEG_LOG_TAG "status"
 #include "keg/log.h"
@@ -142,6 +143,15 @@ static int print_session(void *arg, const struct keg_session_info *s)
             hb, info_get(info, "version", ver, sizeof(ver)),
             info_get(info, "mountpoint", mp, sizeof(mp)));
     sc->n++;
+    /* A mounter of this machine: its live figures, from its stats file. */
+    char self[128] = "";
+    struct mnt_live l;
+    uint64_t p = 0;
+    if (gethostname(self, sizeof(self) - 1) != 0)
+        self[0] = '\0';
+    if (strcmp(self, host) == 0 && mp[0] == '/' && mnt_parse_u64(pid, &p) == 0 &&
+        mnt_stats_read(mp, &l) == 0 && l.pid == p)
+        mnt_stats_print(sc->out, &l, "         ");
     return 0;
 }
 

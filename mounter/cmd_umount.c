@@ -31,8 +31,9 @@ static void usage(FILE *out)
     fprintf(out,
         "Usage: kegfs umount [OPTIONS] MOUNTPOINT\n"
         "\n"
-        "Unmount the KegFS mount at MOUNTPOINT and wait (up to 30 s) until its mounter\n"
-        "process has flushed its data and exited.\n"
+        "Unmount the KegFS mount at MOUNTPOINT and wait until its mounter process has\n"
+        "flushed its data and exited: up to 30 s, or 2 x --drain-timeout + 15 s for a\n"
+        "--writeback mounter (progress of its uploads is reported every 5 s).\n"
         "\n"
         "Options:\n"
         "  -f, --force              detach even if busy (lazy unmount, MNT_DETACH); the\n"
@@ -134,10 +135,31 @@ static int run_fusermount(const char *abs_mp, int force)
     return WIFEXITED(st) && WEXITSTATUS(st) == 127 ? -ENOENT : -EIO;
 }
 
-static int wait_exit(pid_t pid, int seconds)
+/* While waiting: every 5 s, say what a draining mounter still has to upload. */
+static void report_drain(const char *abs_mp, pid_t pid)
 {
-    int64_t deadline = keg_mono_ns() + (int64_t)seconds * 1000000000LL;
+    struct mnt_live l;
+    char a[32];
+    if (mnt_stats_read(abs_mp, &l) != 0 || l.pid == 0)
+        return;
+    if (l.staged_objects == 0 && strcmp(l.phase, "draining") != 0)
+        return;
+    mnt_warn("waiting for the mounter (pid %d) to upload %llu staged objects (%s, %llu in "
+             "flight, %llu failing)...", (int)pid, (unsigned long long)l.staged_objects,
+             mnt_fmt_size(l.staged_bytes, a, sizeof(a)), (unsigned long long)l.uploading,
+             (unsigned long long)l.failing_objects);
+}
+
+static int wait_exit(pid_t pid, int seconds, const char *abs_mp)
+{
+    int64_t start = keg_mono_ns();
+    int64_t deadline = start + (int64_t)seconds * 1000000000LL;
+    int64_t next_report = start + 2000000000LL;
     while (keg_mono_ns() < deadline) {
+        if (abs_mp && keg_mono_ns() >= next_report) {
+            report_drain(abs_mp, pid);
+            next_report = keg_mono_ns() + 5000000000LL;
+        }
         if (kill(pid, 0) < 0 && errno == ESRCH)
             return 0;
         /* a zombie child of someone else still answers kill(): check its state */
@@ -207,6 +229,12 @@ int mnt_cmd_umount(int argc, char **argv)
         goto out;
     }
     pid_t pid = find_mounter(abs);
+    /* A writeback mounter may spend its drain timeout uploading, twice (the
+     * explicit drain, then the writeback layer's own at close). */
+    int wait_sec = MNT_UMOUNT_WAIT_SEC;
+    unsigned drain = mnt_state_drain_timeout(abs);
+    if (drain && (int)(2 * drain + 15) > wait_sec)
+        wait_sec = (int)(2 * drain + 15);
     if (umount2(abs, force ? MNT_DETACH : 0) < 0) {
         int e = errno;
         if (e == EBUSY) {
@@ -230,13 +258,19 @@ int mnt_cmd_umount(int argc, char **argv)
         }
     }
     rc = 0;
-    if (pid > 0 && wait_exit(pid, MNT_UMOUNT_WAIT_SEC) != 0) {
+    if (pid > 0 && wait_exit(pid, wait_sec, abs) != 0) {
         if (force) {
             mnt_warn("%s detached; the mounter (pid %d) finishes once its last open file is "
                      "closed", abs, (int)pid);
         } else {
-            mnt_error("%s unmounted, but its mounter (pid %d) is still running after %d s "
-                      "(still flushing data?)", abs, (int)pid, MNT_UMOUNT_WAIT_SEC);
+            struct mnt_live l;
+            if (mnt_stats_read(abs, &l) == 0 && l.staged_objects)
+                mnt_error("%s unmounted, but its mounter (pid %d) is still running after %d s, "
+                          "with %llu objects staged for upload", abs, (int)pid, wait_sec,
+                          (unsigned long long)l.staged_objects);
+            else
+                mnt_error("%s unmounted, but its mounter (pid %d) is still running after %d s "
+                          "(still flushing data?)", abs, (int)pid, wait_sec);
             rc = 1;
         }
     } else if (pid <= 0) {

@@ -402,8 +402,11 @@ static void mnt_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
     fi->fh = (uint64_t)(uintptr_t)fh;
     fi->keep_cache = keep ? 1 : 0;
     fi->direct_io = 0;
-    if (fuse_reply_open(req, fi) != 0)
+    mnt_stats_open(1, 0);
+    if (fuse_reply_open(req, fi) != 0) {
+        mnt_stats_open(-1, 0);
         keg_fs_release(m->fs, fh);   /* interrupted: no release will come */
+    }
 }
 
 static void mnt_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
@@ -427,7 +430,9 @@ static void mnt_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode
     fi->direct_io = 0;
     fill_entry(m, &a, &e);
     mnt_inode_ref(a.ino, 1);
+    mnt_stats_open(1, 0);
     if (fuse_reply_create(req, &e, fi) != 0) {
+        mnt_stats_open(-1, 0);
         mnt_inode_unref(a.ino, 1);
         keg_fs_release(m->fs, fh);
     }
@@ -470,6 +475,7 @@ static void mnt_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 {
     MNT_DBG("release(ino=%" PRIu64 ")", (uint64_t)ino);
     int rc = keg_fs_release(mnt(req)->fs, fh_of(fi));
+    mnt_stats_open(-1, 0);
     if (rc < 0)
         KEG_WARN("release of inode %" PRIu64 ": %s", (uint64_t)ino, strerror(-rc));
     fuse_reply_err(req, -rc);
@@ -539,8 +545,11 @@ static void mnt_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
         return;
     }
     fi->fh = (uint64_t)(uintptr_t)dh;
-    if (fuse_reply_open(req, fi) != 0)
+    mnt_stats_open(0, 1);
+    if (fuse_reply_open(req, fi) != 0) {
+        mnt_stats_open(0, -1);
         keg_fs_releasedir(m->fs, dh);
+    }
 }
 
 /* State of one readdir(plus) reply being filled. */
@@ -638,6 +647,7 @@ static void mnt_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t o
 static void mnt_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     MNT_DBG("releasedir(ino=%" PRIu64 ")", (uint64_t)ino);
+    mnt_stats_open(0, -1);
     fuse_reply_err(req, -keg_fs_releasedir(mnt(req)->fs, dh_of(fi)));
 }
 

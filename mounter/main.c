@@ -26,6 +26,7 @@ static const struct mnt_cmd cmds[] = {
     {"umount", mnt_cmd_umount, "unmount a volume and wait for the mounter to finish"},
     {"status", mnt_cmd_status, "show a volume's settings, sessions and usage"},
     {"info", mnt_cmd_info, "show the inode, chunks, slices and objects of files"},
+    {"stats", mnt_cmd_stats, "show live figures of a running mounter (writeback, cache)"},
     {"gc", mnt_cmd_gc, "find (and delete) objects that no file references"},
     {"fsck", mnt_cmd_fsck, "check that every referenced block exists (--deep: is intact)"},
     {"warmup", mnt_cmd_warmup, "fetch the blocks of files ahead of use"},

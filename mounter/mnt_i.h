@@ -21,6 +21,7 @@ int mnt_cmd_mount(int argc, char **argv);
 int mnt_cmd_umount(int argc, char **argv);
 int mnt_cmd_status(int argc, char **argv);
 int mnt_cmd_info(int argc, char **argv);
+int mnt_cmd_stats(int argc, char **argv);
 
 /*--- messages (mnt_util.c) ---*/
 /* Print "kegfs: <msg>" to stderr and remember it (mnt_last_error) so that a
@@ -73,9 +74,13 @@ void mnt_path_hash(const char *abs, char out[17]);
  * /tmp/kegfs-<uid>.  Returns a static string. */
 const char *mnt_run_dir(void);
 /* State file of a mounted mount point: "<run_dir>/mounts/<hash>", mode 0600,
- * lines "pid=", "mountpoint=", "meta_url=" (the META_URL holds secrets).
- * mnt_state_write creates the directories.  Returns 0 or -errno. */
-int mnt_state_write(const char *abs_mp, pid_t pid, const char *meta_url);
+ * lines "pid=", "mountpoint=", "meta_url=" (the META_URL holds secrets),
+ * "drain_timeout=" (seconds the mounter may spend uploading staged objects at
+ * exit).  mnt_state_write creates the directories.  Returns 0 or -errno. */
+int mnt_state_write(const char *abs_mp, pid_t pid, const char *meta_url,
+                    unsigned drain_timeout);
+/* drain_timeout= of the state file, or 0.  */
+unsigned mnt_state_drain_timeout(const char *abs_mp);
 void mnt_state_remove(const char *abs_mp);
 /* Remove the state files of mounters that no longer run (killed, crashed). */
 void mnt_state_prune(void);
@@ -89,6 +94,34 @@ int mnt_read_small_file(const char *path, char **out);
 
 /* Print size as "4 MiB" style into buf. */
 const char *mnt_fmt_size(uint64_t v, char *buf, size_t size);
+
+/*--- live figures of a running mounter (mnt_stats.c) ---*/
+/* The stats file "<run_dir>/mounts/<hash>.stats": key=value lines, one per field. */
+struct mnt_live {
+    uint64_t pid, time, started;          /* time: unix seconds of this snapshot */
+    uint64_t has_cache, has_writeback;
+    uint64_t staged_bytes, staged_objects, unsynced_objects, uploading, failing_objects;
+    uint64_t uploaded_bytes, uploaded_objects, upload_errors, upload_rate_bps;
+    uint64_t waiting_puts, max_staging;
+    uint64_t cache_bytes, cache_objects, cache_budget, cache_hits, cache_misses;
+    uint64_t cache_shared, cache_corrupt, cache_evictions;
+    uint64_t open_files, open_dirs;       /* handles the kernel holds (this worker's) */
+    uint64_t restarts;                    /* crashed workers the supervisor replaced */
+    char     phase[16];                   /* "serving", "draining" */
+};
+/* Start the thread that rewrites the stats file every second.  BORROWS fs (until
+ * mnt_stats_stop).  Returns 0 or -errno. */
+int  mnt_stats_start(const char *abs_mp, struct keg_fs *fs, uint64_t restarts);
+void mnt_stats_phase(const char *phase);
+/* Stop the thread, remove the file. */
+void mnt_stats_stop(void);
+/* Returns 0, -ENOENT (no running mounter), -errno. */
+int  mnt_stats_read(const char *abs_mp, struct mnt_live *l);
+void mnt_stats_remove(const char *abs_mp);
+/* Lines "<indent>key: ..." describing l. */
+void mnt_stats_print(FILE *out, const struct mnt_live *l, const char *indent);
+/* The FUSE layer counts open handles: +1/-1. */
+void mnt_stats_open(int files, int dirs);
 
 /*--- tools shared by format/status/info (cmd_status.c) ---*/
 struct keg_meta;

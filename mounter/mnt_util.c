@@ -255,7 +255,7 @@ int mnt_is_mountpoint(const char *abs, char *fstype, size_t fstype_size)
             }
         }
     }
-    free(line);     /* allocated by getline() */
+    free(line);     /* checksrc: ok -- getline's buffer */
     fclose(f);
     return found;
 }
@@ -317,7 +317,19 @@ void mnt_state_prune(void)
         return;
     }
     while ((de = readdir(d)) != NULL) {
-        if (de->d_name[0] == '.' || strlen(de->d_name) != 16)
+        size_t len = strlen(de->d_name);
+        if (de->d_name[0] == '.')
+            continue;
+        if (len == 22 && strcmp(de->d_name + 16, ".stats") == 0) {
+            /* stats of a dead mounter: its pid is the first line too */
+            char *sp = keg_asprintf("%s/%s", dir, de->d_name);
+            pid_t spid = sp ? state_file_pid(sp) : 0;
+            if (sp && spid > 0 && kill(spid, 0) < 0 && errno == ESRCH)
+                unlink(sp);
+            keg_free(sp);
+            continue;
+        }
+        if (len != 16)
             continue;
         char *path = keg_asprintf("%s/%s", dir, de->d_name);
         if (!path)
@@ -333,7 +345,7 @@ void mnt_state_prune(void)
     keg_free(dir);
 }
 
-int mnt_state_write(const char *abs_mp, pid_t pid, const char *meta_url)
+int mnt_state_write(const char *abs_mp, pid_t pid, const char *meta_url, unsigned drain_timeout)
 {
     char *dir = keg_asprintf("%s/mounts", mnt_run_dir());
     char *path = state_path(abs_mp);
@@ -357,7 +369,8 @@ int mnt_state_write(const char *abs_mp, pid_t pid, const char *meta_url)
         rc = -errno;
         goto out;
     }
-    if (dprintf(fd, "pid=%d\nmountpoint=%s\nmeta_url=%s\n", (int)pid, abs_mp, meta_url) < 0 ||
+    if (dprintf(fd, "pid=%d\nmountpoint=%s\nmeta_url=%s\ndrain_timeout=%u\n", (int)pid, abs_mp,
+                meta_url, drain_timeout) < 0 ||
         fsync(fd) < 0) {
         rc = -errno;
         goto out;
@@ -373,6 +386,32 @@ out:
     keg_free(path);
     keg_free(tmp);
     return rc;
+}
+
+unsigned mnt_state_drain_timeout(const char *abs_mp)
+{
+    char *path = state_path(abs_mp);
+    char *text = NULL;
+    uint64_t v = 0;
+    if (path && mnt_read_small_file(path, &text) == 0) {
+        const char *p = strstr(text, "\ndrain_timeout=");
+        if (p) {
+            p += strlen("\ndrain_timeout=");
+            char num[24];
+            size_t n = strcspn(p, "\n");
+            if (n < sizeof(num)) {
+                memcpy(num, p, n);
+                num[n] = '\0';
+                if (mnt_parse_u64(num, &v) != 0 || v > 86400)
+                    v = 0;
+            }
+        }
+    }
+    if (text)
+        memset(text, 0, strlen(text));   /* it holds the META_URL */
+    keg_free(text);
+    keg_free(path);
+    return (unsigned)v;
 }
 
 void mnt_state_remove(const char *abs_mp)
