@@ -121,11 +121,12 @@ int mnt_cmd_gc(int argc, char **argv)
            (unsigned long long)r.files, (unsigned long long)r.dirs,
            (unsigned long long)r.slices);
     printf("objects: %llu (%llu bytes): %llu referenced, %llu queued for deletion, "
-           "%llu too new to judge (slice id >= %llu), %llu not block objects\n",
+           "%llu too new to judge, %llu not block objects\n",
            (unsigned long long)r.objects, (unsigned long long)r.object_bytes,
            (unsigned long long)r.referenced_objects, (unsigned long long)r.queued_objects,
-           (unsigned long long)r.new_objects, (unsigned long long)r.id_limit,
-           (unsigned long long)r.foreign_objects);
+           (unsigned long long)r.new_objects, (unsigned long long)r.foreign_objects);
+    printf("slice ids >= %llu were not judged%s\n", (unsigned long long)r.id_limit,
+           r.new_objects ? " (mounters are live: run gc with no mounter to judge them)" : "");
     printf("leaked: %llu objects, %llu bytes", (unsigned long long)r.leaked_objects,
            (unsigned long long)r.leaked_bytes);
     if (do_delete)
