@@ -28,7 +28,11 @@ trap cleanup EXIT
 "$REPO/scripts/redis-server.sh" start "$REDIS_PORT" "$W/redis" >/dev/null
 storage=(--storage file --bucket "$W/bucket")
 mkdir -p "$W/bucket"
-if [ "${KEG_E2E_S3:-1}" != 0 ] && [ -x "$REPO/scripts/s3-server.sh" ] && command -v radosgw >/dev/null; then
+if [ "${KEG_E2E_S3:-1}" != 0 ] && [ -n "${KEG_TEST_S3_BUCKET:-}" ]; then
+  log "using the running S3 gateway at $KEG_TEST_S3_BUCKET"
+  storage=(--storage s3 --bucket "$KEG_TEST_S3_BUCKET"
+           --access-key "$KEG_TEST_S3_ACCESS_KEY" --secret-key "$KEG_TEST_S3_SECRET_KEY")
+elif [ "${KEG_E2E_S3:-1}" != 0 ] && [ -x "$REPO/scripts/s3-server.sh" ] && command -v radosgw >/dev/null; then
   log "starting the S3 gateway (KEG_E2E_S3=0 to use the file store)"
   if "$REPO/scripts/s3-server.sh" start "$W/s3" >"$W/s3.log" 2>&1; then
     S3_STARTED=1
