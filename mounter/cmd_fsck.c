@@ -108,7 +108,7 @@ int mnt_cmd_fsck(int argc, char **argv)
            (unsigned long long)r.slices, (unsigned long long)r.blocks,
            deep ? " (downloaded and verified)" : "");
     printf("missing: %llu, corrupt: %llu, bad references: %llu, store errors: %llu, "
-           "affected files: %llu\n",
+           "affected paths: %llu\n",
            (unsigned long long)r.missing, (unsigned long long)r.corrupt,
            (unsigned long long)r.bad_refs, (unsigned long long)r.errors,
            (unsigned long long)r.problem_files);

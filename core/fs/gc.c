@@ -266,6 +266,7 @@ struct walk_dir {
 struct walk {
     struct keg_fs *fs;
     struct u64map  seen;        /* inodes of files already visited */
+    int            all_links;   /* call the file callback for every hard link */
     uint64_t       files, dirs;
     struct prog   *pg;
     const char    *what;
@@ -337,10 +338,10 @@ static int walk_tree(struct walk *w, uint64_t root, const char *rpath, walk_file
                     struct u64map_ent *me;
                     int isnew = 0;
                     rc = map_put(&w->seen, we->ino, 0, &me, &isnew);
-                    if (rc == 0 && isnew) {
+                    if (rc == 0 && isnew)
                         w->files++;
+                    if (rc == 0 && (isnew || w->all_links))
                         rc = fn(arg, we->ino, we->size, path);
-                    }
                 }
                 keg_free(path);
             }
@@ -875,6 +876,7 @@ int keg_fs_fsck(struct keg_fs *fs, int deep, struct keg_fsck_report *r, keg_prog
         struct walk w2;
         memset(&w2, 0, sizeof(w2));
         w2.fs = fs;
+        w2.all_links = 1;               /* every path of a hard-linked file */
         w2.what = "naming files";
         rc = walk_tree(&w2, KEG_ROOT_INO, "/", fsck_path_file, &f);
         map_free(&w2.seen);

@@ -79,7 +79,8 @@ struct keg_fsck_report {
                                           too short */
     uint64_t bad_refs;                 /* slice references inconsistent with the slice size */
     uint64_t errors;                   /* store errors other than missing (not judged) */
-    uint64_t problem_files;            /* files that reference a missing/corrupt block */
+    uint64_t problem_files;            /* paths of files that use a missing/corrupt block
+                                          (every hard link counts) */
 };
 
 /* Check that every block of every referenced slice exists (head); with deep,
