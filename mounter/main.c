@@ -14,6 +14,9 @@
 #include "mnt_i.h"
 #include "cmd_admin_i.h"
 
+int cmd_dump(int argc, char **argv);   /* cmd_dump.c */
+int cmd_load(int argc, char **argv);
+
 struct mnt_cmd {
     const char *name;
     int (*fn)(int argc, char **argv);
@@ -30,6 +33,8 @@ static const struct mnt_cmd cmds[] = {
     {"gc", mnt_cmd_gc, "find (and delete) objects that no file references"},
     {"fsck", mnt_cmd_fsck, "check that every referenced block exists (--deep: is intact)"},
     {"warmup", mnt_cmd_warmup, "fetch the blocks of files ahead of use"},
+    {"dump", cmd_dump, "write a volume's namespace as JSON"},
+    {"load", cmd_load, "recreate a dumped volume in an empty engine"},
     {NULL, NULL, NULL},
 };
 
