@@ -54,7 +54,7 @@ enum {
     OPT_ATTR_CACHE = 0x3001, OPT_ENTRY_CACHE, OPT_DIR_ENTRY_CACHE, OPT_READ_ONLY, OPT_BUFFER_SIZE,
     OPT_CACHE_SIZE, OPT_CONFIG, OPT_BACKGROUND, OPT_FUSE_OPTS, OPT_NO_ALLOW_OTHER,
     OPT_MEM_CACHE_SIZE, OPT_CACHE_DIR, OPT_WRITEBACK, OPT_UPLOAD_WORKERS, OPT_MAX_STAGING,
-    OPT_DRAIN_TIMEOUT, OPT_SESSION_TIMEOUT, OPT_HEARTBEAT,
+    OPT_DRAIN_TIMEOUT, OPT_SESSION_TIMEOUT, OPT_HEARTBEAT, OPT_NO_SUPERVISOR,
 };
 
 struct mount_opts {
@@ -71,6 +71,8 @@ struct mount_opts {
     double   drain_timeout;    /* seconds the unmount waits for staged uploads */
     double   session_timeout;  /* seconds; 0: core default */
     double   heartbeat;        /* seconds; 0: core default */
+    int      no_supervisor;    /* one process: no restart of a crashed worker */
+    char    *kernel_opts;      /* FUSE mount options for the supervisor; OWNERSHIP: keg_free */
     int      no_allow_other;
     char    *fuse_opts;        /* comma-joined -o values; OWNERSHIP: keg_free */
     char    *log_file;         /* OWNERSHIP: keg_free */
@@ -101,6 +103,7 @@ static const struct option longopts[] = {
     {"drain-timeout", required_argument, NULL, OPT_DRAIN_TIMEOUT},
     {"session-timeout", required_argument, NULL, OPT_SESSION_TIMEOUT},
     {"heartbeat", required_argument, NULL, OPT_HEARTBEAT},
+    {"no-supervisor", optional_argument, NULL, OPT_NO_SUPERVISOR},
     {"no-allow-other", optional_argument, NULL, OPT_NO_ALLOW_OTHER},
     {"config", required_argument, NULL, OPT_CONFIG},
     MNT_COMMON_LONGOPTS,
@@ -136,6 +139,9 @@ static void usage(FILE *out)
         "      --drain-timeout SEC  at unmount, wait this long for staged uploads (default 30)\n"
         "      --session-timeout SEC a session silent this long is stale (default 60)\n"
         "      --heartbeat SEC      session heartbeat period (default 10)\n"
+        "      --no-supervisor      one process: a crash of the mounter leaves a dead mount\n"
+        "                           (default as non-root; root mounts keep /dev/fuse in a\n"
+        "                           supervisor that restarts a crashed worker)\n"
         "      --no-allow-other     do not add allow_other (added by default for root)\n"
         "      --config FILE        YAML file of defaults (keys: long option names, and\n"
         "                           meta-url, access-key, secret-key, session-token)\n"
@@ -214,6 +220,7 @@ static int apply_opt(struct mount_opts *o, int id, const char *name, const char 
         o->upload_workers = u;
         break;
     case OPT_WRITEBACK: rc = parse_bool(v, &o->writeback); break;
+    case OPT_NO_SUPERVISOR: rc = parse_bool(v, &o->no_supervisor); break;
     case OPT_DRAIN_TIMEOUT: rc = mnt_parse_seconds(v, &o->drain_timeout); break;
     case OPT_SESSION_TIMEOUT:
         rc = mnt_parse_seconds(v, &o->session_timeout);
@@ -800,9 +807,11 @@ static void notify_error(int fd)
 }
 
 /* Open the volume, mount, serve until unmounted or signalled.  notify_fd: the
- * pipe to a waiting parent (-d), or -1.  Returns the exit status. */
+ * pipe to a waiting parent (-d), or -1.  w: the supervisor's mounted descriptor
+ * and FUSE_INIT (this process is a worker), or NULL (mount here, no supervisor).
+ * Returns the exit status. */
 static int run_session(struct mount_opts *o, const char *url, const char *abs_mp,
-                       const char *volname, int notify_fd)
+                       const char *volname, int notify_fd, const struct mnt_worker *w)
 {
     struct keg_fs_conf conf;
     struct keg_fs *fs = NULL;
@@ -857,19 +866,48 @@ static int run_session(struct mount_opts *o, const char *url, const char *abs_mp
         mnt_error("cannot install signal handlers");
         goto fail;
     }
-    if (fuse_session_mount(se, abs_mp) != 0) {
+    mnt_handle_setup(fs, w ? w->epoch : 1, w && w->epoch > 1, o->read_only);
+    mnt_inode_tolerate_unknown(w && w->epoch > 1);
+    if (w) {
+        char dev[32];
+        snprintf(dev, sizeof(dev), "/dev/fd/%d", w->fuse_fd);
+        rc = fuse_session_mount(se, dev);
+    } else {
+        rc = fuse_session_mount(se, abs_mp);
+    }
+    if (rc != 0) {
         mnt_error("cannot mount at %s%s%s", abs_mp, fuse_last_error[0] ? ": " : "",
                   fuse_last_error);
         fuse_remove_signal_handlers(se);
         goto fail;
     }
-    mnt_state_prune();
-    rc = mnt_state_write(abs_mp, getpid(), url,
-                         o->writeback ? (unsigned)(o->drain_timeout + 0.999) : 0);
-    if (rc)
-        KEG_WARN("cannot write the state file in %s: %s ('kegfs umount' will not wait, "
-                 "'kegfs info' will not work)", mnt_run_dir(), strerror(-rc));
-    rc = mnt_stats_start(abs_mp, fs, 0);
+    if (w) {
+        /* The kernel's INIT, read by the supervisor.  A restarted worker's reply
+         * goes to a request the kernel no longer waits for (ENOENT, ignored). */
+        struct fuse_buf fb;
+        memset(&fb, 0, sizeof(fb));
+        fb.mem = keg_malloc(w->init_len);
+        if (!fb.mem) {
+            mnt_error("out of memory");
+            fuse_remove_signal_handlers(se);
+            goto fail;
+        }
+        memcpy(fb.mem, w->init, w->init_len);
+        fb.size = w->init_len;
+        fuse_session_process_buf(se, &fb);
+        keg_free(fb.mem);
+        if (w->epoch > 1)
+            KEG_WARN("worker %u serving %s again after a crash of the previous worker "
+                     "(its uncommitted writes are lost)", w->epoch, abs_mp);
+    } else {
+        mnt_state_prune();
+        rc = mnt_state_write(abs_mp, getpid(), url,
+                             o->writeback ? (unsigned)(o->drain_timeout + 0.999) : 0);
+        if (rc)
+            KEG_WARN("cannot write the state file in %s: %s ('kegfs umount' will not wait, "
+                     "'kegfs info' will not work)", mnt_run_dir(), strerror(-rc));
+    }
+    rc = mnt_stats_start(abs_mp, fs, w ? w->epoch - 1 : 0);
     if (rc)
         KEG_WARN("cannot start the stats thread: %s", strerror(-rc));
     KEG_INFO("mounted volume %s (%s) at %s, pid %d", volname, red, abs_mp, (int)getpid());
@@ -892,13 +930,16 @@ static int run_session(struct mount_opts *o, const char *url, const char *abs_mp
         KEG_INFO("signal %d: unmounting", rc);
     KEG_INFO("unmounting %s", abs_mp);
     fuse_remove_signal_handlers(se);
-    fuse_session_unmount(se);
+    if (w && rc > 0)
+        kill(getppid(), SIGTERM);    /* the supervisor owns the mount: it detaches it */
+    fuse_session_unmount(se);       /* (a no-op on a /dev/fd/N session) */
     mnt_stats_phase("draining");
     drain_staged(o, fs);
     mnt_stats_stop();
     keg_fs_free(fs);      /* flushes open files, ends the session */
     fs = NULL;
-    mnt_state_remove(abs_mp);
+    if (!w)
+        mnt_state_remove(abs_mp);    /* else the supervisor's */
     KEG_INFO("volume %s unmounted from %s (%llu inodes still referenced by the kernel)",
              volname, abs_mp, (unsigned long long)mnt_inode_live());
     mnt_inode_clear();
@@ -914,6 +955,73 @@ out:
     if (fs)
         keg_fs_free(fs);
     return status;
+}
+
+/*----- supervisor or single process -----*/
+
+struct worker_arg {
+    struct mount_opts *o;
+    const char        *url, *abs_mp, *volname;
+};
+
+static int worker_main(void *arg, const struct mnt_worker *w, int notify_fd)
+{
+    struct worker_arg *a = arg;
+    return run_session(a->o, a->url, a->abs_mp, a->volname, notify_fd, w);
+}
+
+/* The FUSE mount options of args ("-o" values), comma-joined.
+ * OWNERSHIP: caller keg_free()s the result; NULL when out of memory. */
+static char *mount_opts_of(const struct fuse_args *args)
+{
+    char *all = keg_strdup("");
+    for (int i = 1; all && i < args->argc; i++) {
+        const char *v = NULL;
+        if (strcmp(args->argv[i], "-o") == 0 && i + 1 < args->argc)
+            v = args->argv[++i];
+        else if (strncmp(args->argv[i], "-o", 2) == 0)
+            v = args->argv[i] + 2;
+        if (!v)
+            continue;
+        char *n = all[0] ? keg_asprintf("%s,%s", all, v) : keg_strdup(v);
+        keg_free(all);
+        all = n;
+    }
+    return all;
+}
+
+/* Serve the mount: through the supervisor (root), or in this process. */
+static int serve(struct mount_opts *o, const char *url, const char *abs_mp, const char *volname,
+                 int notify_fd)
+{
+    struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
+    if (!o->no_supervisor && geteuid() != 0) {
+        KEG_INFO("not root: no supervisor (a crash of this mounter leaves a dead mount)");
+        o->no_supervisor = 1;
+    }
+    if (o->no_supervisor)
+        return run_session(o, url, abs_mp, volname, notify_fd, NULL);
+    if (build_fuse_args(o, volname, &args) != 0) {
+        notify_error(notify_fd);
+        return 1;
+    }
+    o->kernel_opts = mount_opts_of(&args);
+    fuse_opt_free_args(&args);
+    if (!o->kernel_opts) {
+        mnt_error("out of memory");
+        notify_error(notify_fd);
+        return 1;
+    }
+    struct worker_arg wa = {.o = o, .url = url, .abs_mp = abs_mp, .volname = volname};
+    struct mnt_super_conf sc = {
+        .abs_mp = abs_mp,
+        .fuse_opts = o->kernel_opts,
+        .meta_url = url,
+        .drain_timeout = o->writeback ? (unsigned)(o->drain_timeout + 0.999) : 0,
+        .worker = worker_main,
+        .arg = &wa,
+    };
+    return mnt_super_run(&sc, notify_fd);
 }
 
 /* Default log file of a background mounter. */
@@ -1027,7 +1135,7 @@ static int daemonize_and_run(struct mount_opts *o, const char *url, const char *
             close(nul);
     }
     keg_log_set_file(log_file);
-    status = run_session(o, url, abs_mp, volname, pfd[1]);
+    status = serve(o, url, abs_mp, volname, pfd[1]);
     keg_log_set_file(NULL);
     keg_free(log_file);
     _exit(status);
@@ -1106,7 +1214,7 @@ int mnt_cmd_mount(int argc, char **argv)
             rc = 1;
             goto out;
         }
-        rc = run_session(&o, url, abs_mp, volname, -1);
+        rc = serve(&o, url, abs_mp, volname, -1);
         keg_log_set_file(NULL);
     }
 out:
@@ -1115,6 +1223,7 @@ out:
     keg_free(o.log_file);
     keg_free(o.config);
     keg_free(o.cache_dir);
+    keg_free(o.kernel_opts);
     free_secret(o.meta_url);
     free_secret(o.access_key);
     free_secret(o.secret_key);

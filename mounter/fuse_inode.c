@@ -9,6 +9,11 @@
  * count below zero means a reference was given without being counted (or twice
  * forgotten) and is a bug: keg_panic(), as passthrough_hp does.
  *
+ * Except in a worker restarted by the supervisor (mnt_inode_tolerate_unknown):
+ * the kernel still holds the references the crashed worker handed out, which
+ * this fresh table never saw, so a forget may name an inode it does not know,
+ * or more references than it counted.  There the count just drops to zero.
+ *
  * Table: MNT_SHARDS shards, each a chained hash table with its own mutex, so
  * concurrent lookups of different inodes rarely contend.  An entry exists only
  * while its count is non-zero.
@@ -48,6 +53,13 @@ static struct mnt_shard shards[MNT_SHARDS] = {
     [0 ... MNT_SHARDS - 1] = {S},
 #undef S
 };
+
+static int tolerant;   /* set once before the session runs (restarted worker) */
+
+void mnt_inode_tolerate_unknown(int on)
+{
+    tolerant = on;
+}
 
 static uint64_t mix(uint64_t x)
 {
@@ -137,12 +149,14 @@ uint64_t mnt_inode_unref(uint64_t ino, uint64_t n)
     struct mnt_inode **pp = find_slot(s, ino, h);
     struct mnt_inode *e = pp ? *pp : NULL;
     uint64_t have = e ? e->count : 0;
-    if (n > have) {
+    if (n > have && tolerant) {
+        n = have;      /* references of the crashed worker: not ours to count */
+    } else if (n > have) {
         pthread_mutex_unlock(&s->lock);
         KEG_PANIC("forget(ino=%llu, nlookup=%llu) but the kernel holds only %llu references",
                   (unsigned long long)ino, (unsigned long long)n, (unsigned long long)have);
     }
-    if (!e) {   /* n == 0 == have */
+    if (!e) {   /* n == 0 == have, or an inode only the crashed worker knew */
         pthread_mutex_unlock(&s->lock);
         return 0;
     }

@@ -4,8 +4,9 @@
  * Every handler parses the request, calls one keg_fs_* function and replies
  * exactly once; core/fs returns -errno and the sign is flipped here, the one
  * place where FUSE and core meet (fuse_reply_err(req, -rc)).  FUSE inode
- * numbers ARE KegFS inode numbers (the root is 1 == FUSE_ROOT_ID), and file
- * handles are core pointers stored in fi->fh.
+ * numbers ARE KegFS inode numbers (the root is 1 == FUSE_ROOT_ID).  fi->fh holds an id of the
+ * handle table (mnt_handle.c), not a pointer, so that a worker restarted by the
+ * supervisor can recognise -- and reopen -- the handles of the worker it replaced.
  *
  * Kernel references (nlookup) are counted in fuse_inode.c: taken BEFORE the
  * reply that hands out an entry (a forget may race with our bookkeeping once
@@ -37,7 +38,6 @@
 
 #include "mnt_i.h"
 
-_Static_assert(sizeof(uint64_t) >= sizeof(uintptr_t), "file handles are pointers in fi->fh");
 _Static_assert(sizeof(fuse_ino_t) >= sizeof(uint64_t), "KegFS inode numbers are FUSE nodeids");
 
 #define MNT_DBG(...) KEG_DEBUG(__VA_ARGS__)
@@ -49,14 +49,28 @@ static struct mnt_state *mnt(fuse_req_t req)
     return fuse_req_userdata(req);
 }
 
-static struct keg_fh *fh_of(const struct fuse_file_info *fi)
+/* The core file handle behind fi->fh (a previous worker's is reopened).  On
+ * failure the error is replied and NULL returned. */
+static struct keg_fh *req_fh(fuse_req_t req, fuse_ino_t ino, const struct fuse_file_info *fi)
 {
-    return (struct keg_fh *)(uintptr_t)fi->fh;
+    struct keg_fh *fh = NULL;
+    int rc = mnt_handle_file(fi->fh, ino, &fh);
+    if (rc < 0) {
+        fuse_reply_err(req, -rc);
+        return NULL;
+    }
+    return fh;
 }
 
-static struct keg_dh *dh_of(const struct fuse_file_info *fi)
+static struct keg_dh *req_dh(fuse_req_t req, fuse_ino_t ino, const struct fuse_file_info *fi)
 {
-    return (struct keg_dh *)(uintptr_t)fi->fh;
+    struct keg_dh *dh = NULL;
+    int rc = mnt_handle_dir(fi->fh, ino, &dh);
+    if (rc < 0) {
+        fuse_reply_err(req, -rc);
+        return NULL;
+    }
+    return dh;
 }
 
 static void mnt_ctx(fuse_req_t req, struct keg_ctx *c, int with_groups)
@@ -399,14 +413,16 @@ static void mnt_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         fuse_reply_err(req, -rc);
         return;
     }
-    fi->fh = (uint64_t)(uintptr_t)fh;
+    fi->fh = mnt_handle_new(0, fh, ino);
+    if (!fi->fh) {
+        keg_fs_release(m->fs, fh);
+        fuse_reply_err(req, ENOMEM);
+        return;
+    }
     fi->keep_cache = keep ? 1 : 0;
     fi->direct_io = 0;
-    mnt_stats_open(1, 0);
-    if (fuse_reply_open(req, fi) != 0) {
-        mnt_stats_open(-1, 0);
-        keg_fs_release(m->fs, fh);   /* interrupted: no release will come */
-    }
+    if (fuse_reply_open(req, fi) != 0)    /* interrupted: no release will come */
+        keg_fs_release(m->fs, mnt_handle_remove(fi->fh, 0));
 }
 
 static void mnt_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
@@ -425,16 +441,19 @@ static void mnt_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode
         fuse_reply_err(req, -rc);
         return;
     }
-    fi->fh = (uint64_t)(uintptr_t)fh;
+    fi->fh = mnt_handle_new(0, fh, a.ino);
+    if (!fi->fh) {
+        keg_fs_release(m->fs, fh);
+        fuse_reply_err(req, ENOMEM);
+        return;
+    }
     fi->keep_cache = 0;
     fi->direct_io = 0;
     fill_entry(m, &a, &e);
     mnt_inode_ref(a.ino, 1);
-    mnt_stats_open(1, 0);
     if (fuse_reply_create(req, &e, fi) != 0) {
-        mnt_stats_open(-1, 0);
         mnt_inode_unref(a.ino, 1);
-        keg_fs_release(m->fs, fh);
+        keg_fs_release(m->fs, mnt_handle_remove(fi->fh, 0));
     }
 }
 
@@ -442,12 +461,15 @@ static void mnt_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                      struct fuse_file_info *fi)
 {
     MNT_DBG("read(ino=%" PRIu64 ", size=%zu, off=%lld)", (uint64_t)ino, size, (long long)off);
+    struct keg_fh *fh = req_fh(req, ino, fi);
+    if (!fh)
+        return;
     char *buf = tbuf_get(size);
     if (!buf) {
         fuse_reply_err(req, ENOMEM);
         return;
     }
-    ssize_t n = keg_fs_read(mnt(req)->fs, fh_of(fi), (uint64_t)off, buf, size);
+    ssize_t n = keg_fs_read(mnt(req)->fs, fh, (uint64_t)off, buf, size);
     if (n < 0)
         fuse_reply_err(req, (int)-n);
     else
@@ -458,7 +480,10 @@ static void mnt_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t si
                       struct fuse_file_info *fi)
 {
     MNT_DBG("write(ino=%" PRIu64 ", size=%zu, off=%lld)", (uint64_t)ino, size, (long long)off);
-    ssize_t n = keg_fs_write(mnt(req)->fs, fh_of(fi), (uint64_t)off, buf, size);
+    struct keg_fh *fh = req_fh(req, ino, fi);
+    if (!fh)
+        return;
+    ssize_t n = keg_fs_write(mnt(req)->fs, fh, (uint64_t)off, buf, size);
     if (n < 0)
         fuse_reply_err(req, (int)-n);
     else
@@ -468,14 +493,16 @@ static void mnt_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t si
 static void mnt_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     MNT_DBG("flush(ino=%" PRIu64 ", owner=%" PRIx64 ")", (uint64_t)ino, fi->lock_owner);
-    fuse_reply_err(req, -keg_fs_flush(mnt(req)->fs, fh_of(fi), fi->lock_owner));
+    struct keg_fh *fh = req_fh(req, ino, fi);
+    if (fh)
+        fuse_reply_err(req, -keg_fs_flush(mnt(req)->fs, fh, fi->lock_owner));
 }
 
 static void mnt_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     MNT_DBG("release(ino=%" PRIu64 ")", (uint64_t)ino);
-    int rc = keg_fs_release(mnt(req)->fs, fh_of(fi));
-    mnt_stats_open(-1, 0);
+    struct keg_fh *fh = mnt_handle_remove(fi->fh, 0);
+    int rc = fh ? keg_fs_release(mnt(req)->fs, fh) : 0;   /* unknown: never used here */
     if (rc < 0)
         KEG_WARN("release of inode %" PRIu64 ": %s", (uint64_t)ino, strerror(-rc));
     fuse_reply_err(req, -rc);
@@ -484,7 +511,9 @@ static void mnt_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 static void mnt_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
 {
     MNT_DBG("fsync(ino=%" PRIu64 ", datasync=%d)", (uint64_t)ino, datasync);
-    fuse_reply_err(req, -keg_fs_fsync(mnt(req)->fs, fh_of(fi), datasync));
+    struct keg_fh *fh = req_fh(req, ino, fi);
+    if (fh)
+        fuse_reply_err(req, -keg_fs_fsync(mnt(req)->fs, fh, datasync));
 }
 
 static void mnt_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
@@ -497,8 +526,11 @@ static void mnt_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, o
         fuse_reply_err(req, EINVAL);
         return;
     }
+    struct keg_fh *fh = req_fh(req, ino, fi);
+    if (!fh)
+        return;
     mnt_ctx(req, &c, 0);
-    fuse_reply_err(req, -keg_fs_fallocate(mnt(req)->fs, &c, fh_of(fi), mode, (uint64_t)off,
+    fuse_reply_err(req, -keg_fs_fallocate(mnt(req)->fs, &c, fh, mode, (uint64_t)off,
                                           (uint64_t)len));
 }
 
@@ -509,9 +541,15 @@ static void mnt_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
     struct keg_ctx c;
     MNT_DBG("copy_file_range(in=%" PRIu64 "@%lld, out=%" PRIu64 "@%lld, len=%zu)",
             (uint64_t)ino_in, (long long)off_in, (uint64_t)ino_out, (long long)off_out, len);
+    struct keg_fh *in = req_fh(req, ino_in, fi_in);
+    if (!in)
+        return;
+    struct keg_fh *out = req_fh(req, ino_out, fi_out);
+    if (!out)
+        return;
     mnt_ctx(req, &c, 0);
-    ssize_t n = keg_fs_copy_range(mnt(req)->fs, &c, fh_of(fi_in), (uint64_t)off_in,
-                                  fh_of(fi_out), (uint64_t)off_out, len, flags);
+    ssize_t n = keg_fs_copy_range(mnt(req)->fs, &c, in, (uint64_t)off_in, out,
+                                  (uint64_t)off_out, len, flags);
     if (n < 0)
         fuse_reply_err(req, (int)-n);
     else
@@ -523,7 +561,10 @@ static void mnt_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
 {
     MNT_DBG("lseek(ino=%" PRIu64 ", off=%lld, whence=%d)", (uint64_t)ino, (long long)off,
             whence);
-    int64_t r = keg_fs_lseek(mnt(req)->fs, fh_of(fi), (uint64_t)off, whence);
+    struct keg_fh *fh = req_fh(req, ino, fi);
+    if (!fh)
+        return;
+    int64_t r = keg_fs_lseek(mnt(req)->fs, fh, (uint64_t)off, whence);
     if (r < 0)
         fuse_reply_err(req, (int)-r);
     else
@@ -544,12 +585,14 @@ static void mnt_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
         fuse_reply_err(req, -rc);
         return;
     }
-    fi->fh = (uint64_t)(uintptr_t)dh;
-    mnt_stats_open(0, 1);
-    if (fuse_reply_open(req, fi) != 0) {
-        mnt_stats_open(0, -1);
+    fi->fh = mnt_handle_new(1, dh, ino);
+    if (!fi->fh) {
         keg_fs_releasedir(m->fs, dh);
+        fuse_reply_err(req, ENOMEM);
+        return;
     }
+    if (fuse_reply_open(req, fi) != 0)
+        keg_fs_releasedir(m->fs, mnt_handle_remove(fi->fh, 1));
 }
 
 /* State of one readdir(plus) reply being filled. */
@@ -615,13 +658,16 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     struct dir_fill d = {.req = req, .size = size, .plus = plus};
     MNT_DBG("readdir%s(ino=%" PRIu64 ", size=%zu, off=%lld)", plus ? "plus" : "", (uint64_t)ino,
             size, (long long)off);
+    struct keg_dh *dh = req_dh(req, ino, fi);
+    if (!dh)
+        return;
     d.buf = keg_malloc(size ? size : 1);
     if (!d.buf) {
         fuse_reply_err(req, ENOMEM);
         return;
     }
     mnt_ctx(req, &c, 0);
-    int rc = keg_fs_readdir(mnt(req)->fs, &c, dh_of(fi), (uint64_t)off, plus, dir_fill, &d);
+    int rc = keg_fs_readdir(mnt(req)->fs, &c, dh, (uint64_t)off, plus, dir_fill, &d);
     if (rc < 0 && d.pos == 0) {
         fuse_reply_err(req, -rc);
     } else if (fuse_reply_buf(req, d.buf, d.pos) != 0) {
@@ -647,8 +693,8 @@ static void mnt_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t o
 static void mnt_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     MNT_DBG("releasedir(ino=%" PRIu64 ")", (uint64_t)ino);
-    mnt_stats_open(0, -1);
-    fuse_reply_err(req, -keg_fs_releasedir(mnt(req)->fs, dh_of(fi)));
+    struct keg_dh *dh = mnt_handle_remove(fi->fh, 1);
+    fuse_reply_err(req, dh ? -keg_fs_releasedir(mnt(req)->fs, dh) : 0);
 }
 
 static void mnt_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
@@ -758,8 +804,11 @@ static void mnt_getlk(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi,
     struct keg_plock p;
     MNT_DBG("getlk(ino=%" PRIu64 ", owner=%" PRIx64 ", type=%d)", (uint64_t)ino, fi->lock_owner,
             lock->l_type);
+    struct keg_fh *fh = req_fh(req, ino, fi);
+    if (!fh)
+        return;
     flock_to_plock(lock, &p);
-    int rc = keg_fs_getlk(mnt(req)->fs, fh_of(fi), fi->lock_owner, &p);
+    int rc = keg_fs_getlk(mnt(req)->fs, fh, fi->lock_owner, &p);
     if (rc < 0) {
         fuse_reply_err(req, -rc);
         return;
@@ -792,6 +841,9 @@ static void mnt_setlk(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi,
     struct lock_wait w = {.fs = mnt(req)->fs, .owner = fi->lock_owner};
     MNT_DBG("setlk(ino=%" PRIu64 ", owner=%" PRIx64 ", type=%d, sleep=%d)", (uint64_t)ino,
             fi->lock_owner, lock->l_type, sleep);
+    struct keg_fh *fh = req_fh(req, ino, fi);
+    if (!fh)
+        return;
     flock_to_plock(lock, &p);
     if (sleep) {
         fuse_req_interrupt_func(req, lock_interrupted, &w);
@@ -801,7 +853,7 @@ static void mnt_setlk(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi,
             return;
         }
     }
-    int rc = keg_fs_setlk(w.fs, fh_of(fi), fi->lock_owner, &p, sleep);
+    int rc = keg_fs_setlk(w.fs, fh, fi->lock_owner, &p, sleep);
     if (sleep)
         fuse_req_interrupt_func(req, NULL, NULL);   /* w dies with this frame */
     fuse_reply_err(req, -rc);
@@ -813,6 +865,9 @@ static void mnt_flock(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi,
     int sleep = !(op & LOCK_NB) && !(op & LOCK_UN);
     MNT_DBG("flock(ino=%" PRIu64 ", owner=%" PRIx64 ", op=%d)", (uint64_t)ino, fi->lock_owner,
             op);
+    struct keg_fh *fh = req_fh(req, ino, fi);
+    if (!fh)
+        return;
     if (sleep) {
         fuse_req_interrupt_func(req, lock_interrupted, &w);
         if (fuse_req_interrupted(req)) {
@@ -821,7 +876,7 @@ static void mnt_flock(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi,
             return;
         }
     }
-    int rc = keg_fs_flock(w.fs, fh_of(fi), fi->lock_owner, op);
+    int rc = keg_fs_flock(w.fs, fh, fi->lock_owner, op);
     if (sleep)
         fuse_req_interrupt_func(req, NULL, NULL);
     fuse_reply_err(req, -rc);

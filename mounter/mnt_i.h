@@ -145,6 +145,52 @@ uint64_t mnt_inode_count(uint64_t ino);
 uint64_t mnt_inode_live(void);
 /* Drop every count (after the session ended).  Not thread-safe against ref/unref. */
 void     mnt_inode_clear(void);
+/* In a worker restarted by the supervisor: a forget of more references than
+ * counted (the crashed worker's) drops the count to 0 instead of panicking.
+ * Call before the session runs. */
+void     mnt_inode_tolerate_unknown(int on);
+
+/*--- open handles behind fi->fh (mnt_handle.c) ---*/
+struct keg_fh;
+struct keg_dh;
+/* Call before the session runs.  worker_epoch: 1 for the first worker, +1 per
+ * restart (tags the ids); is_restart: ids of earlier workers may come and are
+ * reopened on demand.  BORROWS fs for the life of the session. */
+void     mnt_handle_setup(struct keg_fs *fs, unsigned worker_epoch, int is_restart,
+                          int read_only);
+/* File h (struct keg_fh * or, with dir, struct keg_dh *) of inode ino.
+ * Returns its id (never 0), or 0 when out of memory. */
+uint64_t mnt_handle_new(int dir, void *h, uint64_t ino);
+/* The handle of id; in a restarted worker an unknown id of an earlier worker is
+ * reopened on ino.  Returns 0, -EBADF (unknown id), -errno of the reopen. */
+int      mnt_handle_file(uint64_t id, uint64_t ino, struct keg_fh **fh);
+int      mnt_handle_dir(uint64_t id, uint64_t ino, struct keg_dh **dh);
+/* Remove id; returns its handle (caller releases it), or NULL if unknown. */
+void    *mnt_handle_remove(uint64_t id, int dir);
+
+/*--- the mount supervisor (mnt_super.c) ---*/
+/* What a worker gets from its supervisor. */
+struct mnt_worker {
+    int         fuse_fd;     /* the mounted /dev/fuse descriptor */
+    const void *init;        /* the kernel's FUSE_INIT request, as read from it */
+    size_t      init_len;
+    unsigned    epoch;       /* 1 for the first worker, +1 per restart */
+};
+/* Runs the FUSE session on w (in the forked worker).  notify_fd: the pipe to a
+ * waiting `mount -d` parent (first worker only), or -1.  Returns the exit status. */
+typedef int mnt_worker_fn(void *arg, const struct mnt_worker *w, int notify_fd);
+struct mnt_super_conf {
+    const char    *abs_mp;
+    const char    *fuse_opts;       /* comma-separated FUSE mount options (ro, allow_other, ...) */
+    const char    *meta_url;        /* for the state file */
+    unsigned       drain_timeout;   /* for the state file */
+    mnt_worker_fn *worker;
+    void          *arg;
+};
+/* Open /dev/fuse, mount, fork workers until one exits (see mnt_super.c).  Errors
+ * before the first worker are printed and sent to notify_fd ("ERR ...").
+ * Returns the exit status (the last worker's). */
+int mnt_super_run(const struct mnt_super_conf *sc, int notify_fd);
 
 /*--- FUSE side (fuse_ops.c) ---*/
 struct mnt_state {

@@ -1,0 +1,331 @@
+/* mnt_super.c -- the mount supervisor: owns /dev/fuse and the mount, and restarts a crashed
+ * FUSE worker on the same descriptor, so a worker crash never shows up as ENOTCONN.
+ *
+ * DESIGN
+ * `kegfs mount` (as root, unless --no-supervisor) is two processes:
+ *
+ *   supervisor (the pid in the state file, the pid kegfs-csi spawned)
+ *     open /dev/fuse -> mount(2) "fd=N,rootmode=40000,user_id=0,group_id=0,..."
+ *     read the kernel's FUSE_INIT request from N and keep its bytes
+ *     fork worker; waitpid:
+ *        worker exited (unmounted, signalled, failed) -> detach the mount if it
+ *                                                         is still there; exit
+ *        worker killed by a signal (crash)           -> FUSE_NOTIFY_RESEND, fork a
+ *                                                         new worker on the same N
+ *     SIGTERM/SIGINT/SIGHUP -> umount2(MNT_DETACH): the worker sees ENODEV and exits
+ *   worker (fork, no exec; dies with the supervisor: PR_SET_PDEATHSIG)
+ *     open the volume, fuse_session_new, fuse_session_mount(se, "/dev/fd/N")
+ *     (libfuse 3 takes /dev/fd/N as an already mounted descriptor), feed the saved
+ *     INIT through fuse_session_process_buf(), then the multi-threaded loop.
+ *
+ * The first worker's INIT reply is the one the kernel waits for.  A restarted
+ * worker replies to an INIT the kernel answered long ago: the write fails with
+ * ENOENT ("no such request"), which libfuse ignores silently (fuse_send_msg);
+ * the session gets its negotiated parameters all the same, and they match the
+ * first worker's (same code, same kernel).
+ *
+ * What a restart loses (docs/cli.md, "Supervisor"): data the crashed worker had
+ * buffered and not committed; requests it had read but not answered get no answer
+ * unless the kernel supports FUSE_NOTIFY_RESEND (Linux >= 6.9), which the
+ * supervisor sends before starting the new worker so that they are queued again
+ * (a resent request may have been carried out once already: e.g. a create then
+ * fails with EEXIST); POSIX/flock locks of the crashed worker's session stay until
+ * that session is stale.  Open files and kernel inode references carry over: see
+ * mnt_handle.c and fuse_inode.c.
+ *
+ * More than MNT_SUPER_MAX_RESTARTS crashes within MNT_SUPER_WINDOW_SEC make the
+ * supervisor give up: it detaches the mount and exits 1.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define KEG_LOG_TAG "super"
+#include "keg/log.h"
+#include "keg/mem.h"
+
+#include "mnt_i.h"
+
+#define MNT_SUPER_MAX_RESTARTS 5
+#define MNT_SUPER_WINDOW_SEC   60
+#define MNT_INIT_BUF           ((1u << 20) + (64u << 10))   /* >= any max_write + header */
+#define MNT_FUSE_NOTIFY_RESEND 7                               /* linux/fuse.h, 7.40 */
+
+/*----- kernel mount options -----*/
+
+struct kmount {
+    unsigned long flags;
+    char          data[1024];
+    char          source[256];
+    char          type[64];
+};
+
+/* Append ",opt" to k->data.  Returns 0 or -ENAMETOOLONG. */
+static int add_data(struct kmount *k, const char *opt)
+{
+    size_t used = strlen(k->data);
+    int n = snprintf(k->data + used, sizeof(k->data) - used, ",%s", opt);
+    return n < 0 || (size_t)n >= sizeof(k->data) - used ? -ENAMETOOLONG : 0;
+}
+
+/* Map the comma-separated FUSE mount options (what libfuse's mount would pass)
+ * to mount(2) flags and data.  Options for libfuse's session (debug, ...) are
+ * not the kernel's and are skipped.  Returns 0 or -errno (message printed). */
+static int kernel_opts(const char *opts, int fd, struct kmount *k)
+{
+    static const struct {
+        const char   *name;
+        unsigned long set, clear;
+    } flagmap[] = {
+        {"ro", MS_RDONLY, 0}, {"rw", 0, MS_RDONLY},
+        {"nosuid", MS_NOSUID, 0}, {"suid", 0, MS_NOSUID},
+        {"nodev", MS_NODEV, 0}, {"dev", 0, MS_NODEV},
+        {"noexec", MS_NOEXEC, 0}, {"exec", 0, MS_NOEXEC},
+        {"noatime", MS_NOATIME, 0}, {"atime", 0, MS_NOATIME},
+        {"nodiratime", MS_NODIRATIME, 0}, {"diratime", 0, MS_NODIRATIME},
+        {"relatime", MS_RELATIME, 0}, {"norelatime", 0, MS_RELATIME},
+        {"strictatime", MS_STRICTATIME, 0}, {"lazytime", MS_LAZYTIME, 0},
+        {"sync", MS_SYNCHRONOUS, 0}, {"async", 0, MS_SYNCHRONOUS},
+        {"dirsync", MS_DIRSYNC, 0},
+    };
+    char *copy = keg_strdup(opts ? opts : "");
+    char *save = NULL;
+    int rc = 0;
+    if (!copy)
+        return -ENOMEM;
+    memset(k, 0, sizeof(*k));
+    k->flags = MS_NOSUID | MS_NODEV;
+    snprintf(k->data, sizeof(k->data), "fd=%d,rootmode=40000,user_id=%u,group_id=%u", fd,
+             (unsigned)getuid(), (unsigned)getgid());
+    snprintf(k->source, sizeof(k->source), "kegfs");
+    snprintf(k->type, sizeof(k->type), "fuse");
+    for (char *o = strtok_r(copy, ",", &save); o && rc == 0; o = strtok_r(NULL, ",", &save)) {
+        size_t i;
+        for (i = 0; i < sizeof(flagmap) / sizeof(flagmap[0]); i++) {
+            if (strcmp(o, flagmap[i].name) == 0) {
+                k->flags = (k->flags & ~flagmap[i].clear) | flagmap[i].set;
+                break;
+            }
+        }
+        if (i < sizeof(flagmap) / sizeof(flagmap[0]))
+            continue;
+        if (!strcmp(o, "allow_other") || !strcmp(o, "default_permissions") ||
+            !strncmp(o, "max_read=", 9) || !strncmp(o, "context=", 8) ||
+            !strncmp(o, "fscontext=", 10) || !strncmp(o, "defcontext=", 11) ||
+            !strncmp(o, "rootcontext=", 12))
+            rc = add_data(k, o);
+        else if (!strncmp(o, "fsname=", 7))
+            snprintf(k->source, sizeof(k->source), "%s", o + 7);
+        else if (!strncmp(o, "subtype=", 8))
+            snprintf(k->type, sizeof(k->type), "fuse.%s", o + 8);
+        else if (!strcmp(o, "auto_unmount") || !strcmp(o, "blkdev") ||
+                 !strncmp(o, "blksize=", 8))
+            mnt_warn("warning: -o %s is ignored by the supervisor (try --no-supervisor)", o);
+        /* anything else is a libfuse session option (debug, ...) */
+    }
+    if (rc)
+        mnt_error("FUSE mount options too long: %s", opts);
+    keg_free(copy);
+    return rc;
+}
+
+/*----- signals -----*/
+
+static volatile sig_atomic_t stop_sig;
+
+static void on_stop(int sig)
+{
+    stop_sig = sig;
+}
+
+static void set_handlers(int on)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on ? on_stop : SIG_DFL;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = 0;            /* no SA_RESTART: waitpid returns EINTR */
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+}
+
+/* Detach the mount if it is still ours (a kegfs mount at abs_mp). */
+static void detach(const char *abs_mp)
+{
+    char fstype[64];
+    if (mnt_is_mountpoint(abs_mp, fstype, sizeof(fstype)) > 0 &&
+        strncmp(fstype, "fuse.", 5) == 0 && umount2(abs_mp, MNT_DETACH) < 0)
+        KEG_WARN("cannot detach %s: %s", abs_mp, strerror(errno));
+}
+
+/* Ask the kernel to queue again the requests a dead worker had read
+ * (Linux >= 6.9; older kernels refuse it and those requests stay unanswered). */
+static void resend_pending(int fd)
+{
+    struct {
+        uint32_t len;
+        int32_t  error;
+        uint64_t unique;
+    } hdr = {sizeof(hdr), MNT_FUSE_NOTIFY_RESEND, 0};
+    if (write(fd, &hdr, sizeof(hdr)) == (ssize_t)sizeof(hdr))
+        KEG_INFO("asked the kernel to resend the requests the crashed worker had read");
+    else
+        KEG_WARN("the kernel does not resend requests of the crashed worker (%s): processes "
+                 "waiting on them hang until interrupted", strerror(errno));
+}
+
+/*----- the supervisor -----*/
+
+int mnt_super_run(const struct mnt_super_conf *sc, int notify_fd)
+{
+    struct kmount k;
+    struct mnt_worker w;
+    char *init = NULL;
+    int fd = -1;
+    int status = 1;
+    int mounted = 0;
+    time_t crashes[MNT_SUPER_MAX_RESTARTS + 1];
+    unsigned ncrash = 0;
+
+    memset(&w, 0, sizeof(w));
+    fd = open("/dev/fuse", O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+        mnt_error("cannot open /dev/fuse: %s", strerror(errno));
+        goto fail;
+    }
+    if (kernel_opts(sc->fuse_opts, fd, &k) != 0)
+        goto fail;
+    if (mount(k.source, sc->abs_mp, k.type, k.flags, k.data) < 0) {
+        int e = errno;
+        mnt_error("cannot mount at %s: %s%s", sc->abs_mp, strerror(e),
+                  e == EPERM ? " (the supervisor needs root; try --no-supervisor)" : "");
+        goto fail;
+    }
+    mounted = 1;
+    KEG_DEBUG("mount(%s, %s, %s, 0x%lx, %s)", k.source, sc->abs_mp, k.type, k.flags, k.data);
+    init = keg_malloc(MNT_INIT_BUF);
+    if (!init) {
+        mnt_error("out of memory");
+        goto fail;
+    }
+    for (;;) {
+        ssize_t n = read(fd, init, MNT_INIT_BUF);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            mnt_error("no FUSE_INIT from the kernel on %s: %s", sc->abs_mp,
+                      n < 0 ? strerror(errno) : "end of file");
+            goto fail;
+        }
+        w.init_len = (size_t)n;
+        break;
+    }
+    w.init = init;
+    w.fuse_fd = fd;
+    mnt_state_prune();
+    int rc = mnt_state_write(sc->abs_mp, getpid(), sc->meta_url, sc->drain_timeout);
+    if (rc)
+        KEG_WARN("cannot write the state file in %s: %s ('kegfs umount' will not wait, "
+                 "'kegfs info' will not work)", mnt_run_dir(), strerror(-rc));
+    set_handlers(1);
+    pid_t super = getpid();
+    for (w.epoch = 1;; w.epoch++) {
+        fflush(NULL);
+        pid_t pid = fork();
+        if (pid < 0) {
+            mnt_error("fork: %s", strerror(errno));
+            detach(sc->abs_mp);
+            status = 1;
+            break;
+        }
+        if (pid == 0) {
+            set_handlers(0);
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            if (getppid() != super)
+                _exit(1);
+            _exit(sc->worker(sc->arg, &w, notify_fd));
+        }
+        if (notify_fd >= 0) {     /* only the first worker reports to a -d parent */
+            close(notify_fd);
+            notify_fd = -1;
+        }
+        KEG_INFO("worker %u started, pid %d", w.epoch, (int)pid);
+        int st = 0;
+        int detached = 0;
+        for (;;) {
+            if (stop_sig && !detached) {
+                KEG_INFO("signal %d: unmounting %s", (int)stop_sig, sc->abs_mp);
+                detach(sc->abs_mp);
+                detached = 1;
+            }
+            pid_t r = waitpid(pid, &st, 0);
+            if (r == pid)
+                break;
+            if (r < 0 && errno != EINTR) {
+                KEG_ERR("waitpid: %s", strerror(errno));
+                st = 1 << 8;
+                break;
+            }
+        }
+        if (WIFEXITED(st)) {
+            status = WEXITSTATUS(st);
+            KEG_INFO("worker %d exited with status %d", (int)pid, status);
+            detach(sc->abs_mp);      /* after a signal the worker leaves the mount to us */
+            break;
+        }
+        int sig = WTERMSIG(st);
+        if (stop_sig) {
+            KEG_ERR("worker %d was killed by signal %d while unmounting", (int)pid, sig);
+            detach(sc->abs_mp);
+            status = 1;
+            break;
+        }
+        time_t now = time(NULL);
+        crashes[ncrash % (MNT_SUPER_MAX_RESTARTS + 1)] = now;
+        ncrash++;
+        if (ncrash > MNT_SUPER_MAX_RESTARTS &&
+            now - crashes[ncrash % (MNT_SUPER_MAX_RESTARTS + 1)] < MNT_SUPER_WINDOW_SEC) {
+            KEG_ERR("worker %d was killed by signal %d; %d crashes within %d s: giving up, "
+                    "detaching %s", (int)pid, sig, MNT_SUPER_MAX_RESTARTS + 1,
+                    MNT_SUPER_WINDOW_SEC, sc->abs_mp);
+            detach(sc->abs_mp);
+            status = 1;
+            break;
+        }
+        KEG_ERR("worker %d was killed by signal %d%s; starting a new worker on the same "
+                "FUSE connection", (int)pid, sig, WCOREDUMP(st) ? " (core dumped)" : "");
+        resend_pending(fd);
+    }
+    set_handlers(0);
+    mnt_stats_remove(sc->abs_mp);
+    mnt_state_remove(sc->abs_mp);
+    close(fd);
+    keg_free(init);
+    return status;
+fail:
+    if (mounted)
+        umount2(sc->abs_mp, MNT_DETACH);
+    if (fd >= 0)
+        close(fd);
+    keg_free(init);
+    if (notify_fd >= 0) {
+        char buf[1200];
+        snprintf(buf, sizeof(buf), "ERR %s", mnt_last_error());
+        if (write(notify_fd, buf, strlen(buf)) < 0)
+            KEG_DEBUG("notify: %s", strerror(errno));
+        close(notify_fd);
+    }
+    return 1;
+}
