@@ -119,7 +119,7 @@ static void test_state_file(void **state)
     char *url = NULL;
     assert_int_equal(mnt_state_read("/mnt/x", &pid, &url), -ENOENT);
     assert_null(url);
-    assert_int_equal(mnt_state_write("/mnt/x", 4242, "redis://:secret@127.0.0.1:6379/1"), 0);
+    assert_int_equal(mnt_state_write("/mnt/x", 4242, "redis://:secret@127.0.0.1:6379/1", 0), 0);
     assert_int_equal(mnt_state_read("/mnt/x", &pid, &url), 0);
     assert_int_equal(pid, 4242);
     assert_string_equal(url, "redis://:secret@127.0.0.1:6379/1");
@@ -134,18 +134,20 @@ static void test_state_file(void **state)
     assert_int_equal(st.st_mode & 0777, 0600);
 
     /* rewriting replaces atomically */
-    assert_int_equal(mnt_state_write("/mnt/x", 7, "sqlite3:///tmp/m.db"), 0);
+    assert_int_equal(mnt_state_write("/mnt/x", 7, "sqlite3:///tmp/m.db", 45), 0);
     assert_int_equal(mnt_state_read("/mnt/x", &pid, NULL), 0);
     assert_int_equal(pid, 7);
+    assert_int_equal(mnt_state_drain_timeout("/mnt/x"), 45);
+    assert_int_equal(mnt_state_drain_timeout("/mnt/none"), 0);
 
     /* pruning keeps the files of live mounters and drops the dead ones */
-    assert_int_equal(mnt_state_write("/mnt/live", getpid(), "sqlite3:///l.db"), 0);
+    assert_int_equal(mnt_state_write("/mnt/live", getpid(), "sqlite3:///l.db", 0), 0);
     pid_t dead = fork();
     assert_true(dead >= 0);
     if (dead == 0)
         _exit(0);
     assert_int_equal(waitpid(dead, NULL, 0), dead);
-    assert_int_equal(mnt_state_write("/mnt/dead", dead, "sqlite3:///d.db"), 0);
+    assert_int_equal(mnt_state_write("/mnt/dead", dead, "sqlite3:///d.db", 0), 0);
     mnt_state_prune();
     assert_int_equal(mnt_state_read("/mnt/live", &pid, NULL), 0);
     assert_int_equal(pid, getpid());
@@ -229,6 +231,23 @@ static void test_inode_negative_panics(void **state)
     assert_int_equal(WTERMSIG(st), SIGABRT);
 }
 
+/* A restarted worker: the kernel forgets references of the crashed worker; the
+ * count stops at zero instead of aborting, and known counts still go down. */
+static void test_inode_tolerant_after_restart(void **state)
+{
+    mnt_inode_clear();
+    mnt_inode_tolerate_unknown(1);
+    assert_int_equal(mnt_inode_unref(77, 5), 0);      /* never seen here */
+    mnt_inode_ref(78, 1);
+    assert_int_equal(mnt_inode_unref(78, 4), 0);      /* more than counted */
+    assert_int_equal(mnt_inode_count(78), 0);
+    assert_int_equal(mnt_inode_live(), 0);
+    mnt_inode_ref(79, 3);
+    assert_int_equal(mnt_inode_unref(79, 1), 2);
+    mnt_inode_tolerate_unknown(0);
+    mnt_inode_clear();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -241,6 +260,7 @@ int main(void)
         cmocka_unit_test(test_read_small_file),
         cmocka_unit_test(test_inode_counts),
         cmocka_unit_test(test_inode_negative_panics),
+        cmocka_unit_test(test_inode_tolerant_after_restart),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,158 @@
+/* test_mnt_live.c -- the mounter's handle table (ids, epochs, stale ids) and its
+ * stats file (write, read back, prune of a dead mounter's file). */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+/* The files are compiled into this test; each sets its own log tag. */
+#include "../../mounter/mnt_util.c"
+#undef KEG_LOG_TAG
+#include "../../mounter/mnt_stats.c"
+#undef KEG_LOG_TAG
+#include "../../mounter/mnt_handle.c"
+
+/* Ids are epoch-tagged, unique, and map back to their handle and kind. */
+static void test_handle_ids(void **state)
+{
+    int a, b, c;
+    mnt_handle_setup(NULL, 3, 0, 0);
+    uint64_t ia = mnt_handle_new(0, &a, 10);
+    uint64_t ib = mnt_handle_new(0, &b, 11);
+    uint64_t ic = mnt_handle_new(1, &c, 12);
+    assert_true(ia && ib && ic);
+    assert_true(ia != ib && ib != ic && ia != ic);
+    assert_int_equal(ia >> 48, 3);
+    assert_int_equal(ic >> 48, 3);
+
+    struct keg_fh *fh = NULL;
+    struct keg_dh *dh = NULL;
+    assert_int_equal(mnt_handle_file(ia, 10, &fh), 0);
+    assert_ptr_equal(fh, &a);
+    assert_int_equal(mnt_handle_dir(ic, 12, &dh), 0);
+    assert_ptr_equal(dh, &c);
+    /* the kind must match: a file id is not a directory handle */
+    assert_int_equal(mnt_handle_dir(ia, 10, &dh), -EBADF);
+    assert_null(dh);
+
+    assert_ptr_equal(mnt_handle_remove(ia, 0), &a);
+    assert_null(mnt_handle_remove(ia, 0));              /* twice: unknown */
+    assert_int_equal(mnt_handle_file(ia, 10, &fh), -EBADF);
+    assert_null(fh);
+    /* a fresh id is never a reused one */
+    uint64_t id2 = mnt_handle_new(0, &a, 10);
+    assert_true(id2 != ia);
+    assert_ptr_equal(mnt_handle_remove(id2, 0), &a);
+    assert_ptr_equal(mnt_handle_remove(ib, 0), &b);
+    assert_ptr_equal(mnt_handle_remove(ic, 1), &c);
+}
+
+/* A fresh worker refuses ids it did not hand out (a bug), and so does a
+ * restarted worker for an id of its own epoch: only earlier workers' ids are
+ * reopened. */
+static void test_handle_unknown(void **state)
+{
+    struct keg_fh *fh = (struct keg_fh *)1;
+    mnt_handle_setup(NULL, 1, 0, 0);
+    assert_int_equal(mnt_handle_file((2ULL << 48) | 5, 9, &fh), -EBADF);
+    assert_null(fh);
+    mnt_handle_setup(NULL, 2, 1, 0);
+    assert_int_equal(mnt_handle_file((2ULL << 48) | 999, 9, &fh), -EBADF);
+    assert_null(mnt_handle_remove((1ULL << 48) | 5, 0));   /* release of a stale id: no-op */
+}
+
+/* Many handles: all found, counts in the stats follow. */
+static void test_handle_many(void **state)
+{
+    static int objs[5000];
+    static uint64_t ids[5000];
+    mnt_handle_setup(NULL, 1, 0, 0);
+    for (int i = 0; i < 5000; i++) {
+        ids[i] = mnt_handle_new(i % 2, &objs[i], (uint64_t)i);
+        assert_true(ids[i] != 0);
+    }
+    assert_int_equal(__atomic_load_n(&open_files_n, __ATOMIC_RELAXED), 2500);
+    assert_int_equal(__atomic_load_n(&open_dirs_n, __ATOMIC_RELAXED), 2500);
+    for (int i = 0; i < 5000; i++)
+        assert_ptr_equal(mnt_handle_remove(ids[i], i % 2), &objs[i]);
+    assert_int_equal(__atomic_load_n(&open_files_n, __ATOMIC_RELAXED), 0);
+    assert_int_equal(__atomic_load_n(&open_dirs_n, __ATOMIC_RELAXED), 0);
+}
+
+/* The stats file: what is written is read back; a dead mounter's is pruned. */
+static void test_stats_file(void **state)
+{
+    char dir[] = "/tmp/kegfs-test-live-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    setenv("KEGFS_RUN_DIR", dir, 1);
+    char *mdir = keg_asprintf("%s/mounts", dir);
+    assert_int_equal(mkdir(mdir, 0700), 0);
+
+    struct mnt_live l, r;
+    memset(&l, 0, sizeof(l));
+    l.pid = (uint64_t)getpid();
+    l.time = 1000;
+    l.started = 990;
+    l.has_writeback = 1;
+    l.staged_bytes = 123456789;
+    l.staged_objects = 31;
+    l.uploading = 4;
+    l.upload_rate_bps = 1 << 20;
+    l.cache_hits = 7;
+    l.open_files = 3;
+    l.restarts = 2;
+    snprintf(l.phase, sizeof(l.phase), "draining");
+    assert_int_equal(mnt_stats_read("/mnt/s", &r), -ENOENT);
+    char *path = stats_path("/mnt/s");
+    assert_int_equal(write_live(path, &l), 0);
+    assert_int_equal(mnt_stats_read("/mnt/s", &r), 0);
+    assert_memory_equal(&l, &r, sizeof(l));
+
+    /* printing names the figures (and the restarts) */
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    mnt_stats_print(f, &r, "  ");
+    fclose(f);
+    assert_non_null(strstr(buf, "draining"));
+    assert_non_null(strstr(buf, "31 objects"));
+    assert_non_null(strstr(buf, "4 in flight"));
+    assert_non_null(strstr(buf, "restarted 2 times"));
+    assert_non_null(strstr(buf, "no SSD cache"));
+    free(buf);    /* checksrc: ok -- open_memstream's buffer */
+
+    /* a dead mounter's stats file is removed by the next mount's prune */
+    pid_t dead = fork();
+    assert_true(dead >= 0);
+    if (dead == 0)
+        _exit(0);
+    assert_int_equal(waitpid(dead, NULL, 0), dead);
+    l.pid = (uint64_t)dead;
+    assert_int_equal(write_live(path, &l), 0);
+    mnt_state_prune();
+    assert_int_equal(mnt_stats_read("/mnt/s", &r), -ENOENT);
+    keg_free(path);
+    rmdir(mdir);
+    rmdir(dir);
+    keg_free(mdir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_handle_ids),
+        cmocka_unit_test(test_handle_unknown),
+        cmocka_unit_test(test_handle_many),
+        cmocka_unit_test(test_stats_file),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
