@@ -293,6 +293,9 @@ struct keg_fs {
     int               cmp_running;  /* worker thread exists */
     uint64_t          cmp_done;     /* chunks compacted (stats, tests) */
     pthread_t         cmp_thr;
+
+    /* trash (trash.c): allocated on first use when the volume has trash_days */
+    _Atomic(struct fs_trash *) trash;
 };
 
 /* fs.c */
@@ -344,6 +347,29 @@ int fs_check_name(const char *name);
 
 /* lock.c */
 void fs_waiters_wake_all(struct keg_fs *fs);
+
+/* trash.c (docs/internals/TRASH.md); only called when fs->fmt.trash_days > 0,
+ * except start/stop/free, which do nothing without a trash. */
+struct fs_trash;
+#define FS_TRASH_PASS 1         /* not handled: do the plain unlink/rename */
+/* unlink(2) of a regular file with one link: move it to the trash.
+ * Returns 0 (moved), FS_TRASH_PASS or -errno. */
+int  fs_trash_unlink(struct keg_fs *fs, uint64_t parent, const char *name);
+/* rename(2): refuses moves into the trash (-EPERM); a replaced regular file
+ * with one link goes to the trash first, then the rename is done here.
+ * Returns 0 (done), FS_TRASH_PASS or -errno. */
+int  fs_trash_rename(struct keg_fs *fs, uint64_t parent, const char *name, uint64_t newparent,
+                     const char *newname, unsigned flags);
+/* The expiry thread (with a session only); stop is idempotent. */
+int  fs_trash_start(struct keg_fs *fs);
+void fs_trash_stop(struct keg_fs *fs);
+void fs_trash_free(struct keg_fs *fs);
+/* Remove the hour directories that are past trash_days now.  *files = files
+ * deleted.  Returns 0 or -errno. */
+int  fs_trash_expire(struct keg_fs *fs, uint64_t *files);
+/* Tests: the trash clock (seconds since the epoch); 0 = real time (or
+ * $KEG_TRASH_NOW). */
+void fs_trash_set_clock(struct keg_fs *fs, int64_t now);
 
 /* handle */
 struct keg_fh {
