@@ -75,8 +75,14 @@ KEGFS=$(cd "$(dirname "$KEGFS")" && pwd)/$(basename "$KEGFS")
 if [ -z "$BIN_DIR" ]; then
   BIN_DIR=$(cd "$(dirname "$KEGFS")/.." && pwd)/tests/mount
 fi
+# every C helper BIN_DIR/keg_NAME is exported as KEG_NAME (KEG_SYSCALLS, KEG_FSMODEL, ...)
 export KEG_SYSCALLS=$BIN_DIR/keg_syscalls
 export KEG_FSMODEL=$BIN_DIR/keg_fsmodel
+for helper in "$BIN_DIR"/keg_*; do
+  [ -f "$helper" ] && [ -x "$helper" ] || continue
+  hname=$(basename "$helper" | tr 'a-z' 'A-Z' | tr -c 'A-Z0-9_\n' '_')
+  export "$hname=$helper"
+done
 
 if [ "$META_KIND" = redis ]; then
   [ -n "${KEG_TEST_REDIS_URL:-}" ] || skip_all "--meta redis needs KEG_TEST_REDIS_URL"
