@@ -96,4 +96,34 @@ int keg_fs_fsck(struct keg_fs *fs, int deep, struct keg_fsck_report *r, keg_prog
  * Returns 0, or the first error (-EIO: a block is missing or corrupt). */
 int keg_fs_warmup(struct keg_fs *fs, uint64_t ino, keg_progress_fn *p, void *arg);
 
+/*--- trash (core/fs/trash.c, docs/internals/TRASH.md) ---*/
+
+/* With trash_days > 0, unlinked files wait in /.trash/<hour>/ as
+ * "<parent ino>-<ino>-<name>" (hour "YYYY-MM-DD-HH", UTC). */
+#define KEG_TRASH_DIR "/.trash"
+#define KEG_TRASH_NOREPLACE (1u << 0)  /* restore: refuse when the name is taken */
+
+struct keg_trash_restored {
+    uint64_t parent;                   /* directory the entry went back to */
+    uint64_t ino;
+    char     name[256];                /* name it got there */
+    int      renamed;                  /* 1: the name was taken: "<name>.restored-<ino>" */
+};
+
+/* Move trash entry /.trash/hour/entry back to its original directory (by
+ * inode number) under its original name.  When that name exists: with
+ * KEG_TRASH_NOREPLACE -EEXIST, else the entry is restored as
+ * "<name>.restored-<ino>" (-EEXIST if that exists too).  Attributes and data
+ * are kept (ctime changes).  out is set on success (zeroed otherwise).
+ * Returns 0, -EINVAL (hour or entry is not a trash name), -ENOENT (no such
+ * entry in the trash), -ESTALE (the original directory no longer exists),
+ * -EEXIST, -EROFS, -errno. */
+int keg_fs_trash_restore(struct keg_fs *fs, const char *hour, const char *entry, unsigned flags,
+                         struct keg_trash_restored *out);
+
+/* Delete the trash hour directories older than trash_days now (what the
+ * mounter does every ~10 minutes).  *files = files deleted for good.
+ * Returns 0 or -errno. */
+int keg_fs_trash_expire(struct keg_fs *fs, uint64_t *files);
+
 #endif
