@@ -15,10 +15,18 @@
  * pipe: "OK" once fuse_session_mount() succeeded, or "ERR <message>".  The
  * parent returns 0 only when it got "OK" AND statfs(mountpoint) says FUSE.
  *
- * While mounted, a state file (mnt_state_write) records pid and META_URL for
- * `kegfs umount` (waits for the pid) and `kegfs info` (opens the volume).
+ * Supervisor (root, default; mnt_super.c): the process that was started opens
+ * /dev/fuse, mounts, and runs run_session() in forked workers on that descriptor,
+ * starting a new one when a worker crashes.  --no-supervisor (and non-root):
+ * run_session() mounts through libfuse in this process.
+ *
+ * While mounted, a state file (mnt_state_write) records pid (the supervisor's),
+ * META_URL and drain timeout for `kegfs umount` (waits for the pid) and
+ * `kegfs info` (opens the volume); the worker rewrites a stats file every
+ * second (mnt_stats.c) for `kegfs stats`.
  * Exit: a signal (SIGTERM/SIGINT/SIGHUP) or an external unmount ends the loop;
- * then fuse_session_unmount() and keg_fs_free(), which flushes every open file.
+ * then the unmount, the writeback drain (--drain-timeout), and keg_fs_free(),
+ * which flushes every open file.
  */
 #define _GNU_SOURCE         /* pipe2 */
 #define FUSE_USE_VERSION 314
