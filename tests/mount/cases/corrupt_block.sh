@@ -1,31 +1,35 @@
 #!/usr/bin/env bash
 # corrupt_block.sh -- a byte flipped in a stored block object must turn into EIO
 # ("Input/output error") for the reader and an ERROR line naming the object, never into
-# wrong data; other files stay readable.
-# needs: file
+# wrong data; other files stay readable.  The object is rewritten from outside kegfs
+# (the file store's file, or through the S3 API).
 # allow-log: [Cc][Rr][Cc]|[Cc]hecksum|[Cc]orrupt|Input/output|EIO|chunks/
 # timeout: 300
 . "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../obj_lib.sh"
 need_kegfs
-need_objdir
+need_objstore
 
 head -c $((1024 * 1024)) /dev/urandom > "$WORK/victim"
 head -c 100000 /dev/urandom > "$WORK/other"
 cp "$WORK/other" "$MNT/other" || fail "cp other"
 sync
-before=$(find "$OBJDIR" -type f -path '*/chunks/*' | sort)
+before=$(obj_keys) || fail "listing the objects failed"
 cp "$WORK/victim" "$MNT/victim" || fail "cp victim"
 sync
 mt_umount
-obj=$(comm -13 <(echo "$before") <(find "$OBJDIR" -type f -path '*/chunks/*' | sort) | head -1)
-[ -n "$obj" ] || fail "no new block object for victim under $OBJDIR"
+after=$(obj_keys) || fail "listing the objects failed"
+key=$(comm -13 <(echo "$before") <(echo "$after") | head -1)
+[ -n "$key" ] || fail "no new block object for victim in the ${STORAGE:-file} store"
+obj="$WORK/block.obj"
+obj_get "$key" "$obj" || fail "cannot fetch $key from the store"
 size=$(stat -c %s "$obj")
 off=$((size / 2))
 old=$(dd if="$obj" bs=1 skip=$off count=1 status=none | od -An -tu1 | tr -d ' ')
 new=$(( old ^ 0x40 ))
 printf "$(printf '\\%03o' $new)" | dd of="$obj" bs=1 seek=$off conv=notrunc status=none
-note "flipped byte $off of $obj ($size bytes): $old -> $new"
-key=${obj#"$OBJDIR"/}
+obj_put "$key" "$obj" || fail "cannot store the damaged $key"
+note "flipped byte $off of $key ($size bytes): $old -> $new"
 
 : > "$WORK/cat.err"
 mt_mount

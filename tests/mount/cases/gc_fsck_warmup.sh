@@ -3,13 +3,14 @@
 # a clean volume is consistent; an injected unreferenced object is found (and deleted
 # with --delete, nothing else); a deleted block is found by fsck with the file that uses
 # it; a flipped byte only by fsck --deep; warmup reads through the mount and into an SSD
-# cache directory.
-# needs: file
+# cache directory.  Objects are listed, damaged and removed from outside kegfs (the file
+# store's files, or through the S3 API).
 # allow-log: missing|[Cc]orrupt|chunks/|Input/output
 # timeout: 300
 . "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../obj_lib.sh"
 need_kegfs
-need_objdir
+need_objstore
 
 mkdir -p "$MNT/d/e" || fail "mkdir"
 head -c 300000 /dev/urandom > "$WORK/a"
@@ -34,25 +35,31 @@ grep -q "volume is consistent" "$WORK/fsck0.out" || fail "fsck: no 'consistent' 
 grep -q "leaked: 0 objects" "$WORK/gc0.out" || fail "gc found leaks on a clean volume: $(cat "$WORK/gc0.out")"
 
 # an unreferenced object: a copy of a real block under an unused slice id
-one=$(find "$OBJDIR" -type f -path '*/chunks/*' | sort | head -1)
+obj_list > "$WORK/objs0" || fail "listing the objects failed"
+one=$(awk 'NR == 1 { print $1 }' "$WORK/objs0")
+[ -n "$one" ] || fail "no block objects in the ${STORAGE:-file} store"
 name=$(basename "$one")                      # <id>_<indx>_<len>
 leak="$(dirname "$one")/9_${name#*_}"
-[ -e "$leak" ] && fail "slice id 9 is in use"
-cp "$one" "$leak"
-nobj=$(find "$OBJDIR" -type f -path '*/chunks/*' | wc -l)
+obj_exists "$leak" && fail "slice id 9 is in use"
+obj_get "$one" "$WORK/one.obj" && obj_put "$leak" "$WORK/one.obj" || fail "cannot copy $one to $leak"
+nobj=$(obj_keys | wc -l)
 "$KEGFS" gc "$META" > "$WORK/gc1.out" 2>&1 || fail "gc: $(cat "$WORK/gc1.out")"
 grep -q "leaked: 1 objects" "$WORK/gc1.out" || fail "gc did not find the leak: $(cat "$WORK/gc1.out")"
 grep -qF "/9_${name#*_}" "$WORK/gc1.out" || fail "gc does not name the leaked object"
 "$KEGFS" gc --delete --threads 2 "$META" > "$WORK/gc2.out" 2>&1 || fail "gc --delete: $(cat "$WORK/gc2.out")"
-[ -e "$leak" ] && fail "gc --delete left the leak"
-assert_eq "$(find "$OBJDIR" -type f -path '*/chunks/*' | wc -l)" $((nobj - 1)) "objects after gc --delete"
+obj_exists "$leak" && fail "gc --delete left the leak"
+assert_eq "$(obj_keys | wc -l)" $((nobj - 1)) "objects after gc --delete"
 
-# a missing block of d/e/b, a corrupt one of d/a
-bobj=$(find "$OBJDIR" -type f -path '*/chunks/*' -size +1000k | sort | head -1)
+# a missing block of d/e/b (a full 4 MiB block), a corrupt one of d/a (300000 bytes)
+obj_list > "$WORK/objs1" || fail "listing the objects failed"
+bobj=$(awk '$2 > 1024000 { print $1; exit }' "$WORK/objs1")
 [ -n "$bobj" ] || fail "no full block of b"
-rm -f "$bobj"
-aobj=$(find "$OBJDIR" -type f -path '*/chunks/*' -size -400k | sort | head -1)
-printf '\x55' | dd of="$aobj" bs=1 seek=5000 conv=notrunc status=none
+obj_del "$bobj" || fail "cannot delete $bobj"
+aobj=$(awk '$2 <= 408576 { print $1; exit }' "$WORK/objs1")
+[ -n "$aobj" ] || fail "no block of a"
+obj_get "$aobj" "$WORK/a.obj" || fail "cannot fetch $aobj"
+printf '\x55' | dd of="$WORK/a.obj" bs=1 seek=5000 conv=notrunc status=none
+obj_put "$aobj" "$WORK/a.obj" || fail "cannot store the damaged $aobj"
 "$KEGFS" fsck "$META" > "$WORK/fsck1.out" 2>&1 && fail "fsck exit 0 with a missing block"
 grep -q "^missing: .*$(basename "$bobj")" "$WORK/fsck1.out" || fail "fsck does not name the missing block: $(cat "$WORK/fsck1.out")"
 grep -q "affected file: /d/e/b" "$WORK/fsck1.out" || fail "fsck does not name /d/e/b"
