@@ -12,6 +12,7 @@
  *   pools      FS_UPLOAD_THREADS upload workers (file.c) and FS_FETCH_THREADS
  *              block fetchers for read-ahead and parallel reads (read.c)
  *   compactor  merges fragmented chunks into one slice (compact.c)
+ *   trash      expires /.trash hour directories (trash.c, trash_days > 0)
  * Without a session (tools) none of them runs: pool jobs run inline and
  * nothing is compacted.
  * Inode numbers and slice ids are reserved from the engine in batches
@@ -290,6 +291,7 @@ static void *del_main(void *arg)
 static void stop_workers(struct keg_fs *fs)
 {
     fs_compact_stop(fs);
+    fs_trash_stop(fs);
     fs_pool_stop(&fs->up_pool);
     fs_fetch_stop(fs);
 }
@@ -305,6 +307,8 @@ static int start_threads(struct keg_fs *fs)
         rc = fs_fetch_start(fs);
     if (rc == 0)
         rc = fs_compact_start(fs);
+    if (rc == 0)
+        rc = fs_trash_start(fs);        /* trash expiry (trash.c) */
     if (rc < 0)
         goto fail;
     rc = -pthread_create(&fs->hb_thr, NULL, hb_main, fs);
@@ -381,6 +385,7 @@ static void fs_destroy_locks(struct keg_fs *fs)
     pthread_cond_destroy(&fs->cmp_cv);
     fs_pool_destroy(&fs->up_pool);
     fs_pool_destroy(&fs->fetch_pool);
+    fs_trash_free(fs);
 }
 
 int keg_fs_new(const struct keg_fs_conf *conf, struct keg_fs **out)

@@ -7,7 +7,8 @@
  * with default_permissions, but the CLI and other front ends do not go
  * through the kernel) is checked here: name and symlink-target lengths,
  * read-only mounts, and the chmod/chown/utimes ownership rules, which all
- * live in fs_check_setattr().
+ * live in fs_check_setattr().  With a trash (trash_days > 0) unlink and
+ * rename first ask trash.c, which may keep the file in /.trash.
  */
 #include <string.h>
 #include <sys/stat.h>
@@ -254,6 +255,11 @@ int keg_fs_unlink(struct keg_fs *fs, const struct keg_ctx *c, uint64_t parent, c
     rc = fs_check_name(name);
     if (rc < 0)
         return rc;
+    if (fs->fmt.trash_days > 0) {
+        rc = fs_trash_unlink(fs, parent, name);     /* trash.c */
+        if (rc != FS_TRASH_PASS)
+            return rc;
+    }
     memset(&gone, 0, sizeof(gone));
     rc = KEG_META_CALL(fs->meta, unlink, parent, name, &gone);
     if (rc == 0)
@@ -291,6 +297,11 @@ int keg_fs_rename(struct keg_fs *fs, const struct keg_ctx *c, uint64_t parent, c
         rc = fs_check_name(newname);
     if (rc < 0)
         return rc;
+    if (fs->fmt.trash_days > 0) {
+        rc = fs_trash_rename(fs, parent, name, newparent, newname, flags);     /* trash.c */
+        if (rc != FS_TRASH_PASS)
+            return rc;
+    }
     memset(&gone, 0, sizeof(gone));
     rc = KEG_META_CALL(fs->meta, rename, parent, name, newparent, newname, flags, &moved, &gone);
     if (rc == 0)
