@@ -147,8 +147,8 @@ static void hour_name(int64_t now, char out[TRASH_HOUR_LEN + 1])
     time_t tt = (time_t)now;
     gmtime_r(&tt, &tm);
     snprintf(out, TRASH_HOUR_LEN + 1, "%04u-%02u-%02u-%02u",
-             (unsigned)(tm.tm_year + 1900) % 10000u, (unsigned)(tm.tm_mon + 1) % 100u, (unsigned)tm.tm_mday % 100u,
-             (unsigned)tm.tm_hour % 100u);
+             (unsigned)(tm.tm_year + 1900) % 10000u, (unsigned)(tm.tm_mon + 1) % 100u,
+             (unsigned)tm.tm_mday % 100u, (unsigned)tm.tm_hour % 100u);
 }
 
 /* The start of hour directory `name` in seconds since the epoch.
