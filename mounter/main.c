@@ -16,6 +16,7 @@
 
 int cmd_dump(int argc, char **argv);   /* cmd_dump.c */
 int cmd_load(int argc, char **argv);
+int cmd_restore(int argc, char **argv);   /* cmd_restore.c */
 
 struct mnt_cmd {
     const char *name;
@@ -35,6 +36,7 @@ static const struct mnt_cmd cmds[] = {
     {"warmup", mnt_cmd_warmup, "fetch the blocks of files ahead of use"},
     {"dump", cmd_dump, "write a volume's namespace as JSON"},
     {"load", cmd_load, "recreate a dumped volume in an empty engine"},
+    {"restore", cmd_restore, "move deleted files from the trash back to their directory"},
     {NULL, NULL, NULL},
 };
 
