@@ -788,12 +788,32 @@ static int entry_parse(const char *entry, uint64_t *parent, uint64_t *ino, const
     return 0;
 }
 
+/* Rename hour/entry to pino/name unless that exists (-EEXIST); with
+ * KEG_TRASH_DRYRUN only check.  Returns 0 or -errno. */
+static int restore_move(struct keg_fs *fs, uint64_t hino, const char *entry, uint64_t pino,
+                        const char *name, unsigned flags)
+{
+    struct keg_unlinked gone;
+    struct keg_attr a;
+    int rc;
+
+    if (flags & KEG_TRASH_DRYRUN) {
+        rc = KEG_META_CALL(fs->meta, lookup, pino, name, &a);
+        return rc == 0 ? -EEXIST : rc == -ENOENT ? 0 : rc;
+    }
+    memset(&gone, 0, sizeof(gone));
+    rc = KEG_META_CALL(fs->meta, rename, hino, entry, pino, name, KEG_RENAME_NOREPLACE, &a,
+                       &gone);
+    if (rc == 0)
+        fs_handle_gone(fs, &gone);      /* nothing: NOREPLACE replaces nothing */
+    return rc;
+}
+
 int keg_fs_trash_restore(struct keg_fs *fs, const char *hour, const char *entry, unsigned flags,
                          struct keg_trash_restored *out)
 {
     struct fs_trash *t;
-    struct keg_attr a, p, moved;
-    struct keg_unlinked gone;
+    struct keg_attr a, p;
     char alt[KEG_NAME_MAX + 1];
     const char *name = NULL;
     uint64_t pino = 0, ino = 0, tino = 0, hino = 0;
@@ -830,10 +850,8 @@ int keg_fs_trash_restore(struct keg_fs *fs, const char *hour, const char *entry,
     rc = trash_inside(fs, t, pino);
     if (rc != 0)
         return rc < 0 ? rc : -ESTALE;
-    memset(&gone, 0, sizeof(gone));
     snprintf(alt, sizeof(alt), "%s", name);
-    rc = KEG_META_CALL(fs->meta, rename, hino, entry, pino, alt, KEG_RENAME_NOREPLACE, &moved,
-                       &gone);
+    rc = restore_move(fs, hino, entry, pino, alt, flags);
     if (rc == -EEXIST && !(flags & KEG_TRASH_NOREPLACE)) {
         char suffix[48];
         int ns = snprintf(suffix, sizeof(suffix), ".restored-%llu", (unsigned long long)a.ino);
@@ -841,18 +859,17 @@ int keg_fs_trash_restore(struct keg_fs *fs, const char *hour, const char *entry,
         memcpy(alt, name, keep);
         memcpy(alt + keep, suffix, (size_t)ns + 1);
         out->renamed = 1;
-        rc = KEG_META_CALL(fs->meta, rename, hino, entry, pino, alt, KEG_RENAME_NOREPLACE,
-                           &moved, &gone);
+        rc = restore_move(fs, hino, entry, pino, alt, flags);
     }
     if (rc < 0) {
         memset(out, 0, sizeof(*out));
         return rc;
     }
-    fs_handle_gone(fs, &gone);
     out->parent = pino;
     out->ino = a.ino;
     snprintf(out->name, sizeof(out->name), "%s", alt);
-    KEG_INFO("restored trash entry %s/%s to %llu/%s", hour, entry, (unsigned long long)pino,
-             alt);
+    if (!(flags & KEG_TRASH_DRYRUN))
+        KEG_INFO("restored trash entry %s/%s to %llu/%s", hour, entry,
+                 (unsigned long long)pino, alt);
     return 0;
 }

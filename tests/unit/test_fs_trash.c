@@ -316,6 +316,13 @@ static void test_trash_restore(void **state)
     assert_int_equal(keg_fs_unlink(v.fs, &tv_root, d.ino, "f"), 0);
     entry_of(ent, sizeof(ent), d.ino, f, "f");
 
+    /* a dry run says where it would go and changes nothing */
+    assert_int_equal(keg_fs_trash_restore(v.fs, T0_HOUR, ent, KEG_TRASH_DRYRUN, &r), 0);
+    assert_int_equal(r.parent, d.ino);
+    assert_string_equal(r.name, "f");
+    assert_int_equal(keg_fs_lookup(v.fs, &tv_root, d.ino, "f", &a), -ENOENT);
+    assert_int_equal(lookup_ino(&v, hour_ino(&v, T0_HOUR), ent), f);
+
     assert_int_equal(keg_fs_trash_restore(v.fs, T0_HOUR, ent, 0, &r), 0);
     assert_int_equal(r.parent, d.ino);
     assert_int_equal(r.ino, f);
@@ -341,8 +348,13 @@ static void test_trash_restore(void **state)
     uint64_t f2 = put_file(&v, d.ino, "f", 'n', 10);
     assert_int_equal(keg_fs_trash_restore(v.fs, T0_HOUR, ent, KEG_TRASH_NOREPLACE, &r), -EEXIST);
     assert_int_equal(r.ino, 0);
-    assert_int_equal(keg_fs_trash_restore(v.fs, T0_HOUR, ent, 0, &r), 0);
+    assert_int_equal(keg_fs_trash_restore(v.fs, T0_HOUR, ent,
+                                          KEG_TRASH_DRYRUN | KEG_TRASH_NOREPLACE, &r), -EEXIST);
     snprintf(want, sizeof(want), "f.restored-%llu", (unsigned long long)f);
+    assert_int_equal(keg_fs_trash_restore(v.fs, T0_HOUR, ent, KEG_TRASH_DRYRUN, &r), 0);
+    assert_string_equal(r.name, want);
+    assert_int_equal(r.renamed, 1);
+    assert_int_equal(keg_fs_trash_restore(v.fs, T0_HOUR, ent, 0, &r), 0);
     assert_string_equal(r.name, want);
     assert_int_equal(r.renamed, 1);
     assert_int_equal(lookup_ino(&v, d.ino, want), f);

@@ -102,6 +102,7 @@ int keg_fs_warmup(struct keg_fs *fs, uint64_t ino, keg_progress_fn *p, void *arg
  * "<parent ino>-<ino>-<name>" (hour "YYYY-MM-DD-HH", UTC). */
 #define KEG_TRASH_DIR "/.trash"
 #define KEG_TRASH_NOREPLACE (1u << 0)  /* restore: refuse when the name is taken */
+#define KEG_TRASH_DRYRUN    (1u << 1)  /* restore: only say where it would go */
 
 struct keg_trash_restored {
     uint64_t parent;                   /* directory the entry went back to */
@@ -115,6 +116,9 @@ struct keg_trash_restored {
  * KEG_TRASH_NOREPLACE -EEXIST, else the entry is restored as
  * "<name>.restored-<ino>" (-EEXIST if that exists too).  Attributes and data
  * are kept (ctime changes).  out is set on success (zeroed otherwise).
+ * With KEG_TRASH_DRYRUN nothing changes: out says where the entry would go
+ * (a front end can then rename it through a mount, which keeps the kernel's
+ * name cache right).
  * Returns 0, -EINVAL (hour or entry is not a trash name), -ENOENT (no such
  * entry in the trash), -ESTALE (the original directory no longer exists),
  * -EEXIST, -EROFS, -errno. */
