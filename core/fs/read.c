@@ -12,7 +12,7 @@
  * never wrong bytes.
  *
  * Read-ahead: every handle remembers where its next sequential read would
- * start.  A read that starts there (or overlaps it) doubles the handle's
+ * start.  A read that starts within 256 KiB of there doubles the handle's
  * window (1 block up to FS_RA_MAX_BLOCKS); any other read resets it.  After a
  * sequential read, the blocks of [end, end + window * bs) that are not cached
  * yet and were not requested before are queued on the fetch pool
@@ -591,7 +591,9 @@ static void prefetch_range(struct keg_fs *fs, struct fs_inode *ip, uint64_t from
  * several at once) still count as sequential. */
 static void readahead(struct keg_fs *fs, struct keg_fh *fh, uint64_t off, size_t n)
 {
-    const uint64_t slack = 1u << 20;
+    /* a few FUSE reads (128 KiB) in flight may overtake each other; a random
+     * reader must not look sequential, so the tolerance stays small */
+    const uint64_t slack = 256u << 10;
     uint64_t from = 0;
     uint64_t to = 0;
 
