@@ -4,13 +4,16 @@
  * PATH is a trash entry (MOUNT/.trash/YYYY-MM-DD-HH/PARENT-INO-NAME) or a whole hour
  * directory (MOUNT/.trash/YYYY-MM-DD-HH).  The original directory is known only by its
  * inode number, so the volume behind the mount is opened here (META_URL from the mounter's
- * state file, no session) and keg_fs_trash_restore renames each entry back through the
- * engine.  The directory's path is printed by walking its parent pointers up to the root.
- * The running mounter sees the change at once; its kernel may show the old names for up to
- * --entry-cache seconds.
+ * state file, no session): keg_fs_trash_restore (dry run) says where each entry goes, the
+ * directory's path is found by walking its parent pointers up to the root, and the entry is
+ * renamed through the mount (renameat2 RENAME_NOREPLACE), so the kernel's name cache is
+ * right at once.  If the path cannot be found, the engine renames it (then the kernel may
+ * show the old names for up to --entry-cache seconds).
  */
+#define _GNU_SOURCE 1       /* renameat2 */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -143,42 +146,82 @@ struct restore_ctx {
     unsigned       restored, failed;
 };
 
+/* Rename the entry through the mount (so that the kernel's name cache sees it at once).
+ * Returns 0, -EEXIST, or another -errno (then the caller renames through the engine). */
+static int rename_via_mount(struct restore_ctx *c, const char *hour, const char *entry,
+                            const char *dir, const char *name, int renamed)
+{
+    const char *mp = strcmp(c->mp, "/") == 0 ? "" : c->mp;
+    char *src = keg_asprintf("%s%s/%s/%s", mp, KEG_TRASH_DIR, hour, entry);
+    char *dst = keg_asprintf("%s%s/%s", mp, dir, name);
+    int rc = -ENOMEM;
+
+    if (src && dst) {
+        rc = renameat2(AT_FDCWD, src, AT_FDCWD, dst, RENAME_NOREPLACE) == 0 ? 0 : -errno;
+        if (rc == 0)
+            printf("restored .trash/%s/%s to %s%s\n", hour, entry, dst,
+                   renamed ? " (name was taken)" : "");
+    }
+    keg_free(src);
+    keg_free(dst);
+    return rc;
+}
+
+static void restore_error(struct restore_ctx *c, const char *hour, const char *entry, int rc)
+{
+    c->failed++;
+    switch (rc) {
+    case -EINVAL:
+        mnt_error("%s/.trash/%s/%s is not a trash entry (PARENT-INO-NAME)", c->mp, hour, entry);
+        break;
+    case -ESTALE:
+        mnt_error("%s/.trash/%s/%s: the directory it was deleted from no longer exists; "
+                  "left in the trash", c->mp, hour, entry);
+        break;
+    case -EEXIST:
+        mnt_error("%s/.trash/%s/%s: its name is taken in its directory; left in the trash%s",
+                  c->mp, hour, entry, (c->flags & KEG_TRASH_NOREPLACE) ? " (--no-rename)" : "");
+        break;
+    default:
+        mnt_error("%s/.trash/%s/%s: %s", c->mp, hour, entry, strerror(-rc));
+    }
+}
+
+/* Find where the entry goes (a dry run through the engine), then rename it through the
+ * mount; through the engine when the directory's path cannot be found or the mount
+ * refuses. */
 static int restore_entry(struct restore_ctx *c, const char *hour, const char *entry)
 {
     struct keg_trash_restored r;
     char *dir = NULL;
-    int rc = keg_fs_trash_restore(c->fs, hour, entry, c->flags, &r);
+    int rc = keg_fs_trash_restore(c->fs, hour, entry, c->flags | KEG_TRASH_DRYRUN, &r);
 
     if (rc < 0) {
-        c->failed++;
-        switch (rc) {
-        case -EINVAL:
-            mnt_error("%s/.trash/%s/%s is not a trash entry (PARENT-INO-NAME)", c->mp, hour,
-                      entry);
-            break;
-        case -ESTALE:
-            mnt_error("%s/.trash/%s/%s: the directory it was deleted from no longer exists; "
-                      "left in the trash", c->mp, hour, entry);
-            break;
-        case -EEXIST:
-            mnt_error("%s/.trash/%s/%s: its name is taken in its directory; left in the trash%s",
-                      c->mp, hour, entry,
-                      (c->flags & KEG_TRASH_NOREPLACE) ? " (--no-rename)" : "");
-            break;
-        default:
-            mnt_error("%s/.trash/%s/%s: %s", c->mp, hour, entry, strerror(-rc));
+        restore_error(c, hour, entry, rc);
+        return rc;
+    }
+    if (dir_path(c->fs, r.parent, &dir) == 0) {
+        rc = rename_via_mount(c, hour, entry, dir, r.name, r.renamed);
+        if (rc == 0 || rc == -EEXIST) {
+            keg_free(dir);
+            if (rc < 0)
+                restore_error(c, hour, entry, rc);
+            else
+                c->restored++;
+            return rc;
         }
+        KEG_INFO("rename through the mount failed (%s); renaming through the engine",
+                 strerror(-rc));
+    }
+    keg_free(dir);
+    rc = keg_fs_trash_restore(c->fs, hour, entry, c->flags, &r);
+    if (rc < 0) {
+        restore_error(c, hour, entry, rc);
         return rc;
     }
     c->restored++;
-    if (dir_path(c->fs, r.parent, &dir) < 0)
-        printf("restored .trash/%s/%s to directory inode %llu as %s%s\n", hour, entry,
-               (unsigned long long)r.parent, r.name, r.renamed ? " (name was taken)" : "");
-    else
-        printf("restored .trash/%s/%s to %s%s/%s%s\n", hour, entry,
-               strcmp(c->mp, "/") == 0 ? "" : c->mp, dir, r.name,
-               r.renamed ? " (name was taken)" : "");
-    keg_free(dir);
+    printf("restored .trash/%s/%s to directory inode %llu as %s%s\n", hour, entry,
+           (unsigned long long)r.parent, r.name, r.renamed ? " (name was taken)" : "");
     return 0;
 }
 
@@ -242,6 +285,43 @@ static int restore_hour(struct restore_ctx *c, const char *abs, const char *hour
     return rc;
 }
 
+/* The absolute path of p.  An entry that went to the trash a moment ago may be hidden by
+ * the kernel's negative name cache (--entry-cache): then its directory is resolved and the
+ * name appended (the engine knows the entry).  OWNERSHIP: keg_free(*out). */
+static int trash_abspath(const char *p, char **out)
+{
+    char *copy, *dir = NULL;
+    const char *base;
+    int rc = mnt_abspath(p, out);
+
+    if (rc != -ENOENT)
+        return rc;
+    copy = keg_strdup(p);
+    if (!copy)
+        return -ENOMEM;
+    while (strlen(copy) > 1 && copy[strlen(copy) - 1] == '/')
+        copy[strlen(copy) - 1] = '\0';
+    char *slash = strrchr(copy, '/');
+    if (slash) {
+        *slash = '\0';
+        base = slash + 1;
+        rc = mnt_abspath(slash == copy ? "/" : copy, &dir);
+    } else {
+        base = copy;
+        rc = mnt_abspath(".", &dir);
+    }
+    if (rc == 0 && (!*base || strcmp(base, ".") == 0 || strcmp(base, "..") == 0))
+        rc = -ENOENT;
+    if (rc == 0) {
+        *out = keg_asprintf("%s/%s", strcmp(dir, "/") == 0 ? "" : dir, base);
+        if (!*out)
+            rc = -ENOMEM;
+    }
+    keg_free(dir);
+    keg_free(copy);
+    return rc;
+}
+
 /* The volume behind the mount point, reused while paths stay on it. */
 struct restore_vol {
     char          *mp;
@@ -257,7 +337,7 @@ static int restore_path(struct restore_vol *vol, unsigned flags, const char *pat
     const char *rel, *entry = NULL;
     int rc;
 
-    rc = mnt_abspath(path, &abs);
+    rc = trash_abspath(path, &abs);
     if (rc < 0) {
         mnt_error("%s: %s", path, strerror(-rc));
         goto out;
