@@ -682,7 +682,7 @@ static void *trash_main(void *arg)
     if (period_ms <= 0)
         period_ms = TRASH_PERIOD_SEC * 1000LL;
     /* the first run soon after start, but not with every mounter at once */
-    wait_ms = 1000 + rand_r(&seed) % (KEG_MIN(period_ms, 10000LL));
+    wait_ms = 1000 + rand_r(&seed) % (KEG_MIN(period_ms, 9000LL));
     pthread_mutex_lock(&t->thr_mu);
     while (!t->stopping) {
         struct timespec ts;
