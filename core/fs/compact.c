@@ -284,6 +284,8 @@ static void *cmp_main(void *arg)
         fs->cmp_cur = NULL;
         if (rc == 0)
             fs->cmp_done++;
+        else if (rc == -EAGAIN)
+            fs->cmp_again++;
         if (rc == -EAGAIN && ++it->attempts < FS_CMP_MAX_ATTEMPTS && !fs->cmp_stopping) {
             it->not_before = keg_mono_ns() + FS_CMP_RETRY_NS * it->attempts;
             cmp_append(fs, it);

@@ -292,6 +292,7 @@ struct keg_fs {
     int               cmp_stopping;
     int               cmp_running;  /* worker thread exists */
     uint64_t          cmp_done;     /* chunks compacted (stats, tests) */
+    uint64_t          cmp_again;    /* compactions abandoned because the chunk changed */
     pthread_t         cmp_thr;
 
     /* trash (trash.c): allocated on first use when the volume has trash_days */
