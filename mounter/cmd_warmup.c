@@ -9,7 +9,7 @@
  * which fills the running mounter's own caches (memory block cache, SSD cache if it has
  * one) and the kernel page cache.
  */
-#define _GNU_SOURCE 1       /* nftw FTW_ACTIONRETVAL-free use; O_NOATIME */
+#define _GNU_SOURCE 1       /* O_NOATIME */
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
