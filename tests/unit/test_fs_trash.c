@@ -3,13 +3,15 @@
  * other types are deleted as before, moves into the trash are refused,
  * keg_fs_trash_restore brings files back (conflicts, vanished parents),
  * expiry by an injected clock deletes the data (the object store empties),
- * the expiry thread, and trash_days = 0 keeping the old behaviour. */
+ * the expiry thread, concurrent first deletes, and trash_days = 0 keeping
+ * the old behaviour. */
 #define _GNU_SOURCE 1
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <pthread.h>
 #include <time.h>
 
 #include "test_fs_helpers.h"
@@ -482,6 +484,56 @@ static void test_trash_thread(void **state)
     tvol_cleanup(&v);
 }
 
+struct unlinker {
+    struct tvol *v;
+    int          first, n;
+};
+
+static void *unlink_main(void *arg)
+{
+    struct unlinker *u = arg;
+    for (int i = u->first; i < u->first + u->n; i++) {
+        char name[16];
+        snprintf(name, sizeof(name), "c%d", i);
+        if (keg_fs_unlink(u->v->fs, &tv_root, KEG_ROOT_INO, name) != 0)
+            return (void *)1;
+    }
+    return NULL;
+}
+
+/* Threads deleting at once on a fresh volume race to make /.trash and the hour. */
+static void test_trash_concurrent(void **state)
+{
+    struct tvol v;
+    struct keg_attr a;
+    pthread_t thr[4];
+    struct unlinker u[4];
+    (void)state;
+
+    trash_vol(&v, 1);
+    for (int i = 0; i < 200; i++) {
+        char name[16];
+        snprintf(name, sizeof(name), "c%d", i);
+        assert_int_equal(keg_fs_mknod(v.fs, &tv_root, KEG_ROOT_INO, name, S_IFREG | 0644, 0,
+                                      &a), 0);
+    }
+    for (int t = 0; t < 4; t++) {
+        u[t].v = &v;
+        u[t].first = t * 50;
+        u[t].n = 50;
+        assert_int_equal(pthread_create(&thr[t], NULL, unlink_main, &u[t]), 0);
+    }
+    for (int t = 0; t < 4; t++) {
+        void *res = (void *)1;
+        pthread_join(thr[t], &res);
+        assert_null(res);
+    }
+    assert_int_equal(count_entries(&v, KEG_ROOT_INO), 1);
+    assert_int_equal(count_entries(&v, trash_ino(&v)), 1);
+    assert_int_equal(count_entries(&v, hour_ino(&v, T0_HOUR)), 200);
+    tvol_cleanup(&v);
+}
+
 /* trash_days = 0: no /.trash, deletes free the data as before. */
 static void test_trash_off(void **state)
 {
@@ -517,6 +569,7 @@ int main(void)
         cmocka_unit_test(test_trash_restore),
         cmocka_unit_test(test_trash_expire),
         cmocka_unit_test(test_trash_thread),
+        cmocka_unit_test(test_trash_concurrent),
         cmocka_unit_test(test_trash_off),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
