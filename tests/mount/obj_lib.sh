@@ -93,9 +93,9 @@ s3_url() {
 obj_list() {
   local sub=${1-chunks/}
   if ! obj_is_s3; then
-    [ -d "$OBJDIR/$VOL" ] || return 0
-    (cd "$OBJDIR" && find "$VOL/$sub" -type f ! -name '.tmp.*' -printf '%p %s\n' 2>/dev/null) |
-      sed 's#//*#/#g' | sort
+    [ -n "$OBJDIR" ] && [ -d "$OBJDIR" ] || return 0
+    (cd "$OBJDIR" && find . -type f -path "./${VOL:-*}/$sub*" ! -name '.tmp.*' \
+       -printf '%P %s\n' 2>/dev/null) | sort
     return 0
   fi
   local prefix=$OBJ_S3_PREFIX$VOL/$sub token="" page n=0

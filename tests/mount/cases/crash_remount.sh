@@ -4,6 +4,7 @@
 # and a file that was open-but-unlinked at the crash is reclaimed, not leaked for ever.
 # timeout: 420 (the reclaim check runs only with run-tests.sh --long)
 . "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../obj_lib.sh"
 need_kegfs
 
 head -c 5000000 /dev/urandom > "$WORK/a"
@@ -13,7 +14,13 @@ mkdir -p "$MNT/dir/sub" && printf 'x' > "$MNT/dir/sub/x"
 sync
 # an open file that is unlinked, and one written but not closed
 exec 4<"$MNT/a"
-objs() { [ -n "$OBJDIR" ] && find "$OBJDIR" -type f -path '*/chunks/*' ! -name '.tmp.*' | sort; }
+# the volume's block objects (file store, or listed through S3; none when unreachable)
+if [ -n "$OBJDIR" ] || { [ "${STORAGE:-}" = s3 ] && (need_objstore) >/dev/null 2>&1; }; then
+  [ -n "$OBJDIR" ] || need_objstore
+  objs() { obj_keys; }
+else
+  objs() { :; }
+fi
 objs > "$WORK/objs.before"
 cp "$WORK/a" "$MNT/doomed" && sync && exec 5<"$MNT/doomed" && rm "$MNT/doomed"
 objs | comm -13 "$WORK/objs.before" - > "$WORK/objs.doomed"

@@ -4,6 +4,7 @@
 # store within a bounded time (KEG_TEST_GC_WAIT seconds, default 60).
 # timeout: 300
 . "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../obj_lib.sh"
 
 MIB=$((1024 * 1024))
 head -c $((10 * MIB + 17)) /dev/urandom > "$WORK/data"
@@ -11,12 +12,19 @@ want=$(sha256sum < "$WORK/data")
 cp "$WORK/data" "$MNT/victim" || fail "cp"
 sync
 
-count_objects() {   # block objects of the volume in the file store
-  find "$OBJDIR" -type f -path '*/chunks/*' ! -name '.tmp.*' 2>/dev/null | wc -l
+count_objects() {   # block objects of the volume (file store, or listed through S3)
+  obj_keys | wc -l
 }
+store=""            # where the objects are checked ("" = not checked)
 if [ -n "$OBJDIR" ]; then
+  store=$OBJDIR
+elif [ "${STORAGE:-}" = s3 ] && (need_objstore) >/dev/null 2>&1; then
+  need_objstore
+  store="bucket $BUCKET"
+fi
+if [ -n "$store" ]; then
   before=$(count_objects)
-  [ "$before" -gt 0 ] || fail "no block objects under $OBJDIR after writing 10 MiB"
+  [ "$before" -gt 0 ] || fail "no block objects in $store after writing 10 MiB"
   note "$before block objects"
 fi
 
@@ -46,12 +54,12 @@ rm "$MNT/victim"
 kill "$holder" 2>/dev/null
 wait "$holder" 2>/dev/null
 
-if [ -n "$OBJDIR" ]; then
+if [ -n "$store" ]; then
   limit=${KEG_TEST_GC_WAIT:-60}
   no_objects() { [ "$(count_objects)" -eq 0 ]; }
   wait_for "$limit" no_objects \
-    || fail "$(count_objects) of $before block objects still in $OBJDIR $limit s after the last close"
+    || fail "$(count_objects) of $before block objects still in $store $limit s after the last close"
   note "objects gone after close"
 else
-  note "no OBJDIR (storage ${STORAGE:-?}): object deletion not checked"
+  note "objects not reachable (storage ${STORAGE:-?}): object deletion not checked"
 fi
