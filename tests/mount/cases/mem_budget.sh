@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# mem_budget.sh -- the write-buffer budget bounds the mounter's memory: with
+# --buffer-size 64 (MiB), 16 concurrent writers of 64 MiB files (dd bs=1M, 1 GiB in all)
+# never push the mounter's resident set (VmRSS, sampled every 100 ms) above
+#   idle RSS + 64 MiB budget + 96 MiB allowance
+# where the allowance covers what is not write buffer: upload requests in flight (one
+# block each), FUSE request buffers (1 MiB + header per FUSE thread, up to 64 threads
+# but only a few busy here), allocator slack.  Every file then has the right checksum.
+# The mounter is remounted for the test (--buffer-size, --mem-cache-size 16: reads for
+# the checksums happen after the sampling, but a small cache keeps the budget honest).
+#
+# glibc: freeing a large mmap()ed block raises malloc's mmap threshold (up to 32 MiB), so
+# later 4 MiB block buffers come from the heap arenas and freed ones are kept: with the
+# default allocator settings the mounter peaks at ~200 MiB RSS here (64 MiB budget) and
+# stays at ~130 MiB after the writes.  Until the mounter pins the threshold itself
+# (mallopt(M_MMAP_THRESHOLD) at start), the case runs it with MALLOC_MMAP_THRESHOLD_=131072,
+# which measures kegfs's own accounting; KEG_TEST_MEM_GLIBC_DEFAULT=1 runs it without.
+# timeout: 150
+. "$(dirname "$0")/../lib.sh"
+need_kegfs
+need_cmd sha256sum dd
+
+BUDGET_MIB=64
+ALLOW_MIB=96
+WRITERS=16
+FILE_MIB=64
+
+mt_umount
+[ "${KEG_TEST_MEM_GLIBC_DEFAULT:-0}" = 1 ] || export MALLOC_MMAP_THRESHOLD_=131072
+mt_mount --buffer-size $BUDGET_MIB --mem-cache-size 16
+unset MALLOC_MMAP_THRESHOLD_
+
+# the process serving FUSE requests (with the supervisor: the worker), from kegfs stats
+serving_pid() {
+  "$KEGFS" stats "$MNT" 2>/dev/null | sed -nE 's/^ *mounter: *pid ([0-9]+),.*/\1/p'
+}
+pid=""
+for _ in $(seq 50); do
+  pid=$(serving_pid)
+  [ -n "$pid" ] && break
+  sleep 0.1
+done
+[ -n "$pid" ] && [ -r "/proc/$pid/status" ] || fail "cannot find the mounter serving $MNT"
+rss_kib() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status" 2>/dev/null; }
+
+ls "$MNT" > /dev/null
+sleep 1
+idle=$(rss_kib "$pid")
+[ -n "$idle" ] || fail "no VmRSS for pid $pid"
+limit=$((idle + (BUDGET_MIB + ALLOW_MIB) * 1024))
+note "mounter pid $pid: idle RSS $((idle / 1024)) MiB; limit $((limit / 1024)) MiB" \
+     "(idle + $BUDGET_MIB MiB budget + $ALLOW_MIB MiB allowance)"
+
+# sampler: max VmRSS every 100 ms until told to stop
+(
+  max=0
+  while [ ! -e "$WORK/stop-sampling" ]; do
+    r=$(rss_kib "$pid")
+    [ -n "$r" ] && [ "$r" -gt "$max" ] && max=$r && echo "$max" > "$WORK/rss.max"
+    sleep 0.1
+  done
+) &
+sampler=$!
+
+t0=$(date +%s)
+for i in $(seq 1 $WRITERS); do
+  (
+    head -c $((FILE_MIB * 1024 * 1024)) /dev/urandom \
+      | tee >(sha256sum | cut -d' ' -f1 > "$WORK/sum.$i") \
+      | dd of="$MNT/w.$i" bs=1M iflag=fullblock status=none \
+      || echo "writer $i failed" > "$WORK/err.$i"
+  ) &
+done
+wait $(jobs -p | grep -v "^$sampler\$")
+sync
+t1=$(date +%s)
+touch "$WORK/stop-sampling"
+wait "$sampler"
+ls "$WORK"/err.* > /dev/null 2>&1 && fail "$(cat "$WORK"/err.* | head -3)"
+max=$(cat "$WORK/rss.max" 2>/dev/null || echo 0)
+note "$WRITERS x $FILE_MIB MiB written in $((t1 - t0)) s; max RSS $((max / 1024)) MiB" \
+     "($(((max - idle) / 1024)) MiB over idle)"
+[ "$max" -le "$limit" ] || fail "mounter RSS reached $((max / 1024)) MiB, above the limit of" \
+  "$((limit / 1024)) MiB (idle $((idle / 1024)) + budget $BUDGET_MIB + allowance $ALLOW_MIB)"
+
+for i in $(seq 1 $WRITERS); do
+  [ "$(stat -c %s "$MNT/w.$i")" = $((FILE_MIB * 1024 * 1024)) ] || fail "w.$i has the wrong size"
+  got=$(sha256sum < "$MNT/w.$i" | cut -d' ' -f1)
+  [ "$got" = "$(cat "$WORK/sum.$i")" ] || fail "w.$i has the wrong checksum"
+done
+note "all $WRITERS files have the right checksums"
+rm -f "$MNT"/w.*
+exit 0
