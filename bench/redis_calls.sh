@@ -20,8 +20,10 @@
 #     create0  create with --attr-cache 0
 #
 # Usage: bench/redis_calls.sh --kegfs BUILD/mounter/kegfs --fsops BUILD/bench/fsops
-#                             [-n N] [--port PORT] [--trace] [--keep]
+#                             [-n N] [--port PORT] [--sqlite] [--trace] [--keep]
 #   --port   the dedicated server's port (default: a random free one)
+#   --sqlite also time the same ops on a SQLite-backed mount (same kernel/FUSE path,
+#            no network), to separate FUSE cost from Redis cost
 #   --trace  also record 3 iterations of each op with MONITOR and the mounter's --debug
 #            log (which FUSE requests the kernel sent, which Redis commands they cost)
 # Output: a table on stdout; the MONITOR captures stay in WORK/ with --keep.
@@ -33,6 +35,7 @@ FSOPS=""
 N=2000
 PORT=""
 TRACE=0
+SQLITE=0
 KEEP=0
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -41,6 +44,7 @@ while [ $# -gt 0 ]; do
     -n) N=$2; shift ;;
     --port) PORT=$2; shift ;;
     --trace) TRACE=1 ;;
+    --sqlite) SQLITE=1 ;;
     --keep) KEEP=1 ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "redis_calls.sh: unknown option '$1'" >&2; exit 2 ;;
@@ -85,8 +89,8 @@ META="redis://127.0.0.1:$PORT/0?ns=bench$$"
 mkdir -p "$WORK/objects" "$MNT"
 "$KEGFS" format --storage file --bucket "$WORK/objects" "$META" bench >/dev/null || exit 1
 
-mount_it() {   # mount_it [ARGS]
-  "$KEGFS" mount -d --log-file "$WORK/mounter.log" "$@" "$META" "$MNT" > /dev/null \
+mount_it() {   # mount_it [ARGS]  (META_URL: $MOUNT_META, default $META)
+  "$KEGFS" mount -d --log-file "$WORK/mounter.log" "$@" "${MOUNT_META:-$META}" "$MNT" > /dev/null \
     || { echo "redis_calls.sh: mount failed" >&2; exit 1; }
   mkdir -p "$MNT/b"
   "$FSOPS" -n 20 -p warm create "$MNT/b" > /dev/null   # dial the connection pool
@@ -191,9 +195,25 @@ umount_it
 
 echo "Redis requests per operation through a kegfs mount (N=$N per phase; dedicated"
 echo "$(redis-server --version | cut -d' ' -f1-3) on 127.0.0.1:$PORT; idle background $BG requests/s subtracted)"
-echo "$(uname -r), $(nproc) CPUs: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)"
+echo "$(uname -r), $(nproc) CPUs: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1);" \
+     "load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "redis-cli PING round trip (ms, ~100 samples): min max avg = $(timeout 5 redis-cli -h 127.0.0.1 -p "$PORT" --latency --raw | cut -d' ' -f1-3)"
 printf '%-8s %7s %6s  %-30s %s\n' phase calls per_op "by command (per op)" "latency (fsops, no MONITOR)"
 for r in "${ROWS[@]}"; do echo "$r"; done
+
+if [ $SQLITE = 1 ]; then
+  mkdir -p "$WORK/objects-sq"
+  MOUNT_META="sqlite3://$WORK/meta.db"
+  "$KEGFS" format --storage file --bucket "$WORK/objects-sq" "$MOUNT_META" benchsq >/dev/null || exit 1
+  mount_it
+  echo
+  echo "same ops on a SQLite-backed mount (default caches), latency only:"
+  for op in create rename unlink pair; do
+    printf '%-8s %s\n' "$op" "$("$FSOPS" -n "$N" -p q "$op" "$MNT/b" | sed 's/^op=[a-z]* n=[0-9]* //; s/ mean_us=.*//')"
+  done
+  umount_it
+  MOUNT_META=""
+fi
 
 if [ $TRACE = 1 ]; then
   mount_it --debug
