@@ -62,7 +62,7 @@ enum {
     OPT_ATTR_CACHE = 0x3001, OPT_ENTRY_CACHE, OPT_DIR_ENTRY_CACHE, OPT_READ_ONLY, OPT_BUFFER_SIZE,
     OPT_CACHE_SIZE, OPT_CONFIG, OPT_BACKGROUND, OPT_FUSE_OPTS, OPT_NO_ALLOW_OTHER,
     OPT_MEM_CACHE_SIZE, OPT_CACHE_DIR, OPT_WRITEBACK, OPT_UPLOAD_WORKERS, OPT_MAX_STAGING,
-    OPT_DRAIN_TIMEOUT, OPT_SESSION_TIMEOUT, OPT_HEARTBEAT, OPT_NO_SUPERVISOR,
+    OPT_DRAIN_TIMEOUT, OPT_SESSION_TIMEOUT, OPT_HEARTBEAT, OPT_NO_SUPERVISOR, OPT_MISSING_WAIT,
 };
 
 struct mount_opts {
@@ -78,6 +78,7 @@ struct mount_opts {
     uint64_t max_staging;      /* bytes, 0: stack default */
     double   drain_timeout;    /* seconds the unmount waits for staged uploads */
     double   session_timeout;  /* seconds; 0: core default */
+    double   missing_wait;     /* seconds a read waits for a block not uploaded yet */
     double   heartbeat;        /* seconds; 0: core default */
     int      no_supervisor;    /* one process: no restart of a crashed worker */
     char    *kernel_opts;      /* FUSE mount options for the supervisor; OWNERSHIP: keg_free */
@@ -111,6 +112,7 @@ static const struct option longopts[] = {
     {"drain-timeout", required_argument, NULL, OPT_DRAIN_TIMEOUT},
     {"session-timeout", required_argument, NULL, OPT_SESSION_TIMEOUT},
     {"heartbeat", required_argument, NULL, OPT_HEARTBEAT},
+    {"missing-block-wait", required_argument, NULL, OPT_MISSING_WAIT},
     {"no-supervisor", optional_argument, NULL, OPT_NO_SUPERVISOR},
     {"no-allow-other", optional_argument, NULL, OPT_NO_ALLOW_OTHER},
     {"config", required_argument, NULL, OPT_CONFIG},
@@ -147,6 +149,8 @@ static void usage(FILE *out)
         "      --drain-timeout SEC  at unmount, wait this long for staged uploads (default 30)\n"
         "      --session-timeout SEC a session silent this long is stale (default 60)\n"
         "      --heartbeat SEC      session heartbeat period (default 10)\n"
+        "      --missing-block-wait SEC  a read of a block not uploaded yet (staged by a\n"
+        "                           writeback mounter elsewhere) retries this long (default 10)\n"
         "      --no-supervisor      one process: a crash of the mounter leaves a dead mount\n"
         "                           (default as non-root; root mounts keep /dev/fuse in a\n"
         "                           supervisor that restarts a crashed worker)\n"
@@ -230,6 +234,7 @@ static int apply_opt(struct mount_opts *o, int id, const char *name, const char 
     case OPT_WRITEBACK: rc = parse_bool(v, &o->writeback); break;
     case OPT_NO_SUPERVISOR: rc = parse_bool(v, &o->no_supervisor); break;
     case OPT_DRAIN_TIMEOUT: rc = mnt_parse_seconds(v, &o->drain_timeout); break;
+    case OPT_MISSING_WAIT: rc = mnt_parse_seconds(v, &o->missing_wait); break;
     case OPT_SESSION_TIMEOUT:
         rc = mnt_parse_seconds(v, &o->session_timeout);
         if (!rc && o->session_timeout < 1)
@@ -838,6 +843,7 @@ static int run_session(struct mount_opts *o, const char *url, const char *abs_mp
     conf.buffer_size = o->buffer_mib << 20;
     conf.block_cache_size = o->mem_cache_mib << 20;
     conf.session_timeout = (unsigned)o->session_timeout;
+    conf.missing_block_wait_ms = (unsigned)(o->missing_wait * 1000.0);
     conf.heartbeat_sec = (unsigned)o->heartbeat;
     struct keg_stack_conf sc;
     memset(&sc, 0, sizeof(sc));
@@ -1162,6 +1168,7 @@ int mnt_cmd_mount(int argc, char **argv)
     memset(&o, 0, sizeof(o));
     o.attr_cache = o.entry_cache = o.dir_entry_cache = 1.0;
     o.drain_timeout = 30.0;
+    o.missing_wait = 10.0;
     if (keg_log_level == LOG_WARNING)
         keg_log_set_level(LOG_INFO);
     rc = parse_cmdline(argc, argv, &o);

@@ -406,6 +406,7 @@ int keg_fs_new(const struct keg_fs_conf *conf, struct keg_fs **out)
     fs->buffer_size = conf->buffer_size ? conf->buffer_size : (300ULL << 20);
     fs->heartbeat_sec = conf->heartbeat_sec ? conf->heartbeat_sec : 10;
     fs->session_timeout = conf->session_timeout ? conf->session_timeout : 60;
+    fs->missing_wait_ms = conf->missing_block_wait_ms;
 
     rc = keg_meta_open(conf->meta_url, &fs->meta);
     if (rc < 0)

@@ -252,6 +252,7 @@ struct keg_fs {
     uint64_t          buffer_size;
     unsigned          heartbeat_sec;
     unsigned          session_timeout;
+    unsigned          missing_wait_ms;  /* conf->missing_block_wait_ms */
 
     pthread_mutex_t   id_mu;        /* protects the id batches */
     uint64_t          ino_next, ino_end;

@@ -37,6 +37,7 @@
  */
 #include <fcntl.h>
 #include <string.h>
+#include <time.h>
 
 #define KEG_LOG_TAG "fs"
 #include "keg/log.h"
@@ -487,7 +488,8 @@ ssize_t fs_read_range(struct keg_fs *fs, struct fs_inode *ip, uint64_t off, void
     uint8_t *out = buf;
     uint64_t fsize;
     size_t done = 0;
-    int retried = 0;
+    unsigned attempt = 0;       /* reloads after a missing block */
+    int64_t deadline = 0;       /* monotonic ns: stop waiting for missing blocks */
     int rc = 0;
 
     pthread_mutex_lock(&ip->mu);
@@ -519,6 +521,8 @@ ssize_t fs_read_range(struct keg_fs *fs, struct fs_inode *ip, uint64_t off, void
         unsigned skip = 1;
         unsigned budget = FS_FETCH_MAX_JOBS;
         size_t n = 0;
+        /* the last try reports a missing block (EIO, logged with its key) */
+        int last = attempt > 0 && (!deadline || keg_mono_ns() >= deadline);
 
         rc = chunk_segs(fs, ip, indx, cfrom, cto, local, &segs, &n);
         if (rc < 0)
@@ -534,18 +538,37 @@ ssize_t fs_read_range(struct keg_fs *fs, struct fs_inode *ip, uint64_t off, void
                 memset(dst, 0, b - a);
             else
                 rc = fs_read_slice(fs, s->id, s->size, s->soff + (a - s->pos),
-                                   s->soff + (b - s->pos), dst, !retried);
+                                   s->soff + (b - s->pos), dst, !last);
         }
         if (segs != local)
             keg_free(segs);
-        if (rc == -ENOENT && !retried) {
-            /* stale layout (compacted or rewritten elsewhere): reload once */
-            KEG_DEBUG("inode %llu: block missing, reloading chunk %u",
-                      (unsigned long long)ip->ino, indx);
+        if (rc == -ENOENT && !last) {
+            /* A referenced block is missing.  First: the layout may be stale
+             * (compacted or rewritten elsewhere): reload at once.  Then, when
+             * configured, wait with backoff: a writeback mounter elsewhere
+             * commits slices whose blocks are still in its staging area. */
+            if (attempt == 0) {
+                KEG_DEBUG("inode %llu: block missing, reloading chunk %u",
+                          (unsigned long long)ip->ino, indx);
+                if (fs->missing_wait_ms)
+                    deadline = keg_mono_ns() + (int64_t)fs->missing_wait_ms * 1000000;
+            } else {
+                int64_t left = deadline - keg_mono_ns();
+                int64_t nap = (int64_t)100000000 << KEG_MIN(attempt - 1, 4u);  /* 0.1..1.6 s */
+                if (attempt == 1)
+                    KEG_WARN("inode %llu: a block of chunk %u is not in the object store yet "
+                             "(staged on another mounter?); waiting up to %u ms",
+                             (unsigned long long)ip->ino, indx, fs->missing_wait_ms);
+                nap = KEG_MIN(nap, KEG_MAX(left, (int64_t)0));
+                if (nap > 0) {
+                    struct timespec ts = {nap / 1000000000, nap % 1000000000};
+                    nanosleep(&ts, NULL);
+                }
+            }
             pthread_mutex_lock(&ip->mu);
             fs_inode_drop_chunks(ip);
             pthread_mutex_unlock(&ip->mu);
-            retried = 1;
+            attempt++;
             rc = 0;
             continue;
         }

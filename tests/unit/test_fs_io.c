@@ -3,6 +3,8 @@
  * open, copy_range sharing, fallocate, SEEK_DATA/SEEK_HOLE, corruption -> EIO,
  * deferred write errors, keep_cache, remount.  SQLite engine + file store. */
 #define _GNU_SOURCE 1
+#include <pthread.h>
+#include <time.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -462,6 +464,76 @@ static void test_io_corrupt_block_eio(void **state)
     tvol_cleanup(&v);
 }
 
+/* A block that is referenced but not in the store yet (staged by a writeback
+ * mounter elsewhere) is waited for, within missing_block_wait_ms. */
+struct restore_arg {
+    char from[512];
+    char to[512];
+};
+
+static void *restore_later(void *p)
+{
+    struct restore_arg *a = p;
+    struct timespec ts = {0, 400000000};
+    nanosleep(&ts, NULL);
+    if (rename(a->from, a->to) != 0)
+        fprintf(stderr, "restore_later: rename failed\n");
+    return NULL;
+}
+
+static void test_io_missing_block_wait(void **state)
+{
+    struct tvol v;
+    struct keg_fs_conf conf;
+    struct restore_arg ra;
+    pthread_t th;
+    uint64_t ino;
+    static uint8_t data[100000];
+    static uint8_t got[100000];
+    (void)state;
+
+    tvol_init(&v, BS, "none");
+    tvol_mount(&v);
+    struct keg_fh *fh = tvol_create(&v, KEG_ROOT_INO, "w", &ino);
+    fill_random(data, sizeof(data));
+    write_all(&v, fh, 0, data, sizeof(data));
+    assert_int_equal(keg_fs_release(v.fs, fh), 0);
+    tvol_umount(&v);
+
+    assert_int_equal(tvol_count_objects(&v), 2);
+    snprintf(ra.to, sizeof(ra.to), "%s", tvol_first_obj);
+    snprintf(ra.from, sizeof(ra.from), "%s/away", v.dir);
+    assert_int_equal(rename(ra.to, ra.from), 0);
+
+    memset(&conf, 0, sizeof(conf));
+    conf.meta_url = v.url;
+    conf.heartbeat_sec = 1;
+    conf.missing_block_wait_ms = 5000;
+    assert_int_equal(keg_fs_new(&conf, &v.fs), 0);
+    fh = tvol_open(&v, ino, O_RDONLY);
+    assert_int_equal(pthread_create(&th, NULL, restore_later, &ra), 0);
+    int64_t t0 = keg_mono_ns();
+    assert_int_equal(keg_fs_read(v.fs, fh, 0, got, sizeof(got)), (ssize_t)sizeof(got));
+    int64_t waited = keg_mono_ns() - t0;
+    pthread_join(th, NULL);
+    assert_memory_equal(got, data, sizeof(data));
+    assert_true(waited >= 300000000);            /* it did wait for the block */
+    assert_int_equal(keg_fs_release(v.fs, fh), 0);
+    tvol_umount(&v);
+
+    /* a block that never arrives: EIO once the wait is over */
+    assert_int_equal(rename(ra.to, ra.from), 0);
+    conf.missing_block_wait_ms = 700;
+    assert_int_equal(keg_fs_new(&conf, &v.fs), 0);
+    fh = tvol_open(&v, ino, O_RDONLY);
+    t0 = keg_mono_ns();
+    assert_int_equal(keg_fs_read(v.fs, fh, 0, got, sizeof(got)), -EIO);
+    waited = keg_mono_ns() - t0;
+    assert_true(waited >= 600000000 && waited < 5000000000LL);
+    assert_int_equal(keg_fs_release(v.fs, fh), 0);
+    tvol_cleanup(&v);
+}
+
 static void test_io_deferred_write_error(void **state)
 {
     struct tvol v;
@@ -545,6 +617,7 @@ int main(void)
         cmocka_unit_test(test_io_fallocate),
         cmocka_unit_test(test_io_seek_data_hole),
         cmocka_unit_test(test_io_corrupt_block_eio),
+        cmocka_unit_test(test_io_missing_block_wait),
         cmocka_unit_test(test_io_deferred_write_error),
         cmocka_unit_test(test_io_keep_cache_and_trunc),
     };

@@ -56,6 +56,11 @@ struct keg_fs_conf {
      * NULL for none.  BORROWED during keg_fs_new.  The three credentials
      * above take precedence over its own when set. */
     const struct keg_stack_conf *stack;
+    /* How long a read waits, re-reading the chunk's slice list with backoff,
+     * for a block that is referenced but not in the object store yet (it may
+     * be staged by a writeback mounter elsewhere).  0: fail at once with EIO
+     * after one reload of the layout. */
+    unsigned    missing_block_wait_ms;
 };
 
 /* Open the volume at conf->meta_url: engine, format, object stack, session,
