@@ -51,14 +51,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #define KEG_LOG_TAG "cache_ssd"
 #include "cache_ssd_format.h"
 #include "keg/log.h"
 #include "keg/mem.h"
+#include "ssd_file_i.h"
 #include "../stack_i.h"
+
+/* no cache file is larger: header, longest key, largest encoded block */
+#define CS_FILE_MAX ((uint64_t)KEGC_HDR + KEGC_KEY_MAX + KEG_BLOCK_HDR + KEG_BLOCK_SIZE_MAX + 1)
 
 struct cs_ent {
     struct cs_ent *hnext;         /* hash chain */
@@ -251,85 +254,12 @@ static void cs_drop_victims(struct cache_ssd *cs, struct cs_ent *v)
     }
 }
 
-/* mkdir -p of path (absolute).  Returns 0 or -errno. */
-static int cs_mkdirs(const char *path)
-{
-    char *p = keg_strdup(path);
-    int rc = 0;
-
-    if (!p)
-        return -ENOMEM;
-    for (char *s = strchr(p + 1, '/');; s = strchr(s + 1, '/')) {
-        if (s)
-            *s = '\0';
-        if (mkdir(p, 0700) < 0 && errno != EEXIST) {
-            rc = -errno;
-            break;
-        }
-        if (!s)
-            break;
-        *s = '/';
-    }
-    keg_free(p);
-    return rc;
-}
-
-/* Reads the whole file at path.  OWNERSHIP: *out is keg_malloc'ed (caller frees).
- * Returns 0, -ENOENT, -EIO (larger than any cache file can be) or -errno. */
-static int cs_read_file(const char *path, uint8_t **out, size_t *len)
-{
-    struct stat st;
-    uint8_t *buf = NULL;
-    size_t done = 0;
-    int fd, rc = 0;
-
-    *out = NULL;
-    *len = 0;
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    if (fstat(fd, &st) < 0) {
-        rc = -errno;
-        goto out;
-    }
-    if ((uint64_t)st.st_size > (uint64_t)KEGC_HDR + KEGC_KEY_MAX + KEG_BLOCK_HDR +
-                                   KEG_BLOCK_SIZE_MAX + 1) {
-        rc = -EIO;
-        goto out;
-    }
-    buf = keg_malloc(st.st_size ? (size_t)st.st_size : 1);
-    if (!buf) {
-        rc = -ENOMEM;
-        goto out;
-    }
-    while (done < (size_t)st.st_size) {
-        ssize_t n = pread(fd, buf + done, (size_t)st.st_size - done, (off_t)done);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            rc = -errno;
-            goto out;
-        }
-        if (n == 0)
-            break;
-        done += (size_t)n;
-    }
-    *out = buf;
-    *len = done;
-    buf = NULL;
-out:
-    keg_free(buf);
-    close(fd);
-    return rc;
-}
-
 /* Writes the cache file of key (temp + rename; no fsync) and indexes it.
  * Best effort: failures are logged and leave the object uncached.
  * BORROWS: key, name, obj.  LOCKS: takes cs->mu. */
 static void cs_store(struct cache_ssd *cs, struct cs_fill *f, const char *key, const char *name,
                      const uint8_t *obj, size_t len)
 {
-    uint8_t hdr[KEGC_HDR];
     uint64_t fsize = KEGC_HDR + strlen(key) + len;
     char *path = NULL, *tmp = NULL;
     struct cs_ent *e = NULL, *victims = NULL;
@@ -348,7 +278,7 @@ static void cs_store(struct cache_ssd *cs, struct cs_fill *f, const char *key, c
     if (fd < 0 && errno == ENOENT) {
         char *slash = strrchr(tmp, '/');
         *slash = '\0';
-        rc = cs_mkdirs(tmp);
+        rc = keg_ssd_mkdirs(tmp);
         *slash = '/';
         if (rc < 0)
             goto out;
@@ -359,39 +289,10 @@ static void cs_store(struct cache_ssd *cs, struct cs_fill *f, const char *key, c
         rc = -errno;
         goto out;
     }
-    kegc_hdr_make(hdr, KEGC_KIND_CACHE, key, obj, len);
-    {
-        struct iovec iov[3] = {
-            {hdr, KEGC_HDR}, {(void *)key, strlen(key)}, {(void *)obj, len}};
-        size_t want = (size_t)fsize, done = 0;
-        int i = 0;
-        while (done < want) {
-            ssize_t n = writev(fd, iov + i, 3 - i);
-            if (n < 0 && errno == EINTR)
-                continue;
-            if (n < 0) {
-                rc = -errno;
-                break;
-            }
-            done += (size_t)n;
-            while (i < 3 && (size_t)n >= iov[i].iov_len) {
-                n -= (ssize_t)iov[i].iov_len;
-                i++;
-            }
-            if (i < 3) {
-                iov[i].iov_base = (char *)iov[i].iov_base + n;
-                iov[i].iov_len -= (size_t)n;
-            }
-        }
-    }
-    if (close(fd) < 0 && rc == 0)
-        rc = -errno;
-    if (rc == 0 && rename(tmp, path) < 0)
-        rc = -errno;
-    if (rc < 0) {
-        unlink(tmp);
+    rc = keg_ssd_file_write(fd, KEGC_KIND_CACHE, key, obj, len);
+    rc = keg_ssd_file_publish(AT_FDCWD, fd, tmp, path, rc);
+    if (rc < 0)
         goto out;
-    }
     pthread_mutex_lock(&cs->mu);
     if (f && f->cancelled) {
         pthread_mutex_unlock(&cs->mu);
@@ -439,17 +340,6 @@ static void cs_forget(struct cache_ssd *cs, const char *key, const char *name, i
  * get
  *-------------------------------------------------------------------------*/
 
-static ssize_t cs_copy_range(const uint8_t *obj, uint64_t olen, uint64_t off, void *buf,
-                             size_t len)
-{
-    size_t n;
-    if (off >= olen)
-        return 0;
-    n = (size_t)KEG_MIN((uint64_t)len, olen - off);
-    memcpy(buf, obj + off, n);
-    return (ssize_t)n;
-}
-
 /* Serves [off, off+len) from the cache file.  Returns bytes, or -ENOENT (no
  * file: a miss), -EIO (failed verification: caller deletes and refetches),
  * or another -errno (treated as a miss). */
@@ -465,11 +355,12 @@ static ssize_t cs_read_hit(struct cache_ssd *cs, const char *key, const char *na
 
     if (!path)
         return -ENOMEM;
-    rc = cs_read_file(path, &f, &flen);
+    /* a file larger than any cache file can be is -EIO: corrupt, deleted by the caller */
+    rc = keg_ssd_file_read(AT_FDCWD, path, CS_FILE_MAX, &f, &flen);
     if (rc == 0) {
         rc = kegc_check(f, flen, KEGC_KIND_CACHE, key, &obj, &olen);
         if (rc == 0)
-            rc = cs_copy_range(obj, olen, off, buf, len);
+            rc = keg_ssd_copy_range(obj, olen, off, buf, len);
         else
             KEG_ERR("cached block %s (%s) is corrupt: deleted, fetching it again", key, path);
     }
@@ -612,7 +503,7 @@ serve:
     else if (f->rc < 0)
         rc = f->rc;
     else
-        rc = cs_copy_range(f->data, (uint64_t)f->rc, off, buf, len);
+        rc = keg_ssd_copy_range(f->data, (uint64_t)f->rc, off, buf, len);
     pthread_mutex_lock(&cs->mu);
     cs_fill_unref(f);
     pthread_mutex_unlock(&cs->mu);
@@ -836,7 +727,7 @@ int keg_cache_ssd_create(const struct keg_cache_ssd_conf *conf, struct keg_obj *
     }
     cs->budget = conf->budget;
     cs->lru.next = cs->lru.prev = &cs->lru;
-    rc = cs_mkdirs(cs->dir);
+    rc = keg_ssd_mkdirs(cs->dir);
     if (rc < 0) {
         KEG_ERR("cache directory %s cannot be created: %s", cs->dir, strerror(-rc));
         goto fail3;

@@ -67,12 +67,12 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
-#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
 #define KEG_LOG_TAG "wb"
 #include "../cache/cache_ssd_format.h"
+#include "../cache/ssd_file_i.h"
 #include "../stack_i.h"
 #include "keg/log.h"
 #include "keg/mem.h"
@@ -274,38 +274,12 @@ static void wb_kick_parked(struct wb *wb)
  * Staging files
  *-------------------------------------------------------------------------*/
 
-static int wb_write_all(int fd, const uint8_t *hdr, const char *key, const void *obj,
-                        size_t len)
-{
-    struct iovec iov[3] = {{(void *)hdr, KEGC_HDR}, {(void *)key, strlen(key)},
-                           {(void *)obj, len}};
-    int i = 0;
-
-    while (i < 3) {
-        ssize_t n = writev(fd, iov + i, 3 - i);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return errno == EDQUOT ? -ENOSPC : -errno;
-        while (i < 3 && (size_t)n >= iov[i].iov_len) {
-            n -= (ssize_t)iov[i].iov_len;
-            i++;
-        }
-        if (i < 3) {
-            iov[i].iov_base = (char *)iov[i].iov_base + n;
-            iov[i].iov_len -= (size_t)n;
-        }
-    }
-    return 0;
-}
-
 /* Writes the staging file of key: temp file + rename, no fsync.
  * BORROWS: everything.  Returns 0 or -errno. */
 static int wb_stage_file(struct wb *wb, const char *key, const char *name, const void *obj,
                          size_t len)
 {
     char tmp[KEGC_NAME_MAX + 32];
-    uint8_t hdr[KEGC_HDR];
     int fd, rc;
 
     snprintf(tmp, sizeof(tmp), KEGC_TMP_PREFIX "%s.XXXXXX", name);
@@ -323,15 +297,10 @@ static int wb_stage_file(struct wb *wb, const char *key, const char *name, const
     }
     if (fd < 0)
         return errno == EDQUOT ? -ENOSPC : -errno;
-    kegc_hdr_make(hdr, KEGC_KIND_STAGED, key, obj, len);
-    rc = wb_write_all(fd, hdr, key, obj, len);
-    if (close(fd) < 0 && rc == 0)
-        rc = -errno;
-    if (rc == 0 && renameat(wb->dirfd, tmp, wb->dirfd, name) < 0)
-        rc = -errno;
-    if (rc < 0)
-        unlinkat(wb->dirfd, tmp, 0);
-    return rc;
+    rc = keg_ssd_file_write(fd, KEGC_KIND_STAGED, key, obj, len);
+    if (rc == -EDQUOT)
+        rc = -ENOSPC;
+    return keg_ssd_file_publish(wb->dirfd, fd, tmp, name, rc);
 }
 
 /* Reads and verifies the staging file of key.
@@ -340,53 +309,25 @@ static int wb_stage_file(struct wb *wb, const char *key, const char *name, const
 static int wb_read_staged(struct wb *wb, const char *key, const char *name, uint8_t **file,
                           const uint8_t **obj, uint64_t *olen)
 {
-    struct stat st;
-    uint8_t *buf = NULL;
-    size_t done = 0;
-    int fd, rc = 0;
+    uint64_t max = KEG_MAX((uint64_t)KEGC_HDR + KEGC_KEY_MAX + wb->max_staging + 1,
+                           (uint64_t)KEGC_HDR + KEGC_KEY_MAX + KEG_BLOCK_HDR + KEG_BLOCK_SIZE_MAX);
+    uint8_t *buf;
+    size_t flen;
+    int rc;
 
     *file = NULL;
     *obj = NULL;
     *olen = 0;
-    fd = openat(wb->dirfd, name, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    if (fstat(fd, &st) < 0) {
-        rc = -errno;
-        goto out;
+    rc = keg_ssd_file_read(wb->dirfd, name, max, &buf, &flen);
+    if (rc < 0)
+        return rc;
+    rc = kegc_check(buf, flen, KEGC_KIND_STAGED, key, obj, olen);
+    if (rc < 0) {
+        keg_free(buf);
+        return rc;
     }
-    if ((uint64_t)st.st_size > (uint64_t)KEGC_HDR + KEGC_KEY_MAX + wb->max_staging + 1 &&
-        (uint64_t)st.st_size > (uint64_t)KEGC_HDR + KEGC_KEY_MAX + KEG_BLOCK_HDR +
-                                   KEG_BLOCK_SIZE_MAX) {
-        rc = -EIO;
-        goto out;
-    }
-    buf = keg_malloc(st.st_size ? (size_t)st.st_size : 1);
-    if (!buf) {
-        rc = -ENOMEM;
-        goto out;
-    }
-    while (done < (size_t)st.st_size) {
-        ssize_t n = pread(fd, buf + done, (size_t)st.st_size - done, (off_t)done);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            rc = -errno;
-            goto out;
-        }
-        if (n == 0)
-            break;
-        done += (size_t)n;
-    }
-    rc = kegc_check(buf, done, KEGC_KIND_STAGED, key, obj, olen);
-    if (rc == 0) {
-        *file = buf;
-        buf = NULL;
-    }
-out:
-    keg_free(buf);
-    close(fd);
-    return rc;
+    *file = buf;
+    return 0;
 }
 
 /* Moves a corrupt staged file aside as ".bad.<name>" (kept for inspection). */
@@ -682,11 +623,7 @@ static ssize_t wb_get(struct keg_obj *o, const char *key, uint64_t off, void *bu
 
     rc = wb_read_staged(wb, key, name, &file, &obj, &olen);
     if (rc == 0) {
-        n = 0;
-        if (off < olen) {
-            n = (ssize_t)KEG_MIN((uint64_t)len, olen - off);
-            memcpy(buf, obj + off, (size_t)n);
-        }
+        n = keg_ssd_copy_range(obj, olen, off, buf, len);
         keg_free(file);
         return n;
     }
@@ -960,28 +897,6 @@ int keg_wb_stats(struct keg_obj *o, struct keg_wb_stats *st)
  * Open: slots, recovery, workers; close
  *-------------------------------------------------------------------------*/
 
-static int wb_mkdirs(const char *path)
-{
-    char *p = keg_strdup(path);
-    int rc = 0;
-
-    if (!p)
-        return -ENOMEM;
-    for (char *s = strchr(p + 1, '/');; s = strchr(s + 1, '/')) {
-        if (s)
-            *s = '\0';
-        if (mkdir(p, 0700) < 0 && errno != EEXIST) {
-            rc = -errno;
-            break;
-        }
-        if (!s)
-            break;
-        *s = '/';
-    }
-    keg_free(p);
-    return rc;
-}
-
 static void wb_fsync_dir(const char *path)
 {
     int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -1221,7 +1136,7 @@ int keg_wb_create(const struct keg_wb_conf *conf, struct keg_obj *inner, struct 
         rc = -ENOMEM;
         goto fail3;
     }
-    rc = wb_mkdirs(base);
+    rc = keg_ssd_mkdirs(base);
     if (rc < 0) {
         KEG_ERR("staging directory %s cannot be created: %s", base, strerror(-rc));
         goto fail3;
