@@ -24,73 +24,9 @@
 #include "keg/obj.h"
 #include "keg/stack.h"
 #include "stack_i.h"
-
-/*---------------------------------------------------------------------------
- * A counting layer: counts inner gets/puts, adds an optional delay to gets.
- *-------------------------------------------------------------------------*/
-
-struct cnt {
-    atomic_int gets, puts, dels;
-};
-static atomic_uint cnt_get_delay_ms;
-
-static int cnt_open(struct keg_obj *o, const struct keg_obj_conf *conf)
-{
-    (void)conf;
-    return o->inner ? 0 : -EINVAL;
-}
-static void cnt_close(struct keg_obj *o)
-{
-    (void)o;
-}
-static void ms_sleep(unsigned ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-        ;
-}
-static ssize_t cnt_get(struct keg_obj *o, const char *key, uint64_t off, void *buf, size_t len)
-{
-    struct cnt *c = o->priv;
-    atomic_fetch_add(&c->gets, 1);
-    if (atomic_load(&cnt_get_delay_ms))
-        ms_sleep(atomic_load(&cnt_get_delay_ms));
-    return keg_obj_get(o->inner, key, off, buf, len);
-}
-static int cnt_put(struct keg_obj *o, const char *key, const void *buf, size_t len)
-{
-    struct cnt *c = o->priv;
-    atomic_fetch_add(&c->puts, 1);
-    return keg_obj_put(o->inner, key, buf, len);
-}
-static int cnt_del(struct keg_obj *o, const char *key)
-{
-    struct cnt *c = o->priv;
-    atomic_fetch_add(&c->dels, 1);
-    return keg_obj_del(o->inner, key);
-}
-static const struct keg_obj_ops cnt_ops = {
-    .name = "counting",
-    .version = 1,
-    .priv_size = sizeof(struct cnt),
-    .open = cnt_open,
-    .close = cnt_close,
-    .get = cnt_get,
-    .put = cnt_put,
-    .del = cnt_del,
-    .head = keg_obj_def_head,
-    .list = keg_obj_def_list,
-    .sync = keg_obj_def_sync,
-};
-
-static struct cnt *cnt_of(struct keg_obj *top)
-{
-    for (struct keg_obj *o = top; o; o = o->inner) {
-        if (o->ops == &cnt_ops)
-            return o->priv;
-    }
-    return NULL;
-}
+/* raw byte i of test block id (make_block) */
+#define TEST_BLOCK_BYTE(id, i) ((uint8_t)((id) * 31 + (i) * 7 + ((i) >> 9)))
+#include "test_store_helpers.h"
 
 /*---------------------------------------------------------------------------
  * Fixtures
@@ -144,20 +80,6 @@ static struct keg_obj *open_cache(struct fx *fx, const char *bottom, uint64_t bu
     return o;
 }
 
-/* Encoded block i (blen bytes of a pattern) of slice id, and its key. */
-static size_t make_block(uint64_t id, uint32_t blen, uint8_t *enc, size_t cap, char *key,
-                         size_t ksize)
-{
-    uint8_t *raw = malloc(blen ? blen : 1);
-    size_t olen = 0;
-    for (uint32_t i = 0; i < blen; i++)
-        raw[i] = (uint8_t)(id * 31 + i * 7 + (i >> 9));
-    assert_int_equal(keg_block_encode(KEG_CODEC_NONE, raw, blen, enc, cap, &olen), 0);
-    free(raw);
-    keg_block_key(key, ksize, "vol1", id, 0, blen);
-    return olen;
-}
-
 static void check_block(struct keg_obj *o, uint64_t id, uint32_t blen)
 {
     size_t cap = KEG_BLOCK_HDR + blen;
@@ -169,16 +91,6 @@ static void check_block(struct keg_obj *o, uint64_t id, uint32_t blen)
     assert_memory_equal(got, want, olen);
     free(want);
     free(got);
-}
-
-static void put_block(struct keg_obj *o, uint64_t id, uint32_t blen)
-{
-    size_t cap = KEG_BLOCK_HDR + blen;
-    uint8_t *enc = malloc(cap);
-    char key[128];
-    size_t olen = make_block(id, blen, enc, cap, key, sizeof(key));
-    assert_int_equal(keg_obj_put(o, key, enc, olen), 0);
-    free(enc);
 }
 
 /* Path of the cache file of key. */
