@@ -53,46 +53,27 @@ int mnt_cmd_fsck(int argc, char **argv)
         {"threads", required_argument, NULL, OPT_THREADS},
         {NULL, 0, NULL, 0},
     };
+    struct mnt_cmdline cl = {
+        .shortopts = "vh", .longopts = longopts, .usage = usage,
+        .usage_error = "fsck needs exactly one META_URL (see 'kegfs fsck --help')",
+        .flag_opt = OPT_DEEP, .threads_opt = OPT_THREADS, .threads = 8,
+    };
     struct keg_fsck_report r;
     struct keg_fs *fs = NULL;
     struct mnt_bar bar;
-    uint64_t threads = 8;
-    int deep = 0;
-    int opt;
+    int deep;
     int rc;
 
-    while ((opt = getopt_long(argc, argv, "vh", longopts, NULL)) != -1) {
-        if (mnt_common_opt(opt, optarg))
-            continue;
-        switch (opt) {
-        case 'h':
-            usage(stdout);
-            return 0;
-        case OPT_DEEP:
-            deep = 1;
-            break;
-        case OPT_THREADS:
-            if (mnt_parse_u64(optarg, &threads) != 0 || threads == 0 || threads > 64) {
-                mnt_error("--threads: '%s' is not a number from 1 to 64", optarg);
-                return 2;
-            }
-            break;
-        default:
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (optind != argc - 1) {
-        mnt_error("fsck needs exactly one META_URL (see 'kegfs fsck --help')");
-        return 2;
-    }
-    if (mnt_log_file && keg_log_set_file(mnt_log_file) < 0)
-        mnt_warn("cannot open --log-file %s", mnt_log_file);
-    if (mnt_admin_open(argv[optind], 1, NULL, &fs) != 0)
+    rc = mnt_parse_cmdline(argc, argv, &cl);
+    if (rc >= 0)
+        return rc;
+    deep = cl.flag;
+    mnt_open_log_file();
+    if (mnt_admin_open(cl.operand, 1, NULL, &fs) != 0)
         return 1;
 
     memset(&r, 0, sizeof(r));
-    r.threads = (unsigned)threads;
+    r.threads = (unsigned)cl.threads;
     r.item = fsck_item;
     r.item_arg = &bar;
     mnt_bar_init(&bar);

@@ -64,47 +64,28 @@ int mnt_cmd_gc(int argc, char **argv)
         {"threads", required_argument, NULL, OPT_THREADS},
         {NULL, 0, NULL, 0},
     };
+    struct mnt_cmdline cl = {
+        .shortopts = "vh", .longopts = longopts, .usage = usage,
+        .usage_error = "gc needs exactly one META_URL (see 'kegfs gc --help')",
+        .flag_opt = OPT_DELETE, .threads_opt = OPT_THREADS, .threads = 4,
+    };
     struct keg_gc_report r;
     struct keg_fs *fs = NULL;
     struct mnt_bar bar;
     struct gc_show show = {.bar = &bar};
-    uint64_t threads = 4;
-    int do_delete = 0;
-    int opt;
+    int do_delete;
     int rc;
 
-    while ((opt = getopt_long(argc, argv, "vh", longopts, NULL)) != -1) {
-        if (mnt_common_opt(opt, optarg))
-            continue;
-        switch (opt) {
-        case 'h':
-            usage(stdout);
-            return 0;
-        case OPT_DELETE:
-            do_delete = 1;
-            break;
-        case OPT_THREADS:
-            if (mnt_parse_u64(optarg, &threads) != 0 || threads == 0 || threads > 64) {
-                mnt_error("--threads: '%s' is not a number from 1 to 64", optarg);
-                return 2;
-            }
-            break;
-        default:
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (optind != argc - 1) {
-        mnt_error("gc needs exactly one META_URL (see 'kegfs gc --help')");
-        return 2;
-    }
-    if (mnt_log_file && keg_log_set_file(mnt_log_file) < 0)
-        mnt_warn("cannot open --log-file %s", mnt_log_file);
-    if (mnt_admin_open(argv[optind], !do_delete, NULL, &fs) != 0)
+    rc = mnt_parse_cmdline(argc, argv, &cl);
+    if (rc >= 0)
+        return rc;
+    do_delete = cl.flag;
+    mnt_open_log_file();
+    if (mnt_admin_open(cl.operand, !do_delete, NULL, &fs) != 0)
         return 1;
 
     memset(&r, 0, sizeof(r));
-    r.threads = (unsigned)threads;
+    r.threads = (unsigned)cl.threads;
     r.item = gc_item;
     r.item_arg = &show;
     mnt_bar_init(&bar);

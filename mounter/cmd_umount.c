@@ -186,29 +186,20 @@ int mnt_cmd_umount(int argc, char **argv)
         MNT_COMMON_LONGOPTS,
         {NULL, 0, NULL, 0},
     };
+    struct mnt_cmdline cl = {
+        .shortopts = "fvh", .longopts = longopts, .usage = usage,
+        .usage_error = "umount needs MOUNTPOINT (see 'kegfs umount --help')",
+        .flag_opt = 'f',
+    };
     char *abs = NULL;
     char fstype[64];
-    int force = 0;
-    int opt;
+    int force;
     int rc;
-    while ((opt = getopt_long(argc, argv, "fvh", longopts, NULL)) != -1) {
-        if (mnt_common_opt(opt, optarg))
-            continue;
-        if (opt == 'f') {
-            force = 1;
-        } else if (opt == 'h') {
-            usage(stdout);
-            return 0;
-        } else {
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (argc - optind != 1) {
-        mnt_error("umount needs MOUNTPOINT (see 'kegfs umount --help')");
-        return 2;
-    }
-    const char *mp = argv[optind];
+    rc = mnt_parse_cmdline(argc, argv, &cl);
+    if (rc >= 0)
+        return rc;
+    force = cl.flag;
+    const char *mp = cl.operand;
     rc = mnt_abspath(mp, &abs);
     if (rc) {
         mnt_error("%s: %s", mp, strerror(-rc));

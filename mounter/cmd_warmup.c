@@ -241,8 +241,7 @@ int mnt_cmd_warmup(int argc, char **argv)
         mnt_error("--cache-size needs --cache-dir");
         return 2;
     }
-    if (mnt_log_file && keg_log_set_file(mnt_log_file) < 0)
-        mnt_warn("cannot open --log-file %s", mnt_log_file);
+    mnt_open_log_file();
     mnt_bar_init(&bar);
     for (int i = optind; i < argc; i++) {
         struct stat st;

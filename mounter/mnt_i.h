@@ -51,6 +51,27 @@ extern const char *mnt_log_file;    /* --log-file given (BORROWS argv) */
     "      --quiet            log only errors\n" \
     "      --log-file FILE    also append log lines to FILE\n" \
     "  -h, --help             show this help\n"
+/* Appends log lines to --log-file when one was given (a warning if it cannot be opened). */
+void mnt_open_log_file(void);
+
+/* The command line of a sub-command of the shape `kegfs CMD [OPTIONS] OPERAND`:
+ * the common options, -h (usage to stdout), at most one boolean option and an
+ * optional --threads N (1..64); anything else prints usage to stderr.  Fill the
+ * inputs (threads = its default), call mnt_parse_cmdline, read the outputs. */
+struct option;
+struct mnt_cmdline {
+    const char          *shortopts;    /* for getopt_long: "vh", "fvh" ... */
+    const struct option *longopts;     /* MNT_COMMON_LONGOPTS and the options below */
+    void               (*usage)(FILE *out);
+    const char          *usage_error;  /* printed when there is not exactly one operand */
+    int                  flag_opt;     /* getopt value of the boolean option (0: none) */
+    int                  threads_opt;  /* getopt value of --threads (0: none) */
+    int                  flag;         /* out: 1 if flag_opt was given */
+    uint64_t             threads;      /* in: default; out: --threads */
+    const char          *operand;      /* out: BORROWS argv */
+};
+/* Returns -1 when the command is to run, else its exit status (0 after -h, 2 usage error). */
+int mnt_parse_cmdline(int argc, char **argv, struct mnt_cmdline *c);
 
 /*--- parsing helpers (mnt_util.c) ---*/
 /* "10G", "4M", "512K", "1T", "123" (bytes), optional "i"/"iB"/"B" after the

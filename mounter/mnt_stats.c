@@ -355,31 +355,22 @@ int mnt_cmd_stats(int argc, char **argv)
         MNT_COMMON_LONGOPTS,
         {NULL, 0, NULL, 0},
     };
+    struct mnt_cmdline cl = {
+        .shortopts = "wvh", .longopts = longopts, .usage = usage,
+        .usage_error = "stats needs MOUNTPOINT (see 'kegfs stats --help')",
+        .flag_opt = 'w',
+    };
     struct mnt_live l;
     char *abs = NULL;
-    int watch = 0;
-    int opt;
+    int watch;
     int rc;
-    while ((opt = getopt_long(argc, argv, "wvh", longopts, NULL)) != -1) {
-        if (mnt_common_opt(opt, optarg))
-            continue;
-        if (opt == 'w') {
-            watch = 1;
-        } else if (opt == 'h') {
-            usage(stdout);
-            return 0;
-        } else {
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (argc - optind != 1) {
-        mnt_error("stats needs MOUNTPOINT (see 'kegfs stats --help')");
-        return 2;
-    }
-    rc = mnt_abspath(argv[optind], &abs);
+    rc = mnt_parse_cmdline(argc, argv, &cl);
+    if (rc >= 0)
+        return rc;
+    watch = cl.flag;
+    rc = mnt_abspath(cl.operand, &abs);
     if (rc) {
-        mnt_error("%s: %s", argv[optind], strerror(-rc));
+        mnt_error("%s: %s", cl.operand, strerror(-rc));
         return 1;
     }
     for (int n = 0;; n++) {

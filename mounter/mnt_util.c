@@ -12,6 +12,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <getopt.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -78,6 +79,44 @@ int mnt_common_opt(int opt, const char *arg)
     default:
         return 0;
     }
+}
+
+void mnt_open_log_file(void)
+{
+    if (mnt_log_file && keg_log_set_file(mnt_log_file) < 0)
+        mnt_warn("cannot open --log-file %s", mnt_log_file);
+}
+
+int mnt_parse_cmdline(int argc, char **argv, struct mnt_cmdline *c)
+{
+    int opt;
+
+    c->flag = 0;
+    c->operand = NULL;
+    while ((opt = getopt_long(argc, argv, c->shortopts, c->longopts, NULL)) != -1) {
+        if (mnt_common_opt(opt, optarg))
+            continue;
+        if (opt == 'h') {
+            c->usage(stdout);
+            return 0;
+        } else if (c->flag_opt && opt == c->flag_opt) {
+            c->flag = 1;
+        } else if (c->threads_opt && opt == c->threads_opt) {
+            if (mnt_parse_u64(optarg, &c->threads) != 0 || c->threads == 0 || c->threads > 64) {
+                mnt_error("--threads: '%s' is not a number from 1 to 64", optarg);
+                return 2;
+            }
+        } else {
+            c->usage(stderr);
+            return 2;
+        }
+    }
+    if (optind != argc - 1) {
+        mnt_error("%s", c->usage_error);
+        return 2;
+    }
+    c->operand = argv[optind];
+    return -1;
 }
 
 /*----- numbers -----*/
