@@ -10,26 +10,11 @@
 #include <cmocka.h>
 #include <linux/falloc.h>
 
+#define TV_RND_SEED 0x9E3779B97F4A7C15ULL
 #include "test_fs_helpers.h"
 #include "fs/fs_i.h"
 
 #define BS (64u << 10)
-
-static uint64_t rs = 0x9E3779B97F4A7C15ULL;
-
-static uint32_t rnd(uint32_t n)
-{
-    rs ^= rs << 13;
-    rs ^= rs >> 7;
-    rs ^= rs << 17;
-    return n ? (uint32_t)(rs % n) : 0;
-}
-
-static void fill_random(uint8_t *p, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        p[i] = (uint8_t)rnd(256);
-}
 
 struct slices {
     unsigned         n;
@@ -42,16 +27,6 @@ static int count_cb(void *arg, uint32_t indx, const struct keg_slice *s)
     (void)indx;
     c->n++;
     c->last = *s;
-    return 0;
-}
-
-static int wait_objects(struct tvol *v, long want)
-{
-    for (int i = 0; i < 200; i++) {
-        if (tvol_count_objects(v) == want)
-            return 1;
-        usleep(50000);
-    }
     return 0;
 }
 
@@ -102,7 +77,7 @@ static void test_compact_random_writes(void **state)
 
     /* the old slices' objects are deleted by the deleter */
     long want = (long)((c.last.size + BS - 1) / BS);
-    assert_true(wait_objects(&v, want));
+    assert_true(tvol_wait_objects(&v, want, 200));
     tvol_umount(&v);
     tvol_mount(&v);
     fh = tvol_open(&v, ino, O_RDONLY);
@@ -172,7 +147,7 @@ static void test_compact_direct(void **state)
     assert_int_equal(keg_fs_setattr(v.fs, &tv_root, ino, KEG_FS_SET_SIZE, &in, &out), 0);
     assert_int_equal(fs_compact_chunk(v.fs, ino, 0), 0);   /* empty chunk: nothing to do */
     assert_int_equal(keg_fs_release(v.fs, fh), 0);
-    assert_true(wait_objects(&v, 0));
+    assert_true(tvol_wait_objects(&v, 0, 200));
     tvol_cleanup(&v);
 }
 
@@ -257,7 +232,7 @@ static void test_compact_races(void **state)
     print_message("%u slice(s) left, %llu compactions, %llu abandoned (chunk changed)\n",
                   d.n, (unsigned long long)v.fs->cmp_done, (unsigned long long)v.fs->cmp_again);
     assert_true(d.n <= 2);
-    assert_true(wait_objects(&v, want));
+    assert_true(tvol_wait_objects(&v, want, 200));
     tvol_cleanup(&v);
     keg_free(model);
     keg_free(buf);

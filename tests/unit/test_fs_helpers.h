@@ -111,6 +111,18 @@ static inline long tvol_count_objects(struct tvol *v)
     return tvol_nobj;
 }
 
+/* Polls (every 50 ms, at most tries times) until the store holds want objects.
+ * Returns 1 once it does, 0 if it never did. */
+static inline int tvol_wait_objects(struct tvol *v, long want, int tries)
+{
+    for (int i = 0; i < tries; i++) {
+        if (tvol_count_objects(v) == want)
+            return 1;
+        usleep(50000);
+    }
+    return 0;
+}
+
 /* Create parent/name and open it read-write. */
 static inline struct keg_fh *tvol_create(struct tvol *v, uint64_t parent, const char *name,
                                   uint64_t *ino)
@@ -131,5 +143,26 @@ static inline struct keg_fh *tvol_open(struct tvol *v, uint64_t ino, int flags)
     assert_int_equal(keg_fs_open(v->fs, &tv_root, ino, flags, &fh, &keep), 0);
     return fh;
 }
+
+#ifdef TV_RND_SEED
+/* Reproducible pseudo-random data: xorshift64 seeded with TV_RND_SEED, which a
+ * test that wants rnd/fill_random defines before including this header. */
+static uint64_t tv_rs = TV_RND_SEED;
+
+/* A number in [0, n), 0 when n is 0. */
+static inline uint32_t rnd(uint32_t n)
+{
+    tv_rs ^= tv_rs << 13;
+    tv_rs ^= tv_rs >> 7;
+    tv_rs ^= tv_rs << 17;
+    return n ? (uint32_t)(tv_rs % n) : 0;
+}
+
+static inline void fill_random(uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = (uint8_t)rnd(256);
+}
+#endif
 
 #endif

@@ -12,26 +12,11 @@
 #include <cmocka.h>
 #include <linux/falloc.h>
 
+#define TV_RND_SEED 0x243F6A8885A308D3ULL
 #include "test_fs_helpers.h"
 
 #define BS (64u << 10)
 #define CHUNK KEG_CHUNK_SIZE
-
-static uint64_t rs = 0x243F6A8885A308D3ULL;
-
-static uint32_t rnd(uint32_t n)
-{
-    rs ^= rs << 13;
-    rs ^= rs >> 7;
-    rs ^= rs << 17;
-    return n ? (uint32_t)(rs % n) : 0;
-}
-
-static void fill_random(uint8_t *p, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        p[i] = (uint8_t)rnd(256);
-}
 
 static void write_all(struct tvol *v, struct keg_fh *fh, uint64_t off, const void *buf, size_t n)
 {
@@ -218,16 +203,6 @@ static void test_io_chunk_boundary(void **state)
 
 /*--------------------------------------------------------------------------*/
 
-static int wait_objects(struct tvol *v, long want)
-{
-    for (int i = 0; i < 100; i++) {
-        if (tvol_count_objects(v) == want)
-            return 1;
-        usleep(50000);
-    }
-    return 0;
-}
-
 static void test_io_unlink_while_open(void **state)
 {
     struct tvol v;
@@ -254,7 +229,7 @@ static void test_io_unlink_while_open(void **state)
     assert_true(tvol_count_objects(&v) > 0);
     assert_int_equal(keg_fs_release(v.fs, fh), 0);
     /* purged at the last release; the deleter removes every block */
-    assert_true(wait_objects(&v, 0));
+    assert_true(tvol_wait_objects(&v, 0, 100));
 
     /* unlink of a file that is not open: purged by the background worker */
     fh = tvol_create(&v, KEG_ROOT_INO, "w", &ino);
@@ -262,7 +237,7 @@ static void test_io_unlink_while_open(void **state)
     assert_int_equal(keg_fs_release(v.fs, fh), 0);
     assert_true(tvol_count_objects(&v) > 0);
     assert_int_equal(keg_fs_unlink(v.fs, &tv_root, KEG_ROOT_INO, "w"), 0);
-    assert_true(wait_objects(&v, 0));
+    assert_true(tvol_wait_objects(&v, 0, 100));
 
     /* rename over an open file: the replaced inode lives until release */
     struct keg_fh *fa = tvol_create(&v, KEG_ROOT_INO, "a", NULL);
