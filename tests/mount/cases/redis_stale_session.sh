@@ -4,14 +4,16 @@
 # bounded time, clean that session up: release its flock and fcntl locks (A can take
 # them) and purge the unlinked file (its block objects disappear from OBJDIR).
 #
-# The bound: a session is stale session_timeout (60 s, conf->session_timeout; `kegfs
-# mount` has no option for it) after its last heartbeat (every 10 s), and each mounter
-# looks for stale sessions every 45-75 s (first look 30-90 s after mounting), so the
-# cleanup can take up to ~140 s.  KEG_TEST_STALE_WAIT (default 200) is the limit.
+# The bound: a session is stale --session-timeout after its last heartbeat (here A uses 6 s
+# and B heartbeats every 2 s, so a live B is never stale), and each mounter looks for
+# stale sessions every 45-75 s, the first time 30-90 s after mounting (FS_STALE_PERIOD_SEC
+# in core/fs/fs.c, not configurable), so the cleanup comes at most ~90 s after A mounted.
+# KEG_TEST_STALE_WAIT (default 200) is the limit.  B runs without the supervisor
+# (--no-supervisor, where the mounter has it) so that kill -9 really ends it.
 # timeout: 420
 # needs: redis
 # needs: file
-# mount: --attr-cache 0 --entry-cache 0
+# mount: --attr-cache 0 --entry-cache 0 --session-timeout 6 --heartbeat 2
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/../redis_lib.sh"
 need_redis
@@ -30,8 +32,11 @@ sessions() {   # number of sessions `kegfs status` lists with mount point $1
   "$KEGFS" status "$META" 2>/dev/null | grep -c " $1\$"
 }
 
-m2_mount "$B" "$WORK/mounterB.log" "$META" --attr-cache 0 --entry-cache 0
+B_OPTS=(--attr-cache 0 --entry-cache 0 --heartbeat 2)
+"$KEGFS" mount --help 2>&1 | grep -q -- --no-supervisor && B_OPTS+=(--no-supervisor)
+m2_mount "$B" "$WORK/mounterB.log" "$META" "${B_OPTS[@]}"
 pidB=$(m2_pid "$B")
+[ "$(pgrep -c -f "kegfs.* mount .*$B\$")" = 1 ] || fail "more than one mounter process for $B"
 [ -n "$pidB" ] || fail "no mounter process for $B"
 assert_eq "$(sessions "$B")" 1 "sessions of mount B in kegfs status"
 
