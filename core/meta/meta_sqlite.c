@@ -301,6 +301,17 @@ static int sq_bindv(struct sq_conn *c, sqlite3_stmt *st, const char *spec, va_li
     return rc == SQLITE_OK ? 0 : sq_rc(c, rc, "bind");
 }
 
+/* Next row of a query: 1, 0 (done) or -errno/SQ_BUSY. */
+static int sq_next(struct sq_conn *c, sqlite3_stmt *st)
+{
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW)
+        return 1;
+    if (rc == SQLITE_DONE)
+        return 0;
+    return sq_rc(c, rc, "query");
+}
+
 /* Prepare + bind + first step.  Returns 1 (positioned on a row), 0 (no row) or
  * -errno/SQ_BUSY.  *out is the statement (valid until the next sq_prep of sql). */
 static int sq_query(struct sq_conn *c, sqlite3_stmt **out, const char *sql, const char *spec, ...)
@@ -315,23 +326,7 @@ static int sq_query(struct sq_conn *c, sqlite3_stmt **out, const char *sql, cons
     va_end(ap);
     if (rc)
         return rc;
-    rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW)
-        return 1;
-    if (rc == SQLITE_DONE)
-        return 0;
-    return sq_rc(c, rc, "query");
-}
-
-/* Next row of a query: 1, 0 (done) or -errno/SQ_BUSY. */
-static int sq_next(struct sq_conn *c, sqlite3_stmt *st)
-{
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW)
-        return 1;
-    if (rc == SQLITE_DONE)
-        return 0;
-    return sq_rc(c, rc, "query");
+    return sq_next(c, st);
 }
 
 /* Runs a statement to completion.  Returns the number of changed rows or -errno. */
@@ -357,6 +352,19 @@ static int sq_exec(struct sq_conn *c, const char *sql, const char *spec, ...)
 }
 
 typedef int sq_fn(struct keg_meta *m, struct sq_conn *c, void *arg);
+
+/* Column 0 of the row st is on, copied into buf (size 0: only its length).
+ * Returns its length (statement reset) or -ERANGE (longer than size). */
+static int sq_copy_blob(sqlite3_stmt *st, void *buf, size_t size)
+{
+    int len = sqlite3_column_bytes(st, 0);
+    if (size && (size_t)len > size)
+        return -ERANGE;
+    if (size && len)
+        memcpy(buf, sqlite3_column_blob(st, 0), (size_t)len);
+    sqlite3_reset(st);
+    return len;
+}
 
 #define SQ_READ   0
 #define SQ_WRITE  1
@@ -470,12 +478,10 @@ static void sq_now(struct keg_attr *a, int mtime, int ctime)
     }
 }
 
-/* Adds delta to counter name; *val (may be NULL) gets the new value. */
-static int sq_counter_add(struct sq_conn *c, const char *name, int64_t delta, int64_t *val)
+/* The value of counter name from the row of st, where rc is what sq_query returned;
+ * *val (may be NULL) is set on success.  Returns 0, -EIO (no such counter) or rc. */
+static int sq_counter_row(sqlite3_stmt *st, int rc, const char *name, int64_t *val)
 {
-    static const char sql[] = "UPDATE counter SET value=value+? WHERE name=? RETURNING value";
-    sqlite3_stmt *st;
-    int rc = sq_query(c, &st, sql, "it", delta, name);
     if (rc == 1) {
         if (val)
             *val = sqlite3_column_int64(st, 0);
@@ -489,21 +495,21 @@ static int sq_counter_add(struct sq_conn *c, const char *name, int64_t delta, in
     return rc;
 }
 
+/* Adds delta to counter name; *val (may be NULL) gets the new value. */
+static int sq_counter_add(struct sq_conn *c, const char *name, int64_t delta, int64_t *val)
+{
+    static const char sql[] = "UPDATE counter SET value=value+? WHERE name=? RETURNING value";
+    sqlite3_stmt *st;
+    int rc = sq_query(c, &st, sql, "it", delta, name);
+    return sq_counter_row(st, rc, name, val);
+}
+
 static int sq_counter_get(struct sq_conn *c, const char *name, int64_t *val)
 {
     static const char sql[] = "SELECT value FROM counter WHERE name=?";
     sqlite3_stmt *st;
     int rc = sq_query(c, &st, sql, "t", name);
-    if (rc == 1) {
-        *val = sqlite3_column_int64(st, 0);
-        sqlite3_reset(st);
-        return 0;
-    }
-    if (rc == 0) {
-        KEG_ERR("counter %s is missing: database not formatted or damaged", name);
-        return -EIO;
-    }
-    return rc;
+    return sq_counter_row(st, rc, name, val);
 }
 
 /* Integer setting (0 if absent). */
@@ -1921,13 +1927,7 @@ static int sq_readlink_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
     rc = sq_query(c, &st, sel, "i", I(a->ino));
     if (rc <= 0)
         return rc < 0 ? rc : -EIO;
-    int len = sqlite3_column_bytes(st, 0);
-    if (a->size && (size_t)len > a->size)
-        return -ERANGE;
-    if (a->size && len)
-        memcpy(a->buf, sqlite3_column_blob(st, 0), (size_t)len);
-    sqlite3_reset(st);
-    return len;
+    return sq_copy_blob(st, a->buf, a->size);
 }
 
 static ssize_t sq_readlink(struct keg_meta *m, uint64_t ino, char *buf, size_t size)
@@ -2280,13 +2280,7 @@ static int sq_getxattr_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
     rc = sq_query(c, &st, sel, "ib", I(a->ino), a->name, strlen(a->name));
     if (rc <= 0)
         return rc < 0 ? rc : -ENODATA;
-    int len = sqlite3_column_bytes(st, 0);
-    if (a->size && (size_t)len > a->size)
-        return -ERANGE;
-    if (a->size && len)
-        memcpy(a->buf, sqlite3_column_blob(st, 0), (size_t)len);
-    sqlite3_reset(st);
-    return len;
+    return sq_copy_blob(st, a->buf, a->size);
 }
 
 static int sq_check_xname(const char *name)
