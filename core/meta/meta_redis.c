@@ -1430,6 +1430,42 @@ static int mr_reply_attr(const redisReply *r, size_t i, uint64_t ino, struct keg
     return mr_attr_decode(ino, r->element[i], out);
 }
 
+/* Runs script id with args and decodes the attributes of ino at reply element 1.
+ * *out (may be NULL) is set only on success.  Returns 0 or -errno. */
+static int mr_eval_attr(struct keg_meta *m, int id, const struct mr_args *args, uint64_t ino,
+                        struct keg_attr *out)
+{
+    struct keg_attr tmp;
+    redisReply *r;
+    int rc = mr_eval(PRIV(m), id, args, &r);
+    if (rc)
+        return rc;
+    rc = mr_reply_attr(r, 1, ino, &tmp);
+    freeReplyObject(r);
+    if (rc == 0 && out)
+        *out = tmp;
+    return rc;
+}
+
+/* The string at reply element 1 copied into buf (size 0: only its length).
+ * TAKES: r (freed).  Returns its length, -ERANGE (longer than size) or -EIO (no string). */
+static ssize_t mr_reply_copy(redisReply *r, void *buf, size_t size)
+{
+    const redisReply *v = r->elements > 1 ? r->element[1] : NULL;
+    ssize_t len;
+    if (!v || v->type != REDIS_REPLY_STRING) {
+        len = -EIO;
+    } else if (size && v->len > size) {
+        len = -ERANGE;
+    } else {
+        len = (ssize_t)v->len;
+        if (size && v->len)
+            memcpy(buf, v->str, v->len);
+    }
+    freeReplyObject(r);
+    return len;
+}
+
 static int mr_lookup(struct keg_meta *m, uint64_t parent, const char *name, struct keg_attr *out)
 {
     struct mr_args a = {0};
@@ -1480,8 +1516,7 @@ static int mr_setattr(struct keg_meta *m, uint64_t ino, unsigned set, const stru
                       struct keg_attr *out)
 {
     struct mr_args a = {0};
-    struct keg_attr zero, tmp;
-    redisReply *r;
+    struct keg_attr zero;
     memset(&zero, 0, sizeof(zero));
     if (!in)
         in = &zero;
@@ -1496,14 +1531,7 @@ static int mr_setattr(struct keg_meta *m, uint64_t ino, unsigned set, const stru
     mr_arg_u64(&a, in->mtimensec);
     mr_arg_i64(&a, in->ctime);
     mr_arg_u64(&a, in->ctimensec);
-    int rc = mr_eval(PRIV(m), S_SETATTR, &a, &r);
-    if (rc)
-        return rc;
-    rc = mr_reply_attr(r, 1, ino, &tmp);
-    freeReplyObject(r);
-    if (rc == 0 && out)
-        *out = tmp;
-    return rc;
+    return mr_eval_attr(m, S_SETATTR, &a, ino, out);
 }
 
 static int mr_mknod(struct keg_meta *m, uint64_t parent, const char *name, uint64_t ino,
@@ -1511,8 +1539,6 @@ static int mr_mknod(struct keg_meta *m, uint64_t parent, const char *name, uint6
                     struct keg_attr *out)
 {
     struct mr_args a = {0};
-    struct keg_attr tmp;
-    redisReply *r;
     int rc = mr_check_name(name);
     if (rc)
         return rc;
@@ -1539,36 +1565,20 @@ static int mr_mknod(struct keg_meta *m, uint64_t parent, const char *name, uint6
     mr_arg_u64(&a, gid);
     mr_arg_u64(&a, rdev);
     mr_arg_str(&a, target);
-    rc = mr_eval(PRIV(m), S_MKNOD, &a, &r);
-    if (rc)
-        return rc;
-    rc = mr_reply_attr(r, 1, ino, &tmp);
-    freeReplyObject(r);
-    if (rc == 0 && out)
-        *out = tmp;
-    return rc;
+    return mr_eval_attr(m, S_MKNOD, &a, ino, out);
 }
 
 static int mr_link(struct keg_meta *m, uint64_t ino, uint64_t newparent, const char *newname,
                    struct keg_attr *out)
 {
     struct mr_args a = {0};
-    struct keg_attr tmp;
-    redisReply *r;
     int rc = mr_check_name(newname);
     if (rc)
         return rc;
     mr_arg_u64(&a, ino);
     mr_arg_u64(&a, newparent);
     mr_arg_str(&a, newname);
-    rc = mr_eval(PRIV(m), S_LINK, &a, &r);
-    if (rc)
-        return rc;
-    rc = mr_reply_attr(r, 1, ino, &tmp);
-    freeReplyObject(r);
-    if (rc == 0 && out)
-        *out = tmp;
-    return rc;
+    return mr_eval_attr(m, S_LINK, &a, ino, out);
 }
 
 /* Reads {gone_ino, gone_mode, gone_size} from elements i..i+2. */
@@ -1741,19 +1751,7 @@ static ssize_t mr_readlink(struct keg_meta *m, uint64_t ino, char *buf, size_t s
     int rc = mr_eval(PRIV(m), S_READLINK, &a, &r);
     if (rc)
         return rc;
-    const redisReply *t = r->elements > 1 ? r->element[1] : NULL;
-    ssize_t len;
-    if (!t || t->type != REDIS_REPLY_STRING) {
-        len = -EIO;
-    } else if (size && t->len > size) {
-        len = -ERANGE;
-    } else {
-        len = (ssize_t)t->len;
-        if (size && t->len)
-            memcpy(buf, t->str, t->len);
-    }
-    freeReplyObject(r);
-    return len;
+    return mr_reply_copy(r, buf, size);
 }
 
 static int mr_purge(struct keg_meta *m, uint64_t ino)
@@ -1854,20 +1852,11 @@ static int mr_write_slices(struct keg_meta *m, uint64_t ino, size_t n,
 static int mr_truncate(struct keg_meta *m, uint64_t ino, uint64_t size, struct keg_attr *out)
 {
     struct mr_args a = {0};
-    struct keg_attr tmp;
-    redisReply *r;
     if (size >= MR_ID_MAX)
         return -EFBIG;
     mr_arg_u64(&a, ino);
     mr_arg_u64(&a, size);
-    int rc = mr_eval(PRIV(m), S_TRUNCATE, &a, &r);
-    if (rc)
-        return rc;
-    rc = mr_reply_attr(r, 1, ino, &tmp);
-    freeReplyObject(r);
-    if (rc == 0 && out)
-        *out = tmp;
-    return rc;
+    return mr_eval_attr(m, S_TRUNCATE, &a, ino, out);
 }
 
 static int mr_compact_chunk(struct keg_meta *m, uint64_t ino, uint32_t indx,
@@ -1978,19 +1967,7 @@ static ssize_t mr_getxattr(struct keg_meta *m, uint64_t ino, const char *name, v
     rc = mr_eval(PRIV(m), S_XGET, &a, &r);
     if (rc)
         return rc;
-    const redisReply *v = r->elements > 1 ? r->element[1] : NULL;
-    ssize_t len;
-    if (!v || v->type != REDIS_REPLY_STRING) {
-        len = -EIO;
-    } else if (size && v->len > size) {
-        len = -ERANGE;
-    } else {
-        len = (ssize_t)v->len;
-        if (size && v->len)
-            memcpy(buf, v->str, v->len);
-    }
-    freeReplyObject(r);
-    return len;
+    return mr_reply_copy(r, buf, size);
 }
 
 static int mr_setxattr(struct keg_meta *m, uint64_t ino, const char *name, const void *val,
