@@ -18,7 +18,7 @@ timed() {   # timed WHAT CMD...: run CMD, fail if it fails or takes more than LI
   local what=$1 t0 t1 ms
   shift
   t0=$(date +%s%N)
-  "$@" || fail "$what failed"
+  timeout -k 2 $((LIMIT * 3)) "$@" || fail "$what failed or took more than $((LIMIT * 3)) s"
   t1=$(date +%s%N)
   ms=$(( (t1 - t0) / 1000000 ))
   note "$what: $ms ms"
@@ -30,6 +30,18 @@ timed "read of the last byte" sh -c "tail -c 1 f | od -An -tx1 > '$WORK/last'"
 assert_eq "$(tr -d ' \n' < "$WORK/last")" 00 "last byte"
 printf 'Z' | dd of=f bs=1 seek=$((P - 2)) conv=notrunc status=none
 assert_eq "$(tail -c 2 f | head -c 1)" Z "byte written near 1 PiB"
+if command -v python3 >/dev/null 2>&1; then
+  # SEEK_DATA from 0 must find the data near the end without visiting every chunk
+  seek='import os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+d = os.lseek(fd, 0, os.SEEK_DATA)
+h = os.lseek(fd, 0, os.SEEK_HOLE)
+print(d, h)'
+  timed "SEEK_DATA/SEEK_HOLE from 0" sh -c "python3 -c '$seek' f > '$WORK/seek'"
+  read -r d h < "$WORK/seek"
+  [ "$d" -le $((P - 2)) ] && [ "$d" -ge $((P - 64 * 1024 * 1024)) ] || fail "SEEK_DATA gave $d"
+  assert_eq "$h" 0 "SEEK_HOLE from 0"
+fi
 timed "truncate 1P -> 1T" truncate -s 1T f
 timed "truncate 1T -> 0" truncate -s 0 f
 timed "truncate 0 -> 1P again" truncate -s $P f
