@@ -5,15 +5,15 @@
 # and remounting with an injected clock three days ahead (KEG_TRASH_NOW, and
 # KEG_TRASH_INTERVAL=2 so that expiry runs soon), the trash expires and the object
 # directory empties.
-# needs: file
 # format: --trash-days 1
 # timeout: 240
 . "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../obj_lib.sh"
 need_kegfs
-need_objdir
+need_objstore
 
-nobjects() {
-  find "$OBJDIR" -type f -path '*/chunks/*' | wc -l
+nobjects() {   # block objects (file store, or listed through S3)
+  obj_keys | wc -l
 }
 
 cd "$MNT" || fail "cd"

@@ -3,16 +3,16 @@
 # are written and synced, then removed; without a trash the deleter drains the deletion
 # queue and the object directory returns to (near) zero block objects within 60 s, and
 # the volume's used space (df) drops back to about nothing.
-# needs: file
 # format: --trash-days 0
 # timeout: 150
 . "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../obj_lib.sh"
 need_kegfs
-need_objdir
+need_objstore
 
 LIMIT=${KEG_TEST_USAGE_WAIT:-60}
 MIB=$((1024 * 1024))
-blocks() { find "$OBJDIR" -type f -path '*/chunks/*' ! -name '.tmp*' 2>/dev/null | wc -l; }
+blocks() { obj_keys | wc -l; }   # block objects (file store, or listed through S3)
 used_kib() { df -k --output=used "$MNT" | tail -1 | tr -d ' '; }
 
 head -c $((5 * MIB / 2)) /dev/urandom > "$WORK/src" || fail "source"
@@ -36,7 +36,7 @@ rm -rf "$MNT"/f* "$MNT/a" "$MNT/b" || fail "rm"
 [ -z "$(ls -A "$MNT")" ] || fail "the volume is not empty after rm: $(ls -A "$MNT" | head -3)"
 sync
 gone() { [ "$(blocks)" -le 2 ]; }
-wait_for "$LIMIT" gone || fail "$(blocks) of $n0 block objects still in $OBJDIR $LIMIT s after the delete"
+wait_for "$LIMIT" gone || fail "$(blocks) of $n0 block objects still in the store $LIMIT s after the delete"
 t1=$(date +%s)
 note "block objects $n0 -> $(blocks) in $((t1 - t0)) s"
 wait_for 10 sh -c "[ \$(df -k --output=used '$MNT' | tail -1) -lt 1024 ]" \
