@@ -421,6 +421,9 @@ int keg_fs_new(const struct keg_fs_conf *conf, struct keg_fs **out)
                 strerror(-rc));
         goto fail2;
     }
+    fs->quota_bytes = fs->fmt.capacity;
+    fs->quota_inodes = fs->fmt.inodes;
+    fs->quota_read_ns = keg_mono_ns();
     fs->bs = fs->fmt.block_size ? fs->fmt.block_size : KEG_BLOCK_SIZE_DEFAULT;
     if (fs->bs < 4096 || fs->bs > KEG_BLOCK_SIZE_MAX || (fs->bs & (fs->bs - 1)) != 0) {
         KEG_ERR("volume %s has an invalid block size %u", fs->fmt.name, fs->bs);
@@ -560,6 +563,27 @@ struct keg_obj *keg_fs_obj(struct keg_fs *fs)
  * statfs
  *--------------------------------------------------------------------------*/
 
+#define FS_QUOTA_REFRESH_NS (5LL * 1000000000)
+
+/* Re-read the volume's quotas (raised by `kegfs format --force` or a CSI
+ * expansion while mounted) when the copy is older than FS_QUOTA_REFRESH_NS.
+ * The engines enforce the stored quotas themselves; this only keeps statfs
+ * (df) current.  A failed read keeps the old values. */
+static void fs_refresh_quota(struct keg_fs *fs)
+{
+    int64_t now = keg_mono_ns();
+    int64_t last = __atomic_load_n(&fs->quota_read_ns, __ATOMIC_RELAXED);
+    struct keg_format f;
+
+    if (last && now - last < FS_QUOTA_REFRESH_NS)
+        return;
+    __atomic_store_n(&fs->quota_read_ns, now, __ATOMIC_RELAXED);
+    if (KEG_META_CALL(fs->meta, format_load, &f) < 0)
+        return;
+    __atomic_store_n(&fs->quota_bytes, f.capacity, __ATOMIC_RELAXED);
+    __atomic_store_n(&fs->quota_inodes, f.inodes, __ATOMIC_RELAXED);
+}
+
 int keg_fs_statfs(struct keg_fs *fs, struct statvfs *st)
 {
     uint64_t used = 0;
@@ -572,8 +596,11 @@ int keg_fs_statfs(struct keg_fs *fs, struct statvfs *st)
     rc = KEG_META_CALL(fs->meta, statfs, &used, &iused);
     if (rc < 0)
         return rc;
-    cap = fs->fmt.capacity ? fs->fmt.capacity : (1ULL << 50);
-    files = fs->fmt.inodes ? fs->fmt.inodes : 10000000000ULL;
+    fs_refresh_quota(fs);
+    cap = __atomic_load_n(&fs->quota_bytes, __ATOMIC_RELAXED);
+    files = __atomic_load_n(&fs->quota_inodes, __ATOMIC_RELAXED);
+    cap = cap ? cap : (1ULL << 50);
+    files = files ? files : 10000000000ULL;
     st->f_bsize = 4096;
     st->f_frsize = 4096;
     st->f_blocks = cap / 4096;

@@ -245,6 +245,12 @@ struct keg_fs {
     struct keg_meta  *meta;
     struct keg_obj   *obj;
     struct keg_format fmt;
+    /* Quotas can be raised while mounted (kegfs format --force, CSI expand):
+     * statfs re-reads them at most every FS_QUOTA_REFRESH_NS.  Accessed with
+     * __atomic builtins (no lock). */
+    uint64_t          quota_bytes;      /* 0: unlimited */
+    uint64_t          quota_inodes;     /* 0: unlimited */
+    int64_t           quota_read_ns;    /* keg_mono_ns() of the last read */
     int               codec;        /* codec for new blocks */
     uint32_t          bs;           /* block size */
     int               read_only;
