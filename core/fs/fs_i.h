@@ -259,6 +259,7 @@ struct keg_fs {
     unsigned          heartbeat_sec;
     unsigned          session_timeout;
     unsigned          missing_wait_ms;  /* conf->missing_block_wait_ms */
+    int               io_retry_ms;      /* conf->io_retry_ms (0: default, < 0: none) */
 
     pthread_mutex_t   id_mu;        /* protects the id batches */
     uint64_t          ino_next, ino_end;
@@ -338,6 +339,23 @@ int  fs_put_block(struct keg_fs *fs, uint64_t id, uint32_t indx, const uint8_t *
 /* Wait for ip's uploads; returns (and clears) the first upload error.
  * LOCKS: takes fs->up_mu; may be called with ip->mu held. */
 int  fs_up_wait(struct keg_fs *fs, struct fs_inode *ip);
+
+/* Retries of block I/O against transient object-store errors (file.c).
+ * Usage: fs_retry_begin(), then after each failed attempt
+ * `if (!fs_retry_again(fs, &r, rc, what)) break;` which sleeps the backoff. */
+struct fs_retry {
+    int64_t  start_ns;          /* keg_mono_ns() of the first attempt */
+    int64_t  deadline_ns;       /* no attempt starts after this (0: no retries) */
+    unsigned attempt;           /* attempts failed so far */
+};
+void fs_retry_begin(struct keg_fs *fs, struct fs_retry *r);
+/* 1 if rc is transient (fs_io_transient) and the deadline allows another
+ * attempt: the backoff was slept and the caller tries again.  0: give up.
+ * BORROWS: what (names the object in log lines). */
+int  fs_retry_again(struct fs_retry *r, int rc, const char *what);
+/* 1 for errors worth retrying: -EAGAIN, -ETIMEDOUT, -EIO, -ECONNRESET,
+ * -ECONNREFUSED, -EINTR. */
+int  fs_io_transient(int rc);
 
 /* read.c */
 ssize_t fs_read_range(struct keg_fs *fs, struct fs_inode *ip, uint64_t off, void *buf,

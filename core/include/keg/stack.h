@@ -25,6 +25,13 @@ struct keg_stack_conf {
     unsigned    upload_workers;   /* writeback upload threads (0: 4) */
     uint64_t    max_staging;      /* writeback: staged bytes before puts block (0: 1 GiB) */
     unsigned    drain_ms;         /* writeback: close waits this long for uploads (0: 30000) */
+
+    /* S3 client settings (mount-time only, never stored in the format; ignored
+     * by the other stores).  All zero: the store's defaults, TLS verified. */
+    int         insecure;         /* skip TLS certificate and host verification */
+    const char *ca_file;          /* CA bundle for TLS verification, or NULL/"": system */
+    unsigned    concurrency;      /* connection pool size (0: 16) */
+    unsigned    retry_deadline_ms; /* total time one request may spend retrying (0: 60000) */
 };
 
 /* What the cache and writeback layers hold and have done (zero when absent). */
