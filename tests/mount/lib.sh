@@ -80,6 +80,11 @@ mounter_pid() {
   pgrep -f "kegfs.* mount .*$MNT\$" 2>/dev/null | head -1
 }
 
+# every process of the mounter (supervisor and worker), one pid per line
+mounter_pids() {
+  pgrep -f "kegfs.* mount .*$MNT\$" 2>/dev/null
+}
+
 mt_umount() {
   "$KEGFS" umount "$MNT" || fail "kegfs umount $MNT failed"
   is_mounted && fail "$MNT still mounted after kegfs umount"

@@ -27,10 +27,17 @@ objs | comm -13 "$WORK/objs.before" - > "$WORK/objs.doomed"
 exec 6>"$MNT/unclosed"
 printf 'partial' >&6
 
-pid=$(mounter_pid)
-[ -n "$pid" ] || fail "no mounter pid"
-kill -9 "$pid"
-wait_for 10 sh -c "! kill -0 $pid 2>/dev/null" || fail "mounter $pid did not die"
+# the whole mounter dies at once (supervisor and worker), as in a node crash
+pids=$(mounter_pids | tr '\n' ' ')
+[ -n "$pids" ] || fail "no mounter pid"
+# shellcheck disable=SC2086
+kill -9 $pids
+all_dead() {
+  local p
+  for p in $pids; do kill -0 "$p" 2>/dev/null && return 1; done
+  return 0
+}
+wait_for 10 all_dead || fail "mounter $pids did not die"
 exec 4<&- 5<&- 6>&-
 ls "$MNT" >/dev/null 2>&1 && fail "the dead mount still answers"
 "$KEGFS" umount "$MNT" > "$WORK/umount.out" 2>&1 \
