@@ -33,6 +33,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <malloc.h>
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
 #include <getopt.h>
@@ -1164,6 +1165,15 @@ int mnt_cmd_mount(int argc, char **argv)
     char volname[64] = "";
     char *abs_mp = NULL;
     int rc;
+
+    /* Block buffers are 64 KiB .. 16 MiB.  glibc raises its mmap threshold
+     * each time a large mmap()ed buffer is freed (up to 32 MiB), after which
+     * block buffers come from the arenas and freed ones stay resident: the
+     * mounter's RSS would drift far above --buffer-size.  A fixed threshold
+     * keeps every block buffer mmap()ed, so freeing it returns the memory; a
+     * small arena count bounds per-thread fragmentation. */
+    mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+    mallopt(M_ARENA_MAX, 4);
 
     memset(&o, 0, sizeof(o));
     o.attr_cache = o.entry_cache = o.dir_entry_cache = 1.0;

@@ -11,10 +11,9 @@
 #
 # glibc: freeing a large mmap()ed block raises malloc's mmap threshold (up to 32 MiB), so
 # later 4 MiB block buffers come from the heap arenas and freed ones are kept: with the
-# default allocator settings the mounter peaks at ~200 MiB RSS here (64 MiB budget) and
-# stays at ~130 MiB after the writes.  Until the mounter pins the threshold itself
-# (mallopt(M_MMAP_THRESHOLD) at start), the case runs it with MALLOC_MMAP_THRESHOLD_=131072,
-# which measures kegfs's own accounting; KEG_TEST_MEM_GLIBC_DEFAULT=1 runs it without.
+# default allocator settings the mounter would peak at ~200 MiB RSS here (64 MiB budget), so
+# `kegfs mount` pins the threshold itself (mallopt(M_MMAP_THRESHOLD) at start): the case runs
+# the mounter with glibc's defaults otherwise.
 # timeout: 150
 . "$(dirname "$0")/../lib.sh"
 need_kegfs
@@ -26,9 +25,7 @@ WRITERS=16
 FILE_MIB=64
 
 mt_umount
-[ "${KEG_TEST_MEM_GLIBC_DEFAULT:-0}" = 1 ] || export MALLOC_MMAP_THRESHOLD_=131072
 mt_mount --buffer-size $BUDGET_MIB --mem-cache-size 16
-unset MALLOC_MMAP_THRESHOLD_
 
 # the process serving FUSE requests (with the supervisor: the worker), from kegfs stats
 serving_pid() {
