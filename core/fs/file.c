@@ -536,7 +536,6 @@ int keg_fs_open(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, int fl
     ip = fh->ip;
     pthread_mutex_lock(&ip->mu);
     ip->nopen++;
-    ip->nocap = 0;
     fs_inode_drop_chunks(ip);           /* close-to-open: re-read slice lists */
     if ((flags & O_TRUNC) && S_ISREG(a.mode)) {
         rc = fs_commit_locked(fs, ip);

@@ -144,7 +144,6 @@ struct fs_inode {
     uint32_t         nopen;     /* open handles */
     int              unlinked;  /* lost its last link while open here: purge at last release */
     int              plocked;   /* a POSIX lock was set through this mount */
-    int              nocap;     /* "security.capability" known absent */
     int              attr_valid;
     uint64_t         size;      /* committed size as last seen */
     int64_t          mtime;     /* committed mtime as last seen */

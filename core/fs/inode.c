@@ -6,7 +6,7 @@
  * table; the entry is freed with its last reference.  An entry carries the
  * shared write buffer of the inode (file.c), its cached chunk layouts (so a
  * sequential read does not ask the engine for the slice list on every
- * 128 KiB), and small flags (unlinked-while-open, capability negative cache).
+ * 128 KiB), and small flags (unlinked-while-open).
  *
  * The seen table survives closes: it remembers (size, mtime) of files when
  * this mount last had them open, so that keg_fs_open can tell the kernel to
