@@ -11,8 +11,9 @@
  * meta_redis_lua_i.h (Lua scripts run atomically, so an op fully happens or
  * not at all, also against other mounters).  Reads that need more than one
  * key (lookup, readdir with its attributes, xattrs) are read-only scripts,
- * also one round trip; getattr, read_chunk, statfs and the deletion queue are
- * plain single commands.  Scripts are loaded with SCRIPT LOAD at open and
+ * also one round trip; getattr, read_chunk, statfs and delq_ack are plain
+ * single commands (delq_peek is a script: it also reclaims a bounded batch of
+ * the chunks of huge purged files).  Scripts are loaded with SCRIPT LOAD at open and
  * reloaded when a server answers NOSCRIPT (restart, SCRIPT FLUSH, failover),
  * after which the call is repeated once: NOSCRIPT means the script did not run.
  *
@@ -34,7 +35,7 @@
  * Out of memory: writing scripts carry no "allow-oom" flag, so a server at
  * maxmemory (policy noeviction) refuses them BEFORE they run with -OOM, which
  * becomes -ENOSPC; read-only scripts keep working.  Scripts that only free
- * memory (unlink, rmdir, purge, session cleanup, delq_ack) are allowed.
+ * memory (unlink, rmdir, purge, session cleanup, delq_peek, delq_ack) are allowed.
  *
  * LOCKS: p->lock protects the idle pool, the open-context count and the
  * current master address; it is never held across network I/O.
@@ -90,7 +91,7 @@ enum mr_script {
     S_LOOKUP, S_MKNOD, S_LINK, S_UNLINK, S_RMDIR, S_RENAME, S_SETATTR, S_READDIR, S_READLINK,
     S_PURGE, S_WRITE, S_TRUNCATE, S_COMPACT, S_XGET, S_XSET, S_XLIST, S_XREMOVE, S_FLOCK,
     S_GETLK, S_SETLK, S_FORMAT, S_ALLOC, S_SESS_BEGIN, S_SESS_BEAT, S_SESS_LIST, S_SESS_CLEAN,
-    S_NSCRIPTS
+    S_DELQ_PEEK, S_NSCRIPTS
 };
 
 struct mr_script_def {
@@ -130,6 +131,7 @@ static const struct mr_script_def mr_scripts[S_NSCRIPTS] = {
     [S_SESS_BEAT]  = {"session_heartbeat", RW(MR_LUA_SESS_BEAT), 1},
     [S_SESS_LIST]  = {"session_list", RO(MR_LUA_SESS_LIST), 1},
     [S_SESS_CLEAN] = {"session_cleanup", FREE(MR_LUA_SESS_CLEAN), 1},
+    [S_DELQ_PEEK]  = {"delq_peek", FREE(MR_LUA_DELQ_PEEK), 1},
 };
 
 /*----------------------------------------------------------------------------
@@ -1884,22 +1886,20 @@ static int mr_compact_chunk(struct keg_meta *m, uint64_t ino, uint32_t indx,
     return rc;
 }
 
+/* One script: it first reclaims a bounded batch of the chunks that purge left
+ * behind for huge files (see MR_LUA_DELQ_PEEK), then reads the queue. */
 static int mr_delq_peek(struct keg_meta *m, struct keg_del_slice *out, uint32_t max)
 {
-    struct mr_priv *p = PRIV(m);
-    char key[128], stop[16];
+    struct mr_args a = {0};
     if (max == 0)
         return 0;
-    size_t kl = (size_t)snprintf(key, sizeof(key), "%sdelq", p->prefix);
-    snprintf(stop, sizeof(stop), "%" PRIu32, max - 1);
-    const char *argv[] = {"ZRANGE", key, "0", stop};
-    size_t lens[] = {6, kl, 1, strlen(stop)};
+    mr_arg_u64(&a, max);
     redisReply *r;
-    int rc = mr_cmd(p, "delq_peek", &r, 4, argv, lens);
+    int rc = mr_eval(PRIV(m), S_DELQ_PEEK, &a, &r);
     if (rc)
         return rc;
     int n = 0;
-    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements && n < (int)max; i++) {
+    for (size_t i = 1; i < r->elements && n < (int)max; i++) {
         const redisReply *e = r->element[i];
         char *us;
         if (e->type != REDIS_REPLY_STRING)

@@ -30,8 +30,17 @@
  * Packed records (little-endian, struct library formats):
  *   attr  '<I4I4I4I4I8I8I8i8i8i8I4I4I4I4' (80 bytes): mode uid gid nlink size
  *         rdev parent atime mtime ctime atimensec mtimensec ctimensec chunks
- *         (chunks: 1 + the highest chunk index ever written, so that purge and
- *         truncate also find chunks written past EOF, e.g. fallocate KEEP_SIZE)
+ *         (chunks: only in records written by older versions: 1 + the highest
+ *         chunk index written; such an inode's chunks are indexed into
+ *         {NS}C<ino> the first time it is truncated or purged, then it is 0)
+ *   {NS}C<ino>: sorted set of the chunk indices that have a slice list (score =
+ *         member = indx), maintained by write_slices/truncate/purge, so that
+ *         truncate and purge work in proportion to the chunks that exist, never
+ *         to the file size (a sparse 1 PB file costs nothing).
+ *   Purge drops at most RECLAIM chunks; the rest of a huge file is left in
+ *   {NS}C<ino> with ino in the set {NS}reclaim (the inode record is gone), and
+ *   every delq_peek call reclaims up to RECLAIM more chunks before it reads the
+ *   deletion queue, so no script call blocks the server for long.
  *   dirent value '<I8I2' (10 bytes): ino, S_IFMT type bits
  *   slice '<I8I4I4I4I4' (24 bytes): id size off len pos
  *   write_slices argument: per slice '<I4' indx + the 24-byte slice
@@ -118,12 +127,29 @@
 "local function drop_chunk(ino, indx)\n" \
 "  local k = P .. 'c' .. N(ino) .. '_' .. N(indx)\n" \
 "  local raw = redis.call('GET', k)\n" \
+"  redis.call('ZREM', P .. 'C' .. N(ino), N(indx))\n" \
 "  if not raw then return end\n" \
 "  for i = 1, #raw - 23, 24 do\n" \
 "    local id, size = struct.unpack('<I8I4', raw, i)\n" \
 "    decref(id, size)\n" \
 "  end\n" \
 "  redis.call('DEL', k)\n" \
+"end\n" \
+"local function index_legacy(a)\n" \
+"  if a.chunks == 0 then return end\n" \
+"  for indx = 0, a.chunks - 1 do\n" \
+"    if redis.call('EXISTS', P .. 'c' .. N(a.ino) .. '_' .. N(indx)) == 1 then\n" \
+"      redis.call('ZADD', P .. 'C' .. N(a.ino), indx, N(indx))\n" \
+"    end\n" \
+"  end\n" \
+"  a.chunks = 0\n" \
+"end\n" \
+"local RECLAIM = 1024\n" \
+"local function reclaim(ino, budget)\n" \
+"  local ck = P .. 'C' .. N(ino)\n" \
+"  local idx = redis.call('ZRANGE', ck, 0, budget - 1)\n" \
+"  for _, s in ipairs(idx) do drop_chunk(ino, tonumber(s)) end\n" \
+"  return #idx, redis.call('EXISTS', ck) == 0\n" \
 "end\n" \
 "local function del_inode_keys(ino)\n" \
 "  local n = N(ino)\n" \
@@ -139,8 +165,9 @@
 "  local a = getattr(ino)\n" \
 "  if not a or a.nlink > 0 then return end\n" \
 "  if band(a.mode, IFMT) == IFREG then\n" \
-"    local last = math.max(math.floor((a.size - 1) / CHUNK), a.chunks - 1)\n" \
-"    for indx = 0, last do drop_chunk(ino, indx) end\n" \
+"    index_legacy(a)\n" \
+"    local _, done = reclaim(ino, RECLAIM)\n" \
+"    if not done then redis.call('SADD', P .. 'reclaim', N(ino)) end\n" \
 "    space_add(-charge(a.size))\n" \
 "  end\n" \
 "  del_inode_keys(ino)\n" \
@@ -463,8 +490,8 @@
 "  local indx, id = struct.unpack('<I4I8', recs, i)\n" \
 "  local len = redis.call('APPEND', P .. 'c' .. N(ino) .. '_' .. N(indx), string.sub(recs, i + 4, i + 27))\n" \
 "  if len / 24 > maxn then maxn = len / 24 end\n" \
+"  if len == 24 then redis.call('ZADD', P .. 'C' .. N(ino), indx, N(indx)) end\n" \
 "  if id ~= 0 then redis.call('HINCRBY', P .. 'sliceRef', N(id), 1) end\n" \
-"  if indx + 1 > a.chunks then a.chunks = indx + 1 end\n" \
 "end\n" \
 "space_add(delta)\n" \
 "a.size = new\n" \
@@ -483,10 +510,9 @@
 "if not space_ok(delta) then return {ENOSPC} end\n" \
 "if new < old then\n" \
 "  local keep = math.ceil(new / CHUNK)\n" \
-"  for indx = keep, math.max(math.floor((old - 1) / CHUNK), a.chunks - 1) do\n" \
-"    drop_chunk(a.ino, indx)\n" \
-"  end\n" \
-"  a.chunks = math.min(a.chunks, keep)\n" \
+"  index_legacy(a)\n" \
+"  local idx = redis.call('ZRANGEBYSCORE', P .. 'C' .. N(a.ino), keep, '+inf')\n" \
+"  for _, s in ipairs(idx) do drop_chunk(a.ino, tonumber(s)) end\n" \
 "  local pos = new % CHUNK\n" \
 "  if pos ~= 0 then\n" \
 "    local indx = math.floor(new / CHUNK)\n" \
@@ -515,6 +541,23 @@
 "  decref(id, size)\n" \
 "end\n" \
 "return {0}\n"
+
+/* ARGV: 4 max.  First drops up to RECLAIM chunks of purged inodes still
+ * listed in {NS}reclaim (their slices go to the queue), then reads the queue.
+ * -> {0, "id_size", ...} (at most max, in slice id order) */
+#define MR_LUA_DELQ_PEEK \
+"local rk = P .. 'reclaim'\n" \
+"local budget = RECLAIM\n" \
+"while budget > 0 do\n" \
+"  local ino = redis.call('SRANDMEMBER', rk)\n" \
+"  if not ino then break end\n" \
+"  local n, done = reclaim(tonumber(ino), budget)\n" \
+"  if done then redis.call('SREM', rk, ino) end\n" \
+"  budget = budget - math.max(n, 1)\n" \
+"end\n" \
+"local out = redis.call('ZRANGE', P .. 'delq', 0, tonumber(ARGV[4]) - 1)\n" \
+"table.insert(out, 1, 0)\n" \
+"return out\n"
 
 /*--------------------------------------------------------------------------
  * Extended attributes

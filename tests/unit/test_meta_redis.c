@@ -615,6 +615,49 @@ static void test_chunk_past_eof(void **state)
     close_vol(m);
 }
 
+/* An inode written by an older version has no chunk index ({NS}C<ino>) but a
+ * "chunks" high-water mark in its record: truncate and purge index its chunks
+ * from that mark first, so none of its slices is forgotten. */
+static void test_legacy_chunk_mark(void **state)
+{
+    char ns[64];
+    struct keg_attr a;
+    struct keg_unlinked gone;
+    struct keg_del_slice del[8];
+    (void)state;
+    need_live();
+    token(ns, sizeof(ns));
+    struct keg_meta *m = open_vol(0, ns);
+    redisContext *c = admin();
+    uint64_t sl;
+    assert_int_equal(KEG_META_CALL(m, alloc_ids, KEG_ID_SLICE, 3, &sl), 0);
+    assert_int_equal(mkfile(m, KEG_ROOT_INO, "old", &a), 0);
+    uint64_t ino = a.ino;
+    for (uint32_t i = 0; i < 3; i++) {
+        struct keg_chunk_slice cs = {.indx = i * 2, .s = {.id = sl + i, .size = 10, .len = 10}};
+        assert_int_equal(KEG_META_CALL(m, write_slices, ino, 1, &cs, (uint64_t)i * 2 * KEG_CHUNK_SIZE
+                                       + 10, 0, NULL, &a), 0);
+    }
+    /* make it look like an old record: no index, chunks = 5 at offset 76 */
+    cmd_ok(c, "DEL {%s}C%" PRIu64, ns, ino);
+    cmd_ok(c, "SETRANGE {%s}i%" PRIu64 " 76 %b", ns, ino, "\x05\0\0\0", (size_t)4);
+    assert_int_equal(KEG_META_CALL(m, truncate, ino, KEG_CHUNK_SIZE, &a), 0);
+    assert_int_equal(KEG_META_CALL(m, delq_peek, del, 8), 2);
+    assert_int_equal(KEG_META_CALL(m, delq_ack, del, 2), 0);
+    redisReply *r = redisCommand(c, "GETRANGE {%s}i%" PRIu64 " 76 79", ns, ino);
+    assert_int_equal(r->len, 4);
+    assert_memory_equal(r->str, "\0\0\0\0", 4);
+    freeReplyObject(r);
+    assert_int_equal(KEG_META_CALL(m, unlink, KEG_ROOT_INO, "old", &gone), 0);
+    assert_int_equal(KEG_META_CALL(m, delq_peek, del, 8), 1);
+    assert_int_equal(del[0].id, sl);
+    r = redisCommand(c, "EXISTS {%s}C%" PRIu64 " {%s}c%" PRIu64 "_0", ns, ino, ns, ino);
+    assert_int_equal(r->integer, 0);
+    freeReplyObject(r);
+    redisFree(c);
+    close_vol(m);
+}
+
 /* A real restart (opt-in with KEG_TEST_REDIS_RESTART=1: it disturbs every
  * client of the server): the server saves, stops, and comes back 1 s later
  * from the same config file.  An op issued while it is down waits
@@ -746,6 +789,7 @@ int main(void)
         cmocka_unit_test(test_connection_loss),
         cmocka_unit_test(test_sentinel),
         cmocka_unit_test(test_chunk_past_eof),
+        cmocka_unit_test(test_legacy_chunk_mark),
         cmocka_unit_test(test_real_restart),
         cmocka_unit_test(test_memory_per_inode),
     };

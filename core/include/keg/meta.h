@@ -260,7 +260,11 @@ struct keg_meta_ops {
     /* Copies the target (not NUL-terminated) into buf; returns its length. */
     ssize_t (*readlink)(struct keg_meta *m, uint64_t ino, char *buf, size_t size);
     /* Drop a pending (unlinked) inode: its slices lose a reference (slices
-     * left with none go to the deletion queue) and its records go.  Idempotent. */
+     * left with none go to the deletion queue) and its records go.  Idempotent.
+     * Work is proportional to the chunks that exist, never to the size.  An
+     * engine may bound the work of one call: the inode's records go at once
+     * and the slices of a file with very many chunks reach the deletion queue
+     * through later delq_peek calls (which then do a bounded batch each). */
     int  (*purge)(struct keg_meta *m, uint64_t ino);
 
     /* --- data --- */
