@@ -73,6 +73,10 @@ static struct keg_dh *req_dh(fuse_req_t req, fuse_ino_t ino, const struct fuse_f
     return dh;
 }
 
+/* The caller's identity.  Supplementary groups cost a read of
+ * /proc/PID/task/TID/status, so they are fetched only where core/fs needs
+ * them: setattr (chmod's S_ISGID rule, chown to a group, utimes by a group
+ * writer).  Everything else is checked by the kernel (default_permissions). */
 static void mnt_ctx(fuse_req_t req, struct keg_ctx *c, int with_groups)
 {
     const struct fuse_ctx *fc = fuse_req_ctx(req);
@@ -337,7 +341,7 @@ static void mnt_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
     struct keg_attr a;
     MNT_DBG("mknod(parent=%" PRIu64 ", name=%s, mode=0%o, rdev=%" PRIu64 ")", (uint64_t)parent,
             name, (unsigned)mode, (uint64_t)rdev);
-    mnt_ctx(req, &c, 1);
+    mnt_ctx(req, &c, 0);
     reply_entry(req, keg_fs_mknod(mnt(req)->fs, &c, parent, name, mode, rdev, &a), &a);
 }
 
@@ -347,7 +351,7 @@ static void mnt_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
     struct keg_attr a;
     MNT_DBG("mkdir(parent=%" PRIu64 ", name=%s, mode=0%o)", (uint64_t)parent, name,
             (unsigned)mode);
-    mnt_ctx(req, &c, 1);
+    mnt_ctx(req, &c, 0);
     reply_entry(req, keg_fs_mkdir(mnt(req)->fs, &c, parent, name, mode, &a), &a);
 }
 
@@ -355,7 +359,7 @@ static void mnt_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
     struct keg_ctx c;
     MNT_DBG("unlink(parent=%" PRIu64 ", name=%s)", (uint64_t)parent, name);
-    mnt_ctx(req, &c, 1);
+    mnt_ctx(req, &c, 0);
     fuse_reply_err(req, -keg_fs_unlink(mnt(req)->fs, &c, parent, name));
 }
 
@@ -363,7 +367,7 @@ static void mnt_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
     struct keg_ctx c;
     MNT_DBG("rmdir(parent=%" PRIu64 ", name=%s)", (uint64_t)parent, name);
-    mnt_ctx(req, &c, 1);
+    mnt_ctx(req, &c, 0);
     fuse_reply_err(req, -keg_fs_rmdir(mnt(req)->fs, &c, parent, name));
 }
 
@@ -372,7 +376,7 @@ static void mnt_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, con
     struct keg_ctx c;
     struct keg_attr a;
     MNT_DBG("symlink(parent=%" PRIu64 ", name=%s, target=%s)", (uint64_t)parent, name, link);
-    mnt_ctx(req, &c, 1);
+    mnt_ctx(req, &c, 0);
     reply_entry(req, keg_fs_symlink(mnt(req)->fs, &c, parent, name, link, &a), &a);
 }
 
@@ -382,7 +386,7 @@ static void mnt_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse
     struct keg_ctx c;
     MNT_DBG("rename(parent=%" PRIu64 ", name=%s, newparent=%" PRIu64 ", newname=%s, flags=%u)",
             (uint64_t)parent, name, (uint64_t)newparent, newname, flags);
-    mnt_ctx(req, &c, 1);
+    mnt_ctx(req, &c, 0);
     /* RENAME_NOREPLACE / RENAME_EXCHANGE have the Linux values in KEG_RENAME_*;
      * anything else (RENAME_WHITEOUT) is refused by core/fs with -EINVAL. */
     fuse_reply_err(req, -keg_fs_rename(mnt(req)->fs, &c, parent, name, newparent, newname, flags));
@@ -394,7 +398,7 @@ static void mnt_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const
     struct keg_attr a;
     MNT_DBG("link(ino=%" PRIu64 ", newparent=%" PRIu64 ", newname=%s)", (uint64_t)ino,
             (uint64_t)newparent, newname);
-    mnt_ctx(req, &c, 1);
+    mnt_ctx(req, &c, 0);
     reply_entry(req, keg_fs_link(mnt(req)->fs, &c, ino, newparent, newname, &a), &a);
 }
 
@@ -407,7 +411,7 @@ static void mnt_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
     struct keg_fh *fh = NULL;
     int keep = 0;
     MNT_DBG("open(ino=%" PRIu64 ", flags=0%o)", (uint64_t)ino, (unsigned)fi->flags);
-    mnt_ctx(req, &c, 1);
+    mnt_ctx(req, &c, 0);
     int rc = keg_fs_open(m->fs, &c, ino, fi->flags, &fh, &keep);
     if (rc < 0) {
         fuse_reply_err(req, -rc);
@@ -435,7 +439,7 @@ static void mnt_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode
     struct fuse_entry_param e;
     MNT_DBG("create(parent=%" PRIu64 ", name=%s, mode=0%o, flags=0%o)", (uint64_t)parent, name,
             (unsigned)mode, (unsigned)fi->flags);
-    mnt_ctx(req, &c, 1);
+    mnt_ctx(req, &c, 0);
     int rc = keg_fs_create(m->fs, &c, parent, name, mode, fi->flags, &a, &fh);
     if (rc < 0) {
         fuse_reply_err(req, -rc);
@@ -725,7 +729,7 @@ static void mnt_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const
     struct keg_ctx c;
     MNT_DBG("setxattr(ino=%" PRIu64 ", name=%s, size=%zu, flags=%d)", (uint64_t)ino, name, size,
             flags);
-    mnt_ctx(req, &c, 1);
+    mnt_ctx(req, &c, 0);
     fuse_reply_err(req, -keg_fs_setxattr(mnt(req)->fs, &c, ino, name, value, size, flags));
 }
 
@@ -776,7 +780,7 @@ static void mnt_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 {
     struct keg_ctx c;
     MNT_DBG("removexattr(ino=%" PRIu64 ", name=%s)", (uint64_t)ino, name);
-    mnt_ctx(req, &c, 1);
+    mnt_ctx(req, &c, 0);
     fuse_reply_err(req, -keg_fs_removexattr(mnt(req)->fs, &c, ino, name));
 }
 
