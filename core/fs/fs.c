@@ -4,7 +4,14 @@
  * keg_fs_new connects the engine, loads the format, opens the object stack
  * and (unless conf->no_session) registers a session and starts two threads:
  *   heartbeat  session_heartbeat every heartbeat_sec; session_clean_stale
- *              every ~60 s (with jitter, so many mounters do not collide)
+ *              every max(2, session_timeout / 2) s, +-25 % jitter (so many
+ *              mounters do not collide), the first time 1-2 s after mount:
+ *              a killed mounter's locks and pending inodes are released at
+ *              most ~1.9 x session_timeout after its last heartbeat.  Every
+ *              mounter of a volume must use the same session timeout (a
+ *              cleaner applies ITS timeout to every session); the timeout is
+ *              in the session's info ("timeout=N") and a mount whose timeout
+ *              differs from a live session's logs a warning.
  *   deleter    purges inodes that were unlinked while not open here, and
  *              drains the engine's deletion queue: every block object of each
  *              queued slice is deleted, then the entry is acknowledged.  It
@@ -36,7 +43,7 @@
 #define FS_INO_BATCH   100
 #define FS_SLICE_BATCH 1000
 #define FS_DELQ_BATCH  256
-#define FS_STALE_PERIOD_SEC 60
+#define FS_STALE_MIN_SEC    2u   /* shortest stale-session scan period */
 #define FS_UPLOAD_THREADS 8
 #define FS_UPLOAD_QUEUE   16     /* blocks waiting for an upload thread */
 
@@ -223,15 +230,24 @@ void fs_deadline(struct timespec *ts, int64_t ns)
     ts->tv_nsec = (long)(t % 1000000000);
 }
 
+/* Nanoseconds until the next stale-session scan: the period is half the
+ * session timeout (at least FS_STALE_MIN_SEC), with +-25 % jitter; the first
+ * scan comes 1-2 s after mount. */
+static int64_t stale_delay_ns(const struct keg_fs *fs, unsigned *seed, int first)
+{
+    int64_t period_ms = (int64_t)KEG_MAX(FS_STALE_MIN_SEC, fs->session_timeout / 2) * 1000;
+    if (first)
+        return (1000 + rand_r(seed) % 1000) * 1000000LL;
+    return (period_ms * 3 / 4 + rand_r(seed) % (period_ms / 2)) * 1000000LL;
+}
+
 static void *hb_main(void *arg)
 {
     struct keg_fs *fs = arg;
     unsigned seed = (unsigned)(keg_mono_ns() ^ (int64_t)getpid());
     int64_t hb_period = (int64_t)fs->heartbeat_sec * 1000000000LL;
     int64_t next_hb = keg_mono_ns() + hb_period;
-    int64_t next_stale = keg_mono_ns() +
-                         (FS_STALE_PERIOD_SEC / 2 + rand_r(&seed) % FS_STALE_PERIOD_SEC) *
-                             1000000000LL;
+    int64_t next_stale = keg_mono_ns() + stale_delay_ns(fs, &seed, 1);
 
     pthread_mutex_lock(&fs->bg_mu);
     while (!fs->stopping) {
@@ -258,8 +274,7 @@ static void *hb_main(void *arg)
                 KEG_WARN("stale session cleanup: %s", strerror(-rc));
             else if (cleaned > 0)
                 KEG_INFO("cleaned %u stale session(s)", cleaned);
-            next_stale = now + (FS_STALE_PERIOD_SEC * 3 / 4 +
-                                rand_r(&seed) % (FS_STALE_PERIOD_SEC / 2)) * 1000000000LL;
+            next_stale = now + stale_delay_ns(fs, &seed, 0);
         }
         pthread_mutex_lock(&fs->bg_mu);
     }
@@ -388,6 +403,25 @@ static void fs_destroy_locks(struct keg_fs *fs)
     fs_trash_free(fs);
 }
 
+/* session_list callback: warns about a live session whose recorded timeout
+ * differs from ours (cleaners apply their own timeout to every session). */
+static int check_timeout_cb(void *arg, const struct keg_session_info *s)
+{
+    const struct keg_fs *fs = arg;
+    const char *t = s->info ? strstr(s->info, " timeout=") : NULL;
+    if (!t)
+        return 0;
+    unsigned long other = strtoul(t + 9, NULL, 10);
+    if (other && other != fs->session_timeout) {
+        KEG_WARN("session %llu (%s) uses a session timeout of %lu s, this mount %u s: every "
+                 "mounter of a volume should use the same --session-timeout, or the shorter "
+                 "one may clean up a live session of the other",
+                 (unsigned long long)s->sid, s->info, other, fs->session_timeout);
+        return 1;
+    }
+    return 0;
+}
+
 int keg_fs_new(const struct keg_fs_conf *conf, struct keg_fs **out)
 {
     struct keg_fs *fs;
@@ -462,8 +496,10 @@ int keg_fs_new(const struct keg_fs_conf *conf, struct keg_fs **out)
         if (gethostname(host, sizeof(host)) != 0)
             snprintf(host, sizeof(host), "unknown");
         host[sizeof(host) - 1] = '\0';
-        snprintf(info, sizeof(info), "host=%s pid=%d mountpoint=%s version=%s", host,
-                 (int)getpid(), conf->mountpoint ? conf->mountpoint : "", KEG_VERSION);
+        snprintf(info, sizeof(info), "host=%s pid=%d mountpoint=%s version=%s timeout=%u", host,
+                 (int)getpid(), conf->mountpoint ? conf->mountpoint : "", KEG_VERSION,
+                 fs->session_timeout);
+        KEG_META_CALL(fs->meta, session_list, check_timeout_cb, fs);
         rc = KEG_META_CALL(fs->meta, session_begin, info, &sid);
         if (rc < 0) {
             KEG_ERR("cannot register a session with %s: %s", fs->meta->url_redacted,

@@ -83,6 +83,15 @@ _Static_assert(F_RDLCK == 0 && F_WRLCK == 1 && F_UNLCK == 2, "Lua scripts hard-c
 
 enum mr_kind { MR_TCP, MR_UNIX, MR_SENTINEL };
 
+/* Kinds of repeated error lines, each logged at most once per MR_LOG_EVERY_NS. */
+enum mr_lim { LIM_OOM, LIM_CMD_ERR, LIM_SCRIPT_ERR, LIM_N };
+#define MR_LOG_EVERY_NS 1000000000LL
+
+struct mr_ratelim {
+    int64_t  last_ns;       /* monotonic time of the last line logged (0: never) */
+    uint32_t suppressed;    /* lines dropped since */
+};
+
 /*----------------------------------------------------------------------------
  * Scripts
  *--------------------------------------------------------------------------*/
@@ -162,6 +171,7 @@ struct mr_priv {
     char            addr[300];      /* address last dialled, for logs; protected by lock */
     int             good_sentinel;  /* index of the sentinel that answered last; protected by lock */
     uint64_t        sid;            /* session id or 0; atomic access */
+    struct mr_ratelim lim[LIM_N];   /* protected by lock */
 };
 
 #define PRIV(m) ((struct mr_priv *)(m)->priv)
@@ -188,6 +198,27 @@ static void mr_set_addr(struct mr_priv *p, const char *host, int port, const cha
     else
         snprintf(p->addr, sizeof(p->addr), "%s:%d", host, port);
     pthread_mutex_unlock(&p->lock);
+}
+
+/* 1 when a line of kind k may be logged now (then *suppressed = lines dropped
+ * since the previous one, which the line should mention), 0 to drop it.
+ * LOCKS: takes p->lock. */
+static int mr_log_ok(struct mr_priv *p, enum mr_lim k, uint32_t *suppressed)
+{
+    int64_t now = keg_mono_ns();
+    int ok = 0;
+    pthread_mutex_lock(&p->lock);
+    struct mr_ratelim *l = &p->lim[k];
+    if (l->last_ns == 0 || now - l->last_ns >= MR_LOG_EVERY_NS) {
+        *suppressed = l->suppressed;
+        l->suppressed = 0;
+        l->last_ns = now;
+        ok = 1;
+    } else {
+        l->suppressed++;
+    }
+    pthread_mutex_unlock(&p->lock);
+    return ok;
 }
 
 static void mr_sleep_ms(int ms)
@@ -555,7 +586,10 @@ static int mr_cmd(struct mr_priv *p, const char *what, redisReply **out, int arg
         if (strncmp((*out)->str, "OOM", 3) == 0) {
             rc = -ENOSPC;
         } else {
-            KEG_ERR("%s: redis error: %s", what, (*out)->str);
+            uint32_t sup;
+            if (mr_log_ok(p, LIM_CMD_ERR, &sup))
+                KEG_ERR("%s: redis error: %s (%" PRIu32 " similar lines suppressed)", what,
+                        (*out)->str, sup);
             rc = -EIO;
         }
         freeReplyObject(*out);
@@ -675,12 +709,17 @@ static int mr_eval(struct mr_priv *p, int id, const struct mr_args *args, redisR
                     return rc;
                 continue;
             }
+            uint32_t sup;
             if (strncmp(r->str, "OOM", 3) == 0) {
-                KEG_WARN("%s: redis is out of memory (maxmemory reached): %s",
-                         mr_scripts[id].name, r->str);
+                if (mr_log_ok(p, LIM_OOM, &sup))
+                    KEG_WARN("%s: redis is out of memory (maxmemory reached): %s (%" PRIu32
+                             " similar lines suppressed)",
+                             mr_scripts[id].name, r->str, sup);
                 rc = -ENOSPC;
             } else {
-                KEG_ERR("%s: redis script error: %s", mr_scripts[id].name, r->str);
+                if (mr_log_ok(p, LIM_SCRIPT_ERR, &sup))
+                    KEG_ERR("%s: redis script error: %s (%" PRIu32 " similar lines suppressed)",
+                            mr_scripts[id].name, r->str, sup);
                 rc = -EIO;
             }
             freeReplyObject(r);

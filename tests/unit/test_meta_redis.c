@@ -72,6 +72,16 @@ static int log_has(const char *s)
     return r;
 }
 
+static int log_count(const char *s)
+{
+    int n = 0;
+    pthread_mutex_lock(&g_log_lock);
+    for (const char *q = strstr(g_log, s); q; q = strstr(q + 1, s))
+        n++;
+    pthread_mutex_unlock(&g_log_lock);
+    return n;
+}
+
 static void need_live(void)
 {
     if (!g_live) {
@@ -349,6 +359,17 @@ static void test_oom_enospc(void **state)
     int rc = KEG_META_CALL(m, mknod, KEG_ROOT_INO, "g", ino, S_IFREG | 0644, 0, 0, 0, NULL, &a);
     assert_int_equal(rc, -ENOSPC);
     assert_int_equal(KEG_META_CALL(m, setxattr, a.ino, "user.x", "v", 1, 0), -ENOSPC);
+    /* a burst of refused writes logs one line per second, not one per call */
+    sleep(1);
+    log_reset();
+    for (int i = 0; i < 50; i++)
+        assert_int_equal(KEG_META_CALL(m, setxattr, a.ino, "user.x", "v", 1, 0), -ENOSPC);
+    assert_int_equal(log_count("out of memory"), 1);
+    assert_true(log_has("similar lines suppressed)"));
+    sleep(1);
+    log_reset();
+    assert_int_equal(KEG_META_CALL(m, setxattr, a.ino, "user.x", "v", 1, 0), -ENOSPC);
+    assert_true(log_has("(49 similar lines suppressed)"));
     assert_int_equal(KEG_META_CALL(m, lookup, KEG_ROOT_INO, "f", &a), 0);
     assert_int_equal(KEG_META_CALL(m, lookup, KEG_ROOT_INO, "g", &a), -ENOENT);
     assert_int_equal(KEG_META_CALL(m, getattr, KEG_ROOT_INO, &a), 0);
