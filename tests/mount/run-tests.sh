@@ -21,6 +21,7 @@
 #
 # Usage: run-tests.sh --kegfs PATH [--meta sqlite|redis] [--storage file|s3]
 #                     [--only REGEX] [--long] [--keep] [--timeout N] [--bin-dir DIR]
+#                     [-v|--verbose  (also show the "# note" lines of passed cases)]
 # Environment: KEG_TEST_TMP, KEG_TEST_REDIS_URL (redis://127.0.0.1:PORT/0),
 #   KEG_TEST_S3_BUCKET (http://127.0.0.1:7480/BUCKET), KEG_TEST_S3_ACCESS_KEY,
 #   KEG_TEST_S3_SECRET_KEY, KEG_TEST_MOUNT_OPTS (extra mount arguments for all cases).
@@ -33,6 +34,7 @@ STORAGE=file
 ONLY=""
 LONG=0
 KEEP=0
+VERBOSE=0
 DEF_TIMEOUT=300
 BIN_DIR=""
 
@@ -49,6 +51,7 @@ while [ $# -gt 0 ]; do
     --only) ONLY=${2:-}; shift ;;
     --long) LONG=1 ;;
     --keep) KEEP=1 ;;
+    -v|--verbose) VERBOSE=1 ;;
     --timeout) DEF_TIMEOUT=${2:-}; shift ;;
     --bin-dir) BIN_DIR=${2:-}; shift ;;
     -h|--help) usage ;;
@@ -348,6 +351,7 @@ run_case() {
     finish_case 1
   else
     report PASS "$name" "$t0" ""
+    [ $VERBOSE = 1 ] && grep -E '^(# |SKIP)' "$WORK/case.log" | head -20 | sed 's/^/    /'
     finish_case 0
   fi
 }
