@@ -12,10 +12,15 @@
  *              cleaner applies ITS timeout to every session); the timeout is
  *              in the session's info ("timeout=N") and a mount whose timeout
  *              differs from a live session's logs a warning.
- *   deleter    purges inodes that were unlinked while not open here, and
+ *   deleter    purges inodes whose last link went while they were open here
+ *              (at their last close) or that the engine left pending, and
  *              drains the engine's deletion queue: every block object of each
  *              queued slice is deleted, then the entry is acknowledged.  It
- *              runs every second, or at once when kicked (bg_cv).
+ *              runs every second, or at once when kicked (bg_cv).  unlink and
+ *              rename purge an inode that is not open here inside the engine
+ *              op (the engine asks fs_inode_list, inode.c), and kick the
+ *              deleter only when that op queued slices: unlinking an empty
+ *              file costs one engine call.
  *   pools      FS_UPLOAD_THREADS upload workers (file.c) and FS_FETCH_THREADS
  *              block fetchers for read-ahead and parallel reads (read.c)
  *   compactor  merges fragmented chunks into one slice (compact.c)
@@ -172,6 +177,16 @@ void fs_handle_gone(struct keg_fs *fs, const struct keg_unlinked *gone)
     struct fs_inode *ip;
     if (gone->ino == 0)
         return;
+    if (gone->purged) {
+        /* purged inside the op (it was not open here): only the deletion
+         * queue may have work, and only when this op queued something */
+        if (gone->queued > 0 && fs->has_session) {
+            pthread_mutex_lock(&fs->bg_mu);
+            pthread_cond_broadcast(&fs->bg_cv);
+            pthread_mutex_unlock(&fs->bg_mu);
+        }
+        return;
+    }
     ip = fs_inode_find(fs, gone->ino);
     if (ip) {
         int open;
@@ -507,6 +522,9 @@ int keg_fs_new(const struct keg_fs_conf *conf, struct keg_fs **out)
             goto fail4;
         }
         fs->has_session = 1;
+        /* unlink/rename purge inside the op what is not open here (ns.c) */
+        fs->meta->open_inodes = fs_inode_list;
+        fs->meta->open_inodes_arg = fs;
         rc = start_threads(fs);
         if (rc < 0) {
             KEG_ERR("cannot start background threads: %s", strerror(-rc));

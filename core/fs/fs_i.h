@@ -174,6 +174,9 @@ void fs_inode_put(struct keg_fs *fs, struct fs_inode *ip);
 /* Snapshot of the referenced inodes (each with a new reference).
  * OWNERSHIP: caller puts each and keg_free()s *out. */
 int fs_inode_all(struct keg_fs *fs, struct fs_inode ***out, size_t *n);
+/* The engine's open-inode hook (keg_meta_open_inodes_fn, arg = fs): the
+ * numbers of the inodes in the table (open, being opened or briefly referenced). */
+uint32_t fs_inode_list(void *arg, uint64_t *inos, uint32_t max);
 /* Drop the cached chunk layouts.  LOCKS: ip->mu held. */
 void fs_inode_drop_chunks(struct fs_inode *ip);
 /* The cached layout of chunk indx, loaded from the engine on a miss.

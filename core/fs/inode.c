@@ -102,6 +102,22 @@ void fs_inode_put(struct keg_fs *fs, struct fs_inode *ip)
         inode_free(fs, ip);
 }
 
+uint32_t fs_inode_list(void *arg, uint64_t *inos, uint32_t max)
+{
+    struct keg_fs *fs = arg;
+    uint32_t cnt = 0;
+    pthread_mutex_lock(&fs->itab_mu);
+    for (size_t h = 0; h < FS_ITAB_BUCKETS; h++) {
+        for (struct fs_inode *ip = fs->itab[h]; ip; ip = ip->hnext) {
+            if (cnt < max)
+                inos[cnt] = ip->ino;
+            cnt++;
+        }
+    }
+    pthread_mutex_unlock(&fs->itab_mu);
+    return cnt;
+}
+
 int fs_inode_all(struct keg_fs *fs, struct fs_inode ***out, size_t *n)
 {
     struct fs_inode **v = NULL;

@@ -196,3 +196,11 @@ void keg_attr_set_now(int64_t *sec, uint32_t *nsec)
     *sec = ns / 1000000000LL;
     *nsec = (uint32_t)(ns % 1000000000LL);
 }
+
+int keg_meta_open_set(struct keg_meta *m, int has_session, uint64_t *set)
+{
+    if (!has_session || !m->open_inodes)
+        return -1;
+    uint32_t n = m->open_inodes(m->open_inodes_arg, set, KEG_META_OPEN_MAX);
+    return n > KEG_META_OPEN_MAX ? -1 : (int)n;
+}

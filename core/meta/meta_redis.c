@@ -1622,18 +1622,37 @@ static int mr_link(struct keg_meta *m, uint64_t ino, uint64_t newparent, const c
     return mr_eval_attr(m, S_LINK, &a, ino, out);
 }
 
-/* Reads {gone_ino, gone_mode, gone_size} from elements i..i+2. */
+/* Reads {gone_ino, gone_mode, gone_size, gone_purged, queued} from elements i..i+4. */
 static void mr_reply_gone(const redisReply *r, size_t i, struct keg_unlinked *gone)
 {
     memset(gone, 0, sizeof(*gone));
-    if (r->elements < i + 3)
+    if (r->elements < i + 5)
         return;
-    for (size_t k = i; k < i + 3; k++)
+    for (size_t k = i; k < i + 5; k++)
         if (r->element[k]->type != REDIS_REPLY_INTEGER)
             return;
     gone->ino = (uint64_t)r->element[i]->integer;
     gone->mode = (uint32_t)r->element[i + 1]->integer;
     gone->size = (uint64_t)r->element[i + 2]->integer;
+    gone->purged = (uint32_t)r->element[i + 3]->integer;
+    gone->queued = (uint32_t)r->element[i + 4]->integer;
+}
+
+/* The open-inode set argument of the unlink and rename scripts: ",ino,ino,"
+ * or "-" when the inode that loses its last link must stay pending (no hook,
+ * no session, too many open).  buf holds KEG_META_OPEN_MAX numbers. */
+static const char *mr_open_arg(struct keg_meta *m, char *buf, size_t len)
+{
+    uint64_t set[KEG_META_OPEN_MAX];
+    int n = keg_meta_open_set(m, mr_sid(PRIV(m)) != 0, set);
+    size_t o = 1;
+    if (n < 0)
+        return "-";
+    buf[0] = ',';
+    buf[1] = '\0';
+    for (int i = 0; i < n && o < len; i++)
+        o += (size_t)snprintf(buf + o, len - o, "%" PRIu64 ",", set[i]);
+    return o < len ? buf : "-";
 }
 
 static int mr_unlink(struct keg_meta *m, uint64_t parent, const char *name,
@@ -1644,8 +1663,10 @@ static int mr_unlink(struct keg_meta *m, uint64_t parent, const char *name,
     int rc = mr_check_name(name);
     if (rc)
         return rc;
+    char openset[KEG_META_OPEN_MAX * 21 + 2];
     mr_arg_u64(&a, parent);
     mr_arg_str(&a, name);
+    mr_arg_str(&a, mr_open_arg(m, openset, sizeof(openset)));
     rc = mr_eval(PRIV(m), S_UNLINK, &a, &r);
     if (rc)
         return rc;
@@ -1689,7 +1710,9 @@ static int mr_rename(struct keg_meta *m, uint64_t parent, const char *name, uint
     mr_arg_str(&a, name);
     mr_arg_u64(&a, newparent);
     mr_arg_str(&a, newname);
+    char openset[KEG_META_OPEN_MAX * 21 + 2];
     mr_arg_u64(&a, flags);
+    mr_arg_str(&a, mr_open_arg(m, openset, sizeof(openset)));
     rc = mr_eval(PRIV(m), S_RENAME, &a, &r);
     if (rc)
         return rc;

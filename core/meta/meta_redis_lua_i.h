@@ -116,12 +116,15 @@
 "local function space_add(d)\n" \
 "  if d ~= 0 then redis.call('HINCRBY', CNT, 'usedSpace', d) end\n" \
 "end\n" \
+"local QUEUED = 0\n" \
+"local OPEN = nil\n" \
 "local function decref(id, size)\n" \
 "  if id == 0 then return end\n" \
 "  local f = N(id)\n" \
 "  if redis.call('HINCRBY', P .. 'sliceRef', f, -1) <= 0 then\n" \
 "    redis.call('HDEL', P .. 'sliceRef', f)\n" \
 "    redis.call('ZADD', P .. 'delq', id, f .. '_' .. N(size))\n" \
+"    QUEUED = QUEUED + 1\n" \
 "  end\n" \
 "end\n" \
 "local function drop_chunk(ino, indx)\n" \
@@ -175,11 +178,13 @@
 "end\n" \
 "local function lost_last_link(a)\n" \
 "  putattr(a)\n" \
-"  if SID ~= '0' and band(a.mode, IFMT) == IFREG then\n" \
+"  local open = OPEN == nil or OPEN == '-' or string.find(OPEN, ',' .. N(a.ino) .. ',', 1, true)\n" \
+"  if SID ~= '0' and band(a.mode, IFMT) == IFREG and open then\n" \
 "    redis.call('SADD', P .. 'P' .. SID, N(a.ino))\n" \
-"  else\n" \
-"    purge_inode(a.ino)\n" \
+"    return 0\n" \
 "  end\n" \
+"  purge_inode(a.ino)\n" \
+"  return 1\n" \
 "end\n" \
 "local HMAX = 'ffffffffffffffff'\n" \
 "local function hsplit(h) return tonumber(string.sub(h, 1, 8), 16), tonumber(string.sub(h, 9), 16) end\n" \
@@ -273,9 +278,12 @@
 "dset(np, name, ino, band(a.mode, IFMT))\n" \
 "return {0, raw}\n"
 
-/* ARGV: 4 parent, 5 name.  -> {0, gone_ino, gone_mode, gone_size} */
+/* ARGV: 4 parent, 5 name, 6 open set: ",ino,ino," of inodes open in the
+ * mounter (a regular file listed there stays pending), or "-" (no inline purge).
+ * -> {0, gone_ino, gone_mode, gone_size, gone_purged, slices queued} */
 #define MR_LUA_UNLINK \
 "local parent, name = tonumber(ARGV[4]), ARGV[5]\n" \
+"OPEN = ARGV[6]\n" \
 "local pa, e = getdir(parent)\n" \
 "if not pa then return {e} end\n" \
 "local ino, typ = dget(parent, name)\n" \
@@ -285,15 +293,15 @@
 "ddel(parent, name)\n" \
 "touch_mc(pa)\n" \
 "putattr(pa)\n" \
-"if not a then return {0, 0, 0, 0} end\n" \
+"if not a then return {0, 0, 0, 0, 0, 0} end\n" \
 "if a.nlink > 0 then a.nlink = a.nlink - 1 end\n" \
 "touch_c(a)\n" \
 "if a.nlink > 0 then\n" \
 "  putattr(a)\n" \
-"  return {0, 0, 0, 0}\n" \
+"  return {0, 0, 0, 0, 0, 0}\n" \
 "end\n" \
-"lost_last_link(a)\n" \
-"return {0, ino, a.mode, a.size}\n"
+"local purged = lost_last_link(a)\n" \
+"return {0, ino, a.mode, a.size, purged, QUEUED}\n"
 
 /* ARGV: 4 parent, 5 name.  -> {0} */
 #define MR_LUA_RMDIR \
@@ -312,10 +320,11 @@
 "del_dir(ino)\n" \
 "return {0}\n"
 
-/* ARGV: 4 parent, 5 name, 6 newparent, 7 newname, 8 flags.
- * -> {0, moved attr, moved ino, gone_ino, gone_mode, gone_size} */
+/* ARGV: 4 parent, 5 name, 6 newparent, 7 newname, 8 flags, 9 open set (as unlink).
+ * -> {0, moved attr, moved ino, gone_ino, gone_mode, gone_size, gone_purged, queued} */
 #define MR_LUA_RENAME \
 "local spi, sname, dpi, dname = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), ARGV[7]\n" \
+"OPEN = ARGV[9]\n" \
 "local flags = tonumber(ARGV[8])\n" \
 "local norep, exch = band(flags, 1) ~= 0, band(flags, 2) ~= 0\n" \
 "local sp, e = getdir(spi)\n" \
@@ -337,7 +346,7 @@
 "end\n" \
 "if exch and not dino then return {ENOENT} end\n" \
 "if norep and dino then return {EEXIST} end\n" \
-"if dino == sino then return {0, packattr(sa), sino, 0, 0, 0} end\n" \
+"if dino == sino then return {0, packattr(sa), sino, 0, 0, 0, 0, 0} end\n" \
 "local function inside(dir, x)\n" \
 "  for _ = 1, 100000 do\n" \
 "    if x == dir then return true end\n" \
@@ -357,7 +366,7 @@
 "  if from.nlink > 2 then from.nlink = from.nlink - 1 end\n" \
 "  to.nlink = to.nlink + 1\n" \
 "end\n" \
-"local gi, gm, gs = 0, 0, 0\n" \
+"local gi, gm, gs, gp = 0, 0, 0, 0\n" \
 "if exch then\n" \
 "  dset(spi, sname, dino, dtyp)\n" \
 "  dset(dpi, dname, sino, styp)\n" \
@@ -378,7 +387,7 @@
 "  if dino then\n" \
 "    if dtyp == IFDIR then\n" \
 "      if dp.nlink > 2 then dp.nlink = dp.nlink - 1 end\n" \
-"      gi, gm, gs = dino, da.mode, da.size\n" \
+"      gi, gm, gs, gp = dino, da.mode, da.size, 1\n" \
 "      del_dir(dino)\n" \
 "    else\n" \
 "      if da.nlink > 0 then da.nlink = da.nlink - 1 end\n" \
@@ -387,7 +396,7 @@
 "        putattr(da)\n" \
 "      else\n" \
 "        gi, gm, gs = dino, da.mode, da.size\n" \
-"        lost_last_link(da)\n" \
+"        gp = lost_last_link(da)\n" \
 "      end\n" \
 "    end\n" \
 "  end\n" \
@@ -401,7 +410,7 @@
 "  touch_mc(dp)\n" \
 "  putattr(dp)\n" \
 "end\n" \
-"return {0, raw, sino, gi, gm, gs}\n"
+"return {0, raw, sino, gi, gm, gs, gp, QUEUED}\n"
 
 /* ARGV: 4 ino, 5 set, 6 mode, 7 uid, 8 gid, 9 atime, 10 atimensec, 11 mtime,
  * 12 mtimensec, 13 ctime, 14 ctimensec.  -> {0, attr} */

@@ -63,6 +63,7 @@ struct sq_conn {
     sqlite3        *db;
     struct sq_conn *next;   /* idle list link; protected by sq_priv.lock */
     struct sq_slot  slot[SQ_SLOTS];
+    uint32_t        queued; /* slices put in the deletion queue (wraps; compare differences) */
 };
 
 struct sq_priv {
@@ -643,6 +644,8 @@ static int sq_unref(struct sq_conn *c, uint64_t id)
     rc = sq_exec(c, del, "i", I(id));
     if (rc >= 0)
         rc = sq_exec(c, enq, "ii", I(id), size);
+    if (rc >= 0)
+        c->queued++;
     return rc < 0 ? rc : 0;
 }
 
@@ -700,24 +703,31 @@ static int sq_purge_inode(struct sq_conn *c, const struct keg_attr *a)
 }
 
 /* ino lost its last link: keep it pending under the session (regular files,
- * which may still be open) or purge it now. */
+ * which may still be open: listed in open[0..nopen), or nopen < 0 = unknown)
+ * or purge it now. */
 static int sq_lost_last_link(struct keg_meta *m, struct sq_conn *c, struct keg_attr *a,
-                             struct keg_unlinked *gone)
+                             int nopen, const uint64_t *open, struct keg_unlinked *gone)
 {
     static const char ins[] = "INSERT OR IGNORE INTO pending(sid,ino) VALUES(?,?)";
     uint64_t sid = sq_sid(m);
-    int rc;
+    int rc, is_open = nopen < 0;
+    for (int i = 0; i < nopen && !is_open; i++)
+        is_open = open[i] == a->ino;
     gone->ino = a->ino;
     gone->mode = a->mode;
     gone->size = a->size;
-    if (S_ISREG(a->mode) && sid) {
+    if (S_ISREG(a->mode) && sid && is_open) {
         a->nlink = 0;
         rc = sq_put_inode(c, a);
         if (!rc)
             rc = sq_exec(c, ins, "ii", I(sid), I(a->ino));
         return rc < 0 ? rc : 0;
     }
-    return sq_purge_inode(c, a);
+    uint32_t q0 = c->queued;
+    rc = sq_purge_inode(c, a);
+    gone->purged = 1;
+    gone->queued = c->queued - q0;
+    return rc;
 }
 
 /*----------------------------------------------------------------------------
@@ -1338,6 +1348,8 @@ struct sq_ns_arg {
     const struct keg_attr *in;
     struct keg_attr out;
     struct keg_unlinked gone;
+    int nopen;                          /* unlink/rename: open-inode set, -1: none */
+    uint64_t open[KEG_META_OPEN_MAX];
 };
 
 static int sq_lookup_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
@@ -1589,7 +1601,7 @@ static int sq_unlink_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
     x.nlink = x.nlink ? x.nlink - 1 : 0;
     sq_now(&x, 0, 1);
     if (x.nlink == 0)
-        return sq_lost_last_link(m, c, &x, &a->gone);
+        return sq_lost_last_link(m, c, &x, a->nopen, a->open, &a->gone);
     return sq_put_inode(c, &x);
 }
 
@@ -1600,6 +1612,7 @@ static int sq_unlink(struct keg_meta *m, uint64_t parent, const char *name,
     int rc = sq_check_name(name);
     if (rc)
         return rc;
+    a.nopen = keg_meta_open_set(m, sq_sid(m) != 0, a.open);
     rc = sq_txn(m, SQ_WRITE, sq_unlink_fn, &a);
     if (rc == 0 && gone)
         *gone = a.gone;
@@ -1766,12 +1779,13 @@ static int sq_rename_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
                 a->gone.ino = dst.ino;
                 a->gone.mode = dst.mode;
                 a->gone.size = dst.size;
+                a->gone.purged = 1;
                 rc = sq_purge_inode(c, &dst);
             } else {
                 dst.nlink = dst.nlink ? dst.nlink - 1 : 0;
                 sq_now(&dst, 0, 1);
                 if (dst.nlink == 0)
-                    rc = sq_lost_last_link(m, c, &dst, &a->gone);
+                    rc = sq_lost_last_link(m, c, &dst, a->nopen, a->open, &a->gone);
                 else
                     rc = sq_put_inode(c, &dst);
             }
@@ -1809,6 +1823,7 @@ static int sq_rename(struct keg_meta *m, uint64_t parent, const char *name, uint
     if ((flags & ~(KEG_RENAME_NOREPLACE | KEG_RENAME_EXCHANGE)) ||
         ((flags & KEG_RENAME_NOREPLACE) && (flags & KEG_RENAME_EXCHANGE)))
         return -EINVAL;
+    a.nopen = keg_meta_open_set(m, sq_sid(m) != 0, a.open);
     rc = sq_txn(m, SQ_WRITE, sq_rename_fn, &a);
     if (rc == 0) {
         if (moved)

@@ -714,6 +714,83 @@ static void test_unlink_no_session(void **state)
     assert_int_equal(KEG_META_CALL(t->m, getattr, ino, &a), -ENOENT);
 }
 
+/* The owner's open-inode hook of test_unlink_inline_purge. */
+struct open_set {
+    uint64_t inos[4];
+    uint32_t n;
+};
+
+static uint32_t open_set_cb(void *arg, uint64_t *inos, uint32_t max)
+{
+    struct open_set *o = arg;
+    for (uint32_t i = 0; i < o->n && i < max && i < 4; i++)
+        inos[i] = o->inos[i];
+    return o->n;
+}
+
+/* With the open-inode hook, unlink and rename purge what is not open inside
+ * the op and count the slices they queued; what is open stays pending. */
+static void test_unlink_inline_purge(void **state)
+{
+    struct t *t = *state;
+    struct keg_unlinked g;
+    struct keg_attr a;
+    struct open_set os = {.n = 0};
+    uint64_t sid;
+    int seen;
+    assert_int_equal(KEG_META_CALL(t->m, session_begin, "x", &sid), 0);
+    t->m->open_inodes = open_set_cb;
+    t->m->open_inodes_arg = &os;
+    uint64_t f1 = mkfile(t->m, KEG_ROOT_INO, "f1");
+    uint64_t s1 = write_at(t->m, f1, 0, 100);
+    write_at(t->m, f1, CHUNK, 100);
+    uint64_t f2 = mkfile(t->m, KEG_ROOT_INO, "f2");
+    write_at(t->m, f2, 0, 100);
+    uint64_t f3 = mkfile(t->m, KEG_ROOT_INO, "f3");
+    os.inos[0] = f2;
+    os.n = 1;
+    /* not open: purged inside unlink */
+    assert_int_equal(KEG_META_CALL(t->m, unlink, KEG_ROOT_INO, "f1", &g), 0);
+    assert_int_equal(g.ino, f1);
+    assert_int_equal(g.purged, 1);
+    assert_int_equal(g.queued, 2);
+    assert_int_equal(KEG_META_CALL(t->m, getattr, f1, &a), -ENOENT);
+    assert_int_equal(delq_drain(t->m, s1, &seen), 2);
+    assert_true(seen);
+    /* open: pending, nothing queued */
+    assert_int_equal(KEG_META_CALL(t->m, unlink, KEG_ROOT_INO, "f2", &g), 0);
+    assert_int_equal(g.ino, f2);
+    assert_int_equal(g.purged, 0);
+    assert_int_equal(g.queued, 0);
+    assert_int_equal(KEG_META_CALL(t->m, getattr, f2, &a), 0);
+    assert_int_equal(a.nlink, 0);
+    assert_int_equal(KEG_META_CALL(t->m, purge, f2), 0);
+    assert_int_equal(delq_drain(t->m, 0, NULL), 1);
+    /* an empty file: purged, nothing queued */
+    assert_int_equal(KEG_META_CALL(t->m, unlink, KEG_ROOT_INO, "f3", &g), 0);
+    assert_int_equal(g.ino, f3);
+    assert_int_equal(g.purged, 1);
+    assert_int_equal(g.queued, 0);
+    /* rename over a file that is not open: purged inside rename */
+    uint64_t f4 = mkfile(t->m, KEG_ROOT_INO, "f4");
+    write_at(t->m, f4, 0, 10);
+    mkfile(t->m, KEG_ROOT_INO, "f5");
+    assert_int_equal(KEG_META_CALL(t->m, rename, KEG_ROOT_INO, "f5", KEG_ROOT_INO, "f4", 0, &a,
+                                   &g), 0);
+    assert_int_equal(g.ino, f4);
+    assert_int_equal(g.purged, 1);
+    assert_int_equal(g.queued, 1);
+    assert_int_equal(KEG_META_CALL(t->m, getattr, f4, &a), -ENOENT);
+    /* too many open inodes to list: pending, as without the hook */
+    uint64_t f6 = mkfile(t->m, KEG_ROOT_INO, "f6");
+    os.n = KEG_META_OPEN_MAX + 1;
+    assert_int_equal(KEG_META_CALL(t->m, unlink, KEG_ROOT_INO, "f6", &g), 0);
+    assert_int_equal(g.ino, f6);
+    assert_int_equal(g.purged, 0);
+    assert_int_equal(KEG_META_CALL(t->m, getattr, f6, &a), 0);
+    t->m->open_inodes = NULL;
+}
+
 static void test_rmdir(void **state)
 {
     struct t *t = *state;
@@ -1863,6 +1940,7 @@ int main(void)
         T(test_link_max),
         T(test_unlink_pending_purge),
         T(test_unlink_no_session),
+        T(test_unlink_inline_purge),
         T(test_rmdir),
         T(test_rename_basic),
         T(test_rename_dirs),

@@ -168,7 +168,15 @@ struct keg_unlinked {
     uint64_t ino;           /* 0: no inode lost its last link */
     uint32_t mode;
     uint64_t size;
+    uint32_t purged;        /* 1: ino was purged inside the op (not left pending) */
+    uint32_t queued;        /* slices this op put in the deletion queue */
 };
+
+/* The owner's open-inode hook (struct keg_meta.open_inodes): writes up to max
+ * numbers of inodes open through this instance (or being opened) into inos and
+ * returns how many there are (more than max: too many to list). */
+typedef uint32_t keg_meta_open_inodes_fn(void *arg, uint64_t *inos, uint32_t max);
+#define KEG_META_OPEN_MAX 64    /* more open inodes than this: no purging inside unlink */
 
 /* engine capabilities */
 #define KEG_META_CAP_TXN       (1u << 0)   /* ops are transactions */
@@ -238,7 +246,10 @@ struct keg_meta_ops {
     /* Remove a non-directory entry.  If that was the inode's last link, the
      * inode is kept as "pending" under this session and reported in *gone; the
      * caller purges it (purge) once no handle of it is open.  Without a session
-     * the inode is purged at once.  -EISDIR for directories. */
+     * the inode is purged at once.  With a session and m->open_inodes set, it
+     * is purged inside the op unless the hook lists it (or lists more than
+     * KEG_META_OPEN_MAX inodes): gone->purged = 1, and gone->queued counts the
+     * slices that went to the deletion queue.  -EISDIR for directories. */
     int  (*unlink)(struct keg_meta *m, uint64_t parent, const char *name, struct keg_unlinked *gone);
     /* Remove an empty directory.  -ENOTEMPTY, -ENOTDIR, -EBUSY for the root. */
     int  (*rmdir)(struct keg_meta *m, uint64_t parent, const char *name);
@@ -327,6 +338,11 @@ struct keg_meta {
     void                      *priv;    /* ops->priv_size bytes, owned by the core */
     char                      *url;     /* as given (contains secrets: never log it) */
     char                      *url_redacted;  /* for logs and status */
+    /* Optional (NULL after keg_meta_open): set by the owner before concurrent
+     * use; see keg_meta_open_inodes_fn and unlink.  Engines call it through
+     * keg_meta_open_set(). */
+    keg_meta_open_inodes_fn   *open_inodes;
+    void                      *open_inodes_arg;
 };
 
 /*----------------------------------------------------------------------------
@@ -352,6 +368,10 @@ void keg_meta_close(struct keg_meta *m);
     ((m)->ops->op ? (m)->ops->op((m)) : -ENOSYS)
 
 /* Helpers shared by engines (core/meta/meta.c). */
+/* The owner's open-inode set for unlink/rename: fills set[0..KEG_META_OPEN_MAX)
+ * and returns the count, or -1 when inline purging is off (no hook, no session
+ * given (has_session == 0), or more than KEG_META_OPEN_MAX inodes open). */
+int keg_meta_open_set(struct keg_meta *m, int has_session, uint64_t *set);
 /* Fill ts fields now. */
 void keg_attr_set_now(int64_t *sec, uint32_t *nsec);
 /* Bytes charged for a file of this size (4 KiB rounding). */
