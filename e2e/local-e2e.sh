@@ -31,14 +31,14 @@ mkdir -p "$W/bucket"
 if [ "${KEG_E2E_S3:-1}" != 0 ] && [ -n "${KEG_TEST_S3_BUCKET:-}" ]; then
   log "using the running S3 gateway at $KEG_TEST_S3_BUCKET"
   storage=(--storage s3 --bucket "$KEG_TEST_S3_BUCKET"
-           --access-key "$KEG_TEST_S3_ACCESS_KEY" --secret-key "$KEG_TEST_S3_SECRET_KEY")
+           --access-key "$KEG_TEST_S3_ACCESS_KEY")
 elif [ "${KEG_E2E_S3:-1}" != 0 ] && [ -x "$REPO/scripts/s3-server.sh" ] && command -v radosgw >/dev/null; then
   log "starting the S3 gateway (KEG_E2E_S3=0 to use the file store)"
   if "$REPO/scripts/s3-server.sh" start "$W/s3" >"$W/s3.log" 2>&1; then
     S3_STARTED=1
     eval "$("$REPO/scripts/s3-server.sh" env "$W/s3")"
     storage=(--storage s3 --bucket "$KEG_TEST_S3_BUCKET"
-             --access-key "$KEG_TEST_S3_ACCESS_KEY" --secret-key "$KEG_TEST_S3_SECRET_KEY")
+             --access-key "$KEG_TEST_S3_ACCESS_KEY")
   else
     log "S3 gateway did not start (see below); using the file store"; tail -5 "$W/s3.log" >&2
   fi

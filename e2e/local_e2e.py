@@ -115,8 +115,10 @@ def objects_left(args, vid):
         return n
     # S3: ListObjectsV2 with prefix, signed by curl
     url = "%s?list-type=2&prefix=%s/" % (args.bucket, vid)
-    out = subprocess.run(["curl", "-s", "--aws-sigv4", "aws:amz:us-east-1:s3", "--user",
-                          "%s:%s" % (args.access_key, args.secret_key), url],
+    # credentials go to curl through its config on stdin, never on argv
+    cfg = 'user = "%s:%s"\n' % (args.access_key, args.secret_key)
+    out = subprocess.run(["curl", "-s", "--aws-sigv4", "aws:amz:us-east-1:s3", "-K", "-", url],
+                         input=cfg,
                          capture_output=True, text=True, check=True).stdout
     return len(re.findall(r"<Key>", out))
 
@@ -131,7 +133,8 @@ def main():
     ap.add_argument("--storage", default="file")
     ap.add_argument("--bucket", required=True)
     ap.add_argument("--access-key", default="")
-    ap.add_argument("--secret-key", default="")
+    # the secret key comes from the environment (KEG_TEST_S3_SECRET_KEY), never argv
+    ap.add_argument("--secret-key", default=os.environ.get("KEG_TEST_S3_SECRET_KEY", ""))
     args = ap.parse_args()
 
     secrets = {"metaurl": "redis://127.0.0.1:%d/1" % args.redis_port,
