@@ -156,6 +156,10 @@ static int set_field(char *dst, size_t size, const char *src, const char *what)
     return 0;
 }
 
+/* Where the credentials came from, for error messages ("check --secret-key"). */
+static const char *ak_source = "--access-key or $AWS_ACCESS_KEY_ID";
+static const char *sk_source = "--secret-key, --secret-key-file or $AWS_SECRET_ACCESS_KEY";
+
 /* Apply the credentials from flags, files and the environment. */
 static int apply_credentials(const struct fmt_args *a, struct keg_format *f)
 {
@@ -164,6 +168,16 @@ static int apply_credentials(const struct fmt_args *a, struct keg_format *f)
     char *sk_file = NULL;
     const char *sk = a->secret_key;
     int rc = 0;
+    if (a->access_key)
+        ak_source = "--access-key";
+    else if (ak)
+        ak_source = "$AWS_ACCESS_KEY_ID";
+    if (a->secret_key)
+        sk_source = "--secret-key";
+    else if (a->secret_key_file)
+        sk_source = "--secret-key-file";
+    else if (getenv("AWS_SECRET_ACCESS_KEY"))
+        sk_source = "$AWS_SECRET_ACCESS_KEY";
     if (!sk && a->secret_key_file) {
         rc = mnt_read_small_file(a->secret_key_file, &sk_file);
         if (rc) {
@@ -295,6 +309,32 @@ static int check_storage(const struct keg_format *f)
     return 0;
 }
 
+/* After a failed probe of an S3 bucket, say what to fix (the store's log line
+ * above already gives S3's error code and message). */
+static void explain_probe_error(const struct keg_format *f, int rc)
+{
+    if (strcmp(f->storage, "s3") != 0)
+        return;
+    switch (rc) {
+    case -EACCES:
+        mnt_error("S3 refused the credentials for %s (see the error above): check the secret "
+                  "key (from %s) and the access key (from %s)", f->bucket, sk_source, ak_source);
+        break;
+    case -ENOENT:
+        mnt_error("the bucket of %s does not exist: create it, or fix --bucket", f->bucket);
+        break;
+    case -ETIMEDOUT:
+    case -EIO:
+    case -EAGAIN:
+    case -ECONNREFUSED:
+        mnt_error("cannot reach the S3 endpoint of %s (see the error above): check --bucket "
+                  "(host and port) and that the service is up", f->bucket);
+        break;
+    default:
+        break;
+    }
+}
+
 /* Put, get and delete a probe object so that a bad bucket, bad credentials or
  * a read-only directory are reported now rather than on the first write. */
 static int probe_storage(const struct keg_format *f)
@@ -302,6 +342,8 @@ static int probe_storage(const struct keg_format *f)
     struct keg_stack_conf sc = {0};
     struct keg_obj *o = NULL;
     unsigned char rnd[8] = {0};
+    /* an unreachable endpoint should not take the full 60 s retry deadline */
+    sc.retry_deadline_ms = 10000;
     char key[160];
     char data[64];
     char back[64];
@@ -319,6 +361,7 @@ static int probe_storage(const struct keg_format *f)
     if (rc) {
         mnt_error("storage check failed: cannot write %s to %s storage %s: %s", key,
                   f->storage, f->bucket, strerror(-rc));
+        explain_probe_error(f, rc);
         goto out;
     }
     ssize_t n = keg_obj_get(o, key, 0, back, sizeof(back));
