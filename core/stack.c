@@ -13,6 +13,9 @@
  * so injected corruption is caught by the cache's verification on fill.
  * Both local layers keep their files in <cache_dir>/<volume uuid, or name>/
  * so a reformatted volume of the same name never sees stale blocks.
+ * The S3 client settings of sc (insecure, ca_file, concurrency,
+ * retry_deadline_ms) go to the bottom store only; they are mount-time
+ * options and never stored in the volume's format.
  * Each open TAKES the layer below, so a failure at any level has already
  * closed everything beneath it: unwinding is free.  See docs/internals/CACHE.md.
  */
@@ -129,6 +132,13 @@ int keg_stack_open(const struct keg_format *f, const struct keg_stack_conf *sc,
     if (!conf.session_token)
         conf.session_token = stack_str(f->session_token);
     conf.region = stack_str(f->region);
+    /* S3 client settings are mount-time options, not part of the format. */
+    if (sc) {
+        conf.insecure = sc->insecure;
+        conf.ca_file = stack_str(sc->ca_file);
+        conf.concurrency = sc->concurrency;
+        conf.retry_deadline_ms = sc->retry_deadline_ms;
+    }
 
     rc = keg_obj_open(storage, &conf, NULL, &bottom);
     if (rc < 0) {

@@ -35,6 +35,9 @@
  * were uploaded are deleted again; the error is kept in ip->werr when the
  * commit was implicit and returned by the next flush/fsync (kernel writeback
  * semantics).  -ENOSPC/-EDQUOT are also returned by the following writes.
+ * Each block put is retried against transient store errors (fs_retry_*,
+ * bounded by io_retry_ms) before it counts as failed; what still fails then
+ * is -EIO.
  *
  * Writer states per block: buffering (i >= nup) -> uploading (in a job) ->
  * uploaded; per slice: buffering -> committed (freed).
@@ -43,10 +46,12 @@
  * the caps of jobs in the pipeline; a writer is freed only with up_pending == 0.
  */
 #define _GNU_SOURCE 1   /* SEEK_DATA, SEEK_HOLE */
+#include <errno.h>
 #include <fcntl.h>
 #include <linux/falloc.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define KEG_LOG_TAG "fs"
@@ -137,12 +142,93 @@ static int ws_put(struct keg_fs *fs, struct fs_inode *ip, struct fs_wslice *ws, 
     return 0;
 }
 
+/*----------------------------------------------------------------------------
+ * Retries of block I/O (uploads here, fetches in read.c)
+ *
+ * A transient store error (fs_io_transient) is retried with exponential
+ * backoff and full jitter: attempt n sleeps a random time in
+ * [delay/2, delay] with delay = min(FS_RETRY_CAP_MS, FS_RETRY_BASE_MS * 2^n),
+ * and no attempt starts once io_retry_ms (default 30 s) has passed since the
+ * first one.  The store may retry internally too (obj_s3 for up to its own
+ * deadline): then one attempt can outlast io_retry_ms and is the last.
+ * Everything else (-ENOENT, -EACCES, -EINVAL, -ENOSPC, -EDQUOT, -EFBIG,
+ * -ENOMEM, ...) is final at once.  docs/durability.md, DATAPATH.md.
+ *--------------------------------------------------------------------------*/
+
+#define FS_RETRY_BASE_MS 20
+#define FS_RETRY_CAP_MS  2000
+
+int fs_io_transient(int rc)
+{
+    switch (rc) {
+    case -EAGAIN:
+    case -ETIMEDOUT:
+    case -EIO:
+    case -ECONNRESET:
+    case -ECONNREFUSED:
+    case -EINTR:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+void fs_retry_begin(struct keg_fs *fs, struct fs_retry *r)
+{
+    int ms = fs->io_retry_ms ? fs->io_retry_ms : KEG_FS_IO_RETRY_DEFAULT_MS;
+
+    r->start_ns = keg_mono_ns();
+    r->deadline_ns = ms > 0 ? r->start_ns + (int64_t)ms * 1000000 : 0;
+    r->attempt = 0;
+}
+
+/* splitmix64 on a per-thread state: jitter only, no quality needed. */
+static uint64_t retry_rand(void)
+{
+    static __thread uint64_t st;
+    if (!st)
+        st = (uint64_t)keg_mono_ns() ^ ((uint64_t)(uintptr_t)&st << 17);
+    uint64_t z = (st += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+int fs_retry_again(struct fs_retry *r, int rc, const char *what)
+{
+    int64_t now = keg_mono_ns();
+    int64_t delay_ms, left;
+
+    r->attempt++;
+    if (!fs_io_transient(rc) || !r->deadline_ns || now >= r->deadline_ns)
+        return 0;
+    delay_ms = (int64_t)FS_RETRY_BASE_MS << KEG_MIN(r->attempt - 1, 16u);
+    delay_ms = KEG_MIN(delay_ms, (int64_t)FS_RETRY_CAP_MS);
+    delay_ms = delay_ms / 2 + (int64_t)(retry_rand() % (uint64_t)(delay_ms / 2 + 1));
+    /* the last attempt is made at the deadline rather than given up early */
+    left = r->deadline_ns - now;
+    int64_t delay_ns = KEG_MIN(delay_ms * 1000000, left);
+    if (r->attempt == 1)
+        KEG_WARN("%s: %s; retrying for up to %lld ms", what, strerror(-rc),
+                 (long long)((r->deadline_ns - r->start_ns) / 1000000));
+    else
+        KEG_DEBUG("%s: %s; retry %u in %lld ms", what, strerror(-rc), r->attempt,
+                  (long long)(delay_ns / 1000000));
+    struct timespec ts = {delay_ns / 1000000000, delay_ns % 1000000000};
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
+    return 1;
+}
+
+/* BORROWS: raw.  Returns 0 or -errno (logged); transient errors that outlast
+ * the retries become -EIO. */
 int fs_put_block(struct keg_fs *fs, uint64_t id, uint32_t indx, const uint8_t *raw,
                  uint32_t blen)
 {
     char key[256];
     size_t cap = keg_block_bound(fs->codec, blen);
     size_t olen = 0;
+    struct fs_retry r;
     uint8_t *enc;
     int rc;
 
@@ -153,9 +239,20 @@ int fs_put_block(struct keg_fs *fs, uint64_t id, uint32_t indx, const uint8_t *r
     if (rc < 0)
         goto out;
     keg_block_key(key, sizeof(key), fs->fmt.name, id, indx, blen);
-    rc = keg_obj_put(fs->obj, key, enc, olen);
-    if (rc < 0)
-        KEG_ERR("upload of %s failed: %s", key, strerror(-rc));
+    fs_retry_begin(fs, &r);
+    for (;;) {
+        rc = keg_obj_put(fs->obj, key, enc, olen);
+        if (rc == 0 || !fs_retry_again(&r, rc, key))
+            break;
+    }
+    if (rc < 0) {
+        KEG_ERR("upload of %s failed: %s (%u attempts in %lld ms)", key, strerror(-rc),
+                r.attempt, (long long)((keg_mono_ns() - r.start_ns) / 1000000));
+        if (fs_io_transient(rc))
+            rc = -EIO;
+    } else if (r.attempt > 0) {
+        KEG_DEBUG("upload of %s succeeded after %u failed attempts", key, r.attempt);
+    }
 out:
     keg_free(enc);
     return rc;

@@ -9,7 +9,10 @@
  * in an LRU cache of decoded blocks with a byte budget, so 128 KiB sequential
  * reads of a 4 MiB block cost one GET.  Corruption, a missing object or any
  * store failure becomes -EIO and an ERROR log line naming the object key:
- * never wrong bytes.
+ * never wrong bytes.  Before that, a transient store error is retried with
+ * backoff (fs_retry_*, file.c; bounded by io_retry_ms) and a block failing
+ * verification is read again up to FS_FETCH_CORRUPT_RETRIES times (a torn
+ * transfer); a missing object is not retried here (see below).
  *
  * Read-ahead: every handle remembers where its next sequential read would
  * start.  A read that starts within 256 KiB of there doubles the handle's
@@ -50,6 +53,7 @@
 #define FS_FETCH_QUEUE   64     /* fetches waiting for a thread; more are dropped */
 #define FS_RA_MAX_BLOCKS 8      /* largest read-ahead window */
 #define FS_FETCH_MAX_JOBS 64    /* blocks queued by one read */
+#define FS_FETCH_CORRUPT_RETRIES 2  /* re-reads of a block that failed verification */
 
 enum { BC_LOADING, BC_READY, BC_FAILED };
 
@@ -177,6 +181,8 @@ static int block_fetch(struct keg_fs *fs, uint64_t id, uint32_t indx, uint32_t b
     size_t cap = keg_block_bound(KEG_CODEC_NONE, blen);
     uint8_t *enc = NULL;
     uint8_t *raw = NULL;
+    struct fs_retry r;
+    unsigned bad = 0;           /* reads that failed verification */
     ssize_t n;
     int rc = 0;
 
@@ -190,22 +196,37 @@ static int block_fetch(struct keg_fs *fs, uint64_t id, uint32_t indx, uint32_t b
         rc = -ENOMEM;
         goto out;
     }
-    n = keg_obj_get(fs->obj, key, 0, enc, cap);
-    if (n == -ENOENT) {
-        rc = -ENOENT;           /* logged by the reader if its layout is current */
-        goto out;
+    fs_retry_begin(fs, &r);
+    for (;;) {
+        n = keg_obj_get(fs->obj, key, 0, enc, cap);
+        if (n == -ENOENT) {
+            rc = -ENOENT;       /* logged by the reader if its layout is current */
+            goto out;
+        }
+        if (n >= 0) {
+            n = keg_block_decode(enc, (size_t)n, raw, blen);
+            if (n == (ssize_t)blen)
+                break;
+            /* A torn or damaged transfer reads differently next time; a block
+             * damaged at rest does not: a few tries, then EIO. */
+            if (++bad > FS_FETCH_CORRUPT_RETRIES) {
+                KEG_ERR("block %s is corrupt (checksum or format mismatch, %u reads)", key,
+                        bad);
+                rc = -EIO;
+                goto out;
+            }
+            n = -EIO;
+        }
+        if (!fs_retry_again(&r, (int)n, key)) {
+            KEG_ERR("reading block %s failed: %s (%u attempts in %lld ms)", key,
+                    strerror((int)-n), r.attempt,
+                    (long long)((keg_mono_ns() - r.start_ns) / 1000000));
+            rc = -EIO;
+            goto out;
+        }
     }
-    if (n < 0) {
-        KEG_ERR("reading block %s failed: %s", key, strerror((int)-n));
-        rc = -EIO;
-        goto out;
-    }
-    n = keg_block_decode(enc, (size_t)n, raw, blen);
-    if (n != (ssize_t)blen) {
-        KEG_ERR("block %s is corrupt (checksum or format mismatch)", key);
-        rc = -EIO;
-        goto out;
-    }
+    if (r.attempt > 0)
+        KEG_DEBUG("block %s read after %u failed attempts", key, r.attempt);
     *out = raw;
     raw = NULL;
 out:

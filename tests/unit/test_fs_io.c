@@ -519,13 +519,21 @@ static void test_io_deferred_write_error(void **state)
     memset(d, 1, sizeof(d));
     tvol_init(&v, BS, "none");
     setenv("KEG_FAULTY", "seed=1,err=1", 1);
-    tvol_mount(&v);
+    struct keg_fs_conf conf;
+    memset(&conf, 0, sizeof(conf));
+    conf.meta_url = v.url;
+    conf.heartbeat_sec = 1;
+    conf.io_retry_ms = 300;                            /* every op fails: keep retries short */
+    assert_int_equal(keg_fs_new(&conf, &v.fs), 0);
     unsetenv("KEG_FAULTY");
     struct keg_fh *fh = tvol_create(&v, KEG_ROOT_INO, "e", &ino);
     write_all(&v, fh, 0, d, sizeof(d));               /* buffered: succeeds */
     assert_int_equal(fsize(&v, ino), sizeof(d));
-    int rc = keg_fs_flush(v.fs, fh, 1);                /* upload fails */
-    assert_true(rc < 0);
+    int64_t t0 = keg_mono_ns();
+    int rc = keg_fs_flush(v.fs, fh, 1);                /* upload fails, after the retries */
+    int64_t took = keg_mono_ns() - t0;
+    assert_int_equal(rc, -EIO);
+    assert_true(took >= 250000000 && took < 3000000000LL);
     assert_int_equal(fsize(&v, ino), 0);               /* nothing committed */
     assert_int_equal(keg_fs_flush(v.fs, fh, 1), 0);    /* reported once */
 
