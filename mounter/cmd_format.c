@@ -17,6 +17,7 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #define KEG_LOG_TAG "format"
 #include "keg/log.h"
@@ -31,7 +32,7 @@
 enum {
     OPT_STORAGE = 0x2001, OPT_BUCKET, OPT_ACCESS_KEY, OPT_SECRET_KEY, OPT_SECRET_KEY_FILE,
     OPT_REGION, OPT_BLOCK_SIZE, OPT_COMPRESS, OPT_CAPACITY, OPT_INODES, OPT_TRASH_DAYS,
-    OPT_FORCE,
+    OPT_FORCE, OPT_INSECURE, OPT_CA_FILE, OPT_S3_CONCURRENCY, OPT_S3_RETRY_DEADLINE,
 };
 
 /* What the command line set (NULL / -1: not given). */
@@ -41,6 +42,11 @@ struct fmt_args {
     uint64_t block_size, capacity, inodes, trash_days;
     int has_block_size, has_capacity, has_inodes, has_trash_days;
     int force;
+    /* S3 client settings for the probe; not stored in the format */
+    int insecure;
+    const char *ca_file;
+    uint64_t s3_concurrency;
+    double s3_retry_deadline;
 };
 
 static void usage(FILE *out)
@@ -66,6 +72,12 @@ static void usage(FILE *out)
         "      --inodes N             inode quota (default 0: unlimited)\n"
         "      --trash-days N         keep deleted files N days (default 0: no trash)\n"
         "      --force                update the settings of an existing volume\n"
+        "      --insecure             s3 over https: do NOT verify the certificate (testing)\n"
+        "      --ca-file FILE         s3 over https: trust the CA certificates in FILE\n"
+        "      --s3-concurrency N     s3 connection pool size (default 16)\n"
+        "      --s3-retry-deadline SEC  time one s3 request may spend retrying (default 60)\n"
+        "                             (these four apply to the storage check only and are\n"
+        "                             not stored: give them to 'kegfs mount' too)\n"
         MNT_COMMON_HELP
         "\n"
         "The environment variable AWS_SESSION_TOKEN is stored as the s3 session token.\n"
@@ -87,6 +99,10 @@ static int parse_args(int argc, char **argv, struct fmt_args *a)
         {"inodes", required_argument, NULL, OPT_INODES},
         {"trash-days", required_argument, NULL, OPT_TRASH_DAYS},
         {"force", no_argument, NULL, OPT_FORCE},
+        {"insecure", no_argument, NULL, OPT_INSECURE},
+        {"ca-file", required_argument, NULL, OPT_CA_FILE},
+        {"s3-concurrency", required_argument, NULL, OPT_S3_CONCURRENCY},
+        {"s3-retry-deadline", required_argument, NULL, OPT_S3_RETRY_DEADLINE},
         MNT_COMMON_LONGOPTS,
         {NULL, 0, NULL, 0},
     };
@@ -104,6 +120,23 @@ static int parse_args(int argc, char **argv, struct fmt_args *a)
         case OPT_REGION: a->region = optarg; break;
         case OPT_COMPRESS: a->compress = optarg; break;
         case OPT_FORCE: a->force = 1; break;
+        case OPT_INSECURE: a->insecure = 1; break;
+        case OPT_CA_FILE: a->ca_file = optarg; break;
+        case OPT_S3_CONCURRENCY:
+            if (mnt_parse_u64(optarg, &a->s3_concurrency) || a->s3_concurrency < 1 ||
+                a->s3_concurrency > 1024) {
+                mnt_error("invalid --s3-concurrency '%s' (expected 1..1024)", optarg);
+                return 2;
+            }
+            break;
+        case OPT_S3_RETRY_DEADLINE:
+            if (mnt_parse_seconds(optarg, &a->s3_retry_deadline) ||
+                a->s3_retry_deadline < 0.001 || a->s3_retry_deadline > 86400) {
+                mnt_error("invalid --s3-retry-deadline '%s' (expected seconds, e.g. 60)",
+                          optarg);
+                return 2;
+            }
+            break;
         case OPT_BLOCK_SIZE:
             a->has_block_size = 1;
             a->block_size_arg = optarg;
@@ -336,8 +369,9 @@ static void explain_probe_error(const struct keg_format *f, int rc)
 }
 
 /* Put, get and delete a probe object so that a bad bucket, bad credentials or
- * a read-only directory are reported now rather than on the first write. */
-static int probe_storage(const struct keg_format *f)
+ * a read-only directory are reported now rather than on the first write.
+ * BORROWS: a (the S3 client settings). */
+static int probe_storage(const struct fmt_args *a, const struct keg_format *f)
 {
     struct keg_stack_conf sc = {0};
     struct keg_obj *o = NULL;
@@ -347,6 +381,10 @@ static int probe_storage(const struct keg_format *f)
     char key[160];
     char data[64];
     char back[64];
+    sc.insecure = a->insecure;
+    sc.ca_file = a->ca_file;
+    sc.concurrency = (unsigned)a->s3_concurrency;
+    sc.retry_deadline_ms = (unsigned)(a->s3_retry_deadline * 1000.0);
     int rc = keg_stack_open(f, &sc, &o);
     if (rc) {
         mnt_error("cannot open %s storage %s: %s", f->storage, f->bucket, strerror(-rc));
@@ -403,6 +441,13 @@ int mnt_cmd_format(int argc, char **argv)
     const char *name = argv[optind + 1];
     if (mnt_log_file && keg_log_set_file(mnt_log_file) < 0)
         mnt_warn("cannot open --log-file %s", mnt_log_file);
+    if (a.ca_file && access(a.ca_file, R_OK) < 0) {
+        mnt_error("--ca-file %s: %s", a.ca_file, strerror(errno));
+        return 1;
+    }
+    if (a.insecure)
+        mnt_warn("--insecure: TLS certificates of the S3 endpoint are NOT verified; anyone on "
+                 "the network path can read and change your data");
     keg_url_redact(url, red, sizeof(red));
     if (keg_format_check_name(name)) {
         mnt_error("invalid volume name '%s': use 3-63 characters a-z, 0-9 and '-', "
@@ -431,7 +476,7 @@ int mnt_cmd_format(int argc, char **argv)
     if (!rc)
         rc = check_storage(&f);
     if (!rc)
-        rc = probe_storage(&f);
+        rc = probe_storage(&a, &f);
     if (rc) {
         rc = 1;
         goto out;

@@ -64,6 +64,7 @@ enum {
     OPT_CACHE_SIZE, OPT_CONFIG, OPT_BACKGROUND, OPT_FUSE_OPTS, OPT_NO_ALLOW_OTHER,
     OPT_MEM_CACHE_SIZE, OPT_CACHE_DIR, OPT_WRITEBACK, OPT_UPLOAD_WORKERS, OPT_MAX_STAGING,
     OPT_DRAIN_TIMEOUT, OPT_SESSION_TIMEOUT, OPT_HEARTBEAT, OPT_NO_SUPERVISOR, OPT_MISSING_WAIT,
+    OPT_INSECURE, OPT_CA_FILE, OPT_S3_CONCURRENCY, OPT_S3_RETRY_DEADLINE,
 };
 
 struct mount_opts {
@@ -82,6 +83,10 @@ struct mount_opts {
     double   missing_wait;     /* seconds a read waits for a block not uploaded yet */
     double   heartbeat;        /* seconds; 0: core default */
     int      no_supervisor;    /* one process: no restart of a crashed worker */
+    int      insecure;         /* S3: no TLS verification */
+    char    *ca_file;          /* S3: CA bundle (absolute after checks); OWNERSHIP: keg_free */
+    uint64_t s3_concurrency;   /* S3 connection pool size, 0: store default */
+    double   s3_retry_deadline; /* seconds one S3 request may retry, 0: store default */
     char    *kernel_opts;      /* FUSE mount options for the supervisor; OWNERSHIP: keg_free */
     int      no_allow_other;
     char    *fuse_opts;        /* comma-joined -o values; OWNERSHIP: keg_free */
@@ -115,6 +120,10 @@ static const struct option longopts[] = {
     {"heartbeat", required_argument, NULL, OPT_HEARTBEAT},
     {"missing-block-wait", required_argument, NULL, OPT_MISSING_WAIT},
     {"no-supervisor", optional_argument, NULL, OPT_NO_SUPERVISOR},
+    {"insecure", optional_argument, NULL, OPT_INSECURE},
+    {"ca-file", required_argument, NULL, OPT_CA_FILE},
+    {"s3-concurrency", required_argument, NULL, OPT_S3_CONCURRENCY},
+    {"s3-retry-deadline", required_argument, NULL, OPT_S3_RETRY_DEADLINE},
     {"no-allow-other", optional_argument, NULL, OPT_NO_ALLOW_OTHER},
     {"config", required_argument, NULL, OPT_CONFIG},
     MNT_COMMON_LONGOPTS,
@@ -156,6 +165,12 @@ static void usage(FILE *out)
         "                           (default as non-root; root mounts keep /dev/fuse in a\n"
         "                           supervisor that restarts a crashed worker)\n"
         "      --no-allow-other     do not add allow_other (added by default for root)\n"
+        "      --insecure           s3 over https: do NOT verify the server's certificate\n"
+        "                           (testing only; anyone on the path can read and alter data)\n"
+        "      --ca-file FILE       s3 over https: trust the CA certificates in FILE (PEM)\n"
+        "      --s3-concurrency N   s3 connection pool size (default 16)\n"
+        "      --s3-retry-deadline SEC  time one s3 request may spend retrying throttling,\n"
+        "                           5xx and connection errors (default 60)\n"
         "      --config FILE        YAML file of defaults (keys: long option names, and\n"
         "                           meta-url, access-key, secret-key, session-token)\n"
         MNT_COMMON_HELP
@@ -234,6 +249,22 @@ static int apply_opt(struct mount_opts *o, int id, const char *name, const char 
         break;
     case OPT_WRITEBACK: rc = parse_bool(v, &o->writeback); break;
     case OPT_NO_SUPERVISOR: rc = parse_bool(v, &o->no_supervisor); break;
+    case OPT_INSECURE: rc = parse_bool(v, &o->insecure); break;
+    case OPT_CA_FILE:
+        keg_free(o->ca_file);
+        o->ca_file = v && *v ? keg_strdup(v) : NULL;
+        rc = o->ca_file ? 0 : -EINVAL;
+        break;
+    case OPT_S3_CONCURRENCY:
+        rc = mnt_parse_u64(v, &o->s3_concurrency);
+        if (!rc && (o->s3_concurrency < 1 || o->s3_concurrency > 1024))
+            rc = -ERANGE;
+        break;
+    case OPT_S3_RETRY_DEADLINE:
+        rc = mnt_parse_seconds(v, &o->s3_retry_deadline);
+        if (!rc && (o->s3_retry_deadline < 0.001 || o->s3_retry_deadline > 86400))
+            rc = -ERANGE;
+        break;
     case OPT_DRAIN_TIMEOUT: rc = mnt_parse_seconds(v, &o->drain_timeout); break;
     case OPT_MISSING_WAIT: rc = mnt_parse_seconds(v, &o->missing_wait); break;
     case OPT_SESSION_TIMEOUT:
@@ -618,8 +649,9 @@ out:
 
 /*----- pre-mount checks -----*/
 
-/* Cache/writeback options that need each other; the cache directory made
- * absolute (a background mounter runs in /).  Returns 0, 1 or 2 (usage). */
+/* Cache/writeback options that need each other; the cache directory and the
+ * CA file made absolute (a background mounter runs in /), the CA file checked
+ * readable, --insecure warned about.  Returns 0, 1 or 2 (usage). */
 static int check_cache_opts(struct mount_opts *o)
 {
     if (o->session_timeout && o->heartbeat && o->session_timeout <= o->heartbeat) {
@@ -627,6 +659,19 @@ static int check_cache_opts(struct mount_opts *o)
                   o->session_timeout, o->heartbeat);
         return 2;
     }
+    if (o->ca_file) {
+        char *abs = NULL;
+        int err = access(o->ca_file, R_OK) < 0 ? -errno : mnt_abspath(o->ca_file, &abs);
+        if (err) {
+            mnt_error("--ca-file %s: %s", o->ca_file, strerror(-err));
+            return 1;
+        }
+        keg_free(o->ca_file);
+        o->ca_file = abs;       /* a background mounter runs in / */
+    }
+    if (o->insecure)
+        mnt_warn("--insecure: TLS certificates of the S3 endpoint are NOT verified; anyone "
+                 "on the network path can read and change your data");
     if (!o->cache_dir) {
         const char *need = o->writeback ? "--writeback" : o->cache_size ? "--cache-size" :
                            o->max_staging ? "--max-staging" :
@@ -854,6 +899,10 @@ static int run_session(struct mount_opts *o, const char *url, const char *abs_mp
     sc.upload_workers = (unsigned)o->upload_workers;
     sc.max_staging = o->max_staging;
     sc.drain_ms = drain_ms(o);
+    sc.insecure = o->insecure;
+    sc.ca_file = o->ca_file;
+    sc.concurrency = (unsigned)o->s3_concurrency;
+    sc.retry_deadline_ms = (unsigned)(o->s3_retry_deadline * 1000.0);
     conf.stack = &sc;
     conf.access_key = o->access_key ? o->access_key : getenv("AWS_ACCESS_KEY_ID");
     conf.secret_key = o->secret_key ? o->secret_key : getenv("AWS_SECRET_ACCESS_KEY");
@@ -1248,6 +1297,7 @@ out:
     keg_free(o.log_file);
     keg_free(o.config);
     keg_free(o.cache_dir);
+    keg_free(o.ca_file);
     keg_free(o.kernel_opts);
     free_secret(o.meta_url);
     free_secret(o.access_key);
