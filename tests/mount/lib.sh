@@ -76,8 +76,18 @@ is_mounted() {
   grep -qs " $MNT " /proc/self/mountinfo
 }
 
+# the first process of the mounter: the supervisor (or the only process with --no-supervisor)
 mounter_pid() {
   pgrep -f "kegfs.* mount .*$MNT\$" 2>/dev/null | head -1
+}
+
+# the process that serves FUSE requests: the supervisor's worker child, else mounter_pid
+mounter_worker_pid() {
+  local sup w
+  sup=$(mounter_pid)
+  [ -n "$sup" ] || return 0
+  w=$(pgrep -P "$sup" -f "kegfs.* mount " 2>/dev/null | head -1)
+  echo "${w:-$sup}"
 }
 
 # every process of the mounter (supervisor and worker), one pid per line

@@ -17,7 +17,7 @@ for ((i = 0; i < N; i++)); do
 done
 note "created $N files in $((SECONDS - t0)) s"
 
-pid=$(mounter_pid)
+pid=$(mounter_worker_pid)
 rss() {   # VmRSS in KiB of the mounter, 0 without one
   [ -n "$pid" ] && awk '/^VmRSS:/ {print $2}' "/proc/$pid/status" 2>/dev/null || echo 0
 }
