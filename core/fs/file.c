@@ -194,7 +194,7 @@ static uint64_t retry_rand(void)
     return z ^ (z >> 31);
 }
 
-int fs_retry_again(struct fs_retry *r, int rc, const char *what)
+int fs_retry_again(struct fs_retry *r, int rc, const char *op, const char *key)
 {
     int64_t now = keg_mono_ns();
     int64_t delay_ms, left;
@@ -209,11 +209,11 @@ int fs_retry_again(struct fs_retry *r, int rc, const char *what)
     left = r->deadline_ns - now;
     int64_t delay_ns = KEG_MIN(delay_ms * 1000000, left);
     if (r->attempt == 1)
-        KEG_WARN("%s: %s; retrying for up to %lld ms", what, strerror(-rc),
+        KEG_WARN("%s of %s failed: %s; retrying for up to %lld ms", op, key, strerror(-rc),
                  (long long)((r->deadline_ns - r->start_ns) / 1000000));
     else
-        KEG_DEBUG("%s: %s; retry %u in %lld ms", what, strerror(-rc), r->attempt,
-                  (long long)(delay_ns / 1000000));
+        KEG_DEBUG("%s of %s failed: %s; retry %u in %lld ms", op, key, strerror(-rc),
+                  r->attempt, (long long)(delay_ns / 1000000));
     struct timespec ts = {delay_ns / 1000000000, delay_ns % 1000000000};
     while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
         ;
@@ -242,7 +242,7 @@ int fs_put_block(struct keg_fs *fs, uint64_t id, uint32_t indx, const uint8_t *r
     fs_retry_begin(fs, &r);
     for (;;) {
         rc = keg_obj_put(fs->obj, key, enc, olen);
-        if (rc == 0 || !fs_retry_again(&r, rc, key))
+        if (rc == 0 || !fs_retry_again(&r, rc, "upload", key))
             break;
     }
     if (rc < 0) {

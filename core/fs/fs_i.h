@@ -353,8 +353,8 @@ struct fs_retry {
 void fs_retry_begin(struct keg_fs *fs, struct fs_retry *r);
 /* 1 if rc is transient (fs_io_transient) and the deadline allows another
  * attempt: the backoff was slept and the caller tries again.  0: give up.
- * BORROWS: what (names the object in log lines). */
-int  fs_retry_again(struct fs_retry *r, int rc, const char *what);
+ * BORROWS: op ("upload", "read"), key (name the object in log lines). */
+int  fs_retry_again(struct fs_retry *r, int rc, const char *op, const char *key);
 /* 1 for errors worth retrying: -EAGAIN, -ETIMEDOUT, -EIO, -ECONNRESET,
  * -ECONNREFUSED, -EINTR. */
 int  fs_io_transient(int rc);

@@ -215,9 +215,10 @@ static int block_fetch(struct keg_fs *fs, uint64_t id, uint32_t indx, uint32_t b
                 rc = -EIO;
                 goto out;
             }
+            KEG_WARN("block %s failed verification (read %u); reading it again", key, bad);
             n = -EIO;
         }
-        if (!fs_retry_again(&r, (int)n, key)) {
+        if (!fs_retry_again(&r, (int)n, "read", key)) {
             KEG_ERR("reading block %s failed: %s (%u attempts in %lld ms)", key,
                     strerror((int)-n), r.attempt,
                     (long long)((keg_mono_ns() - r.start_ns) / 1000000));

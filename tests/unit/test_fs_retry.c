@@ -97,20 +97,20 @@ static void test_transient_classes(void **state)
     fs_retry_begin(&fs, &r);
     assert_int_equal(r.deadline_ns - r.start_ns, (int64_t)KEG_FS_IO_RETRY_DEFAULT_MS * 1000000);
     for (size_t i = 0; i < sizeof(final) / sizeof(final[0]); i++)
-        assert_int_equal(fs_retry_again(&r, final[i], "k"), 0);   /* never retried */
+        assert_int_equal(fs_retry_again(&r, final[i], "read", "k"), 0);   /* never retried */
     int64_t t0 = keg_mono_ns();
-    assert_int_equal(fs_retry_again(&r, -EAGAIN, "k"), 1);
+    assert_int_equal(fs_retry_again(&r, -EAGAIN, "read", "k"), 1);
     assert_true(keg_mono_ns() - t0 < 3000000000LL);              /* backoff is capped */
 
     fs.io_retry_ms = -1;                /* no retries at all */
     fs_retry_begin(&fs, &r);
-    assert_int_equal(fs_retry_again(&r, -EAGAIN, "k"), 0);
+    assert_int_equal(fs_retry_again(&r, -EAGAIN, "read", "k"), 0);
 
     /* a short deadline: retries stop once it passed, the last at the deadline */
     fs.io_retry_ms = 150;
     fs_retry_begin(&fs, &r);
     unsigned tries = 0;
-    while (fs_retry_again(&r, -EIO, "k"))
+    while (fs_retry_again(&r, -EIO, "upload", "k"))
         tries++;
     int64_t took = keg_mono_ns() - r.start_ns;
     assert_true(tries >= 2);
