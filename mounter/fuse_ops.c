@@ -258,7 +258,11 @@ static void mnt_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
     struct keg_attr a;
     MNT_DBG("getattr(ino=%" PRIu64 ")", (uint64_t)ino);
     mnt_ctx(req, &c, 0);
-    reply_attr(req, keg_fs_getattr(mnt(req)->fs, &c, ino, &a), &a);
+    /* after a create/rename/unlink here the kernel asks for the parent's
+     * attributes again: core/fs may have them from that op (at most the
+     * attribute-cache timeout old, and only if nothing changed it since) */
+    int64_t max_age_ns = (int64_t)(mnt(req)->attr_timeout * 1e9);
+    reply_attr(req, keg_fs_getattr_cached(mnt(req)->fs, &c, ino, max_age_ns, &a), &a);
 }
 
 /* FUSE_SET_ATTR_* -> KEG_SET_* / KEG_FS_SET_SIZE with the values in `in`. */

@@ -388,6 +388,7 @@ static void fs_init_locks(struct keg_fs *fs)
 {
     pthread_condattr_t ca;
     pthread_mutex_init(&fs->id_mu, NULL);
+    pthread_mutex_init(&fs->pa_mu, NULL);
     pthread_mutex_init(&fs->itab_mu, NULL);
     pthread_mutex_init(&fs->bg_mu, NULL);
     pthread_mutex_init(&fs->up_mu, NULL);
@@ -406,6 +407,7 @@ static void fs_init_locks(struct keg_fs *fs)
 static void fs_destroy_locks(struct keg_fs *fs)
 {
     pthread_mutex_destroy(&fs->id_mu);
+    pthread_mutex_destroy(&fs->pa_mu);
     pthread_mutex_destroy(&fs->itab_mu);
     pthread_mutex_destroy(&fs->bg_mu);
     pthread_cond_destroy(&fs->bg_cv);

@@ -243,6 +243,18 @@ struct fs_seen {
 
 struct fs_waiter;
 
+/* One slot of the directory-attribute cache (ns.c). */
+#define FS_PATTR_SLOTS 64
+struct fs_pattr {
+    uint64_t        ino;        /* 0: empty */
+    uint64_t        gen;        /* bumped by every change of ino through this mount */
+    uint64_t        epoch;      /* fs->pa_epoch when installed */
+    uint32_t        busy;       /* changes of ino in flight */
+    int             valid;
+    int64_t         at_ns;      /* keg_mono_ns() when installed */
+    struct keg_attr a;
+};
+
 struct keg_fs {
     struct keg_meta  *meta;
     struct keg_obj   *obj;
@@ -262,6 +274,15 @@ struct keg_fs {
     unsigned          session_timeout;
     unsigned          missing_wait_ms;  /* conf->missing_block_wait_ms */
     int               io_retry_ms;      /* conf->io_retry_ms (0: default, < 0: none) */
+
+    /* attributes of directories as the last namespace change here left them,
+     * for the kernel's getattr that follows it (ns.c) */
+    pthread_mutex_t   pa_mu;        /* protects the fields below */
+    uint64_t          pa_gen;       /* last generation handed out */
+    uint64_t          pa_epoch;     /* bumped by every rename: invalidates all */
+    uint32_t          pa_global;    /* changes in flight that invalidate every entry
+                                       (renames; changes whose slot was busy) */
+    struct fs_pattr   pa[FS_PATTR_SLOTS];
 
     pthread_mutex_t   id_mu;        /* protects the id batches */
     uint64_t          ino_next, ino_end;
@@ -372,6 +393,18 @@ void fs_fetch_stop(struct keg_fs *fs);
 int fs_check_setattr(const struct keg_ctx *c, const struct keg_attr *cur, unsigned set,
                      const struct keg_attr *in, uint32_t *mode);
 int fs_check_name(const char *name);
+/* Directory-attribute cache (ns.c): every change of a directory's attributes
+ * through this mount that does not go through ns.c's namespace ops is
+ * bracketed by fs_pattr_begin/fs_pattr_end, so that no stale copy of them is
+ * served.  LOCKS: both take fs->pa_mu. */
+struct fs_pattr_tok {
+    uint64_t ino, gen, epoch;
+    int      tracked;       /* counted in the directory's slot */
+    int      global;        /* counted in pa_global instead */
+    int      ok;            /* overlapped nothing so far: may install its result */
+};
+void fs_pattr_begin(struct keg_fs *fs, uint64_t ino, struct fs_pattr_tok *t);
+void fs_pattr_end(struct keg_fs *fs, const struct fs_pattr_tok *t, const struct keg_attr *a);
 
 /* lock.c */
 void fs_waiters_wake_all(struct keg_fs *fs);

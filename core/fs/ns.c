@@ -9,14 +9,144 @@
  * read-only mounts, and the chmod/chown/utimes ownership rules, which all
  * live in fs_check_setattr().  With a trash (trash_days > 0) unlink and
  * rename first ask trash.c, which may keep the file in /.trash.
+ *
+ * Directory attributes after a change: after a create, link, unlink, rmdir
+ * or rename the kernel drops its cached attributes of the parent and asks
+ * getattr on its next path walk.  The engine returns the parents' new
+ * attributes with the change itself (keg_meta_parents), so they are kept in
+ * a small table (fs->pa, direct-mapped by inode) and keg_fs_getattr_cached
+ * answers that getattr without a round trip, while they are at most max_age
+ * old (the mounter's attribute-cache timeout, capped at FS_PATTR_MAX_NS) and
+ * nothing changed the directory through this mount since.  Soundness under
+ * concurrency: a result is installed only by a change that overlapped no
+ * other change of the same directory here (each change bumps the slot's
+ * generation and is counted in busy for its whole duration) and no rename
+ * (a rename may move or exchange directories, changing their ctime and
+ * parent: it bumps pa_epoch, which invalidates every entry, and no change
+ * overlapping it installs anything).  Attribute changes outside these ops
+ * (setattr here, xattrs in xattr.c) are bracketed by fs_pattr_begin/end.
+ * Changes by other mounters are seen after max_age at the latest, exactly as
+ * with the kernel's own attribute cache.
  */
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #define KEG_LOG_TAG "fs"
 #include "keg/log.h"
 #include "keg/mem.h"
 #include "fs_i.h"
+
+/*----------------------------------------------------------------------------
+ * Directory-attribute cache
+ *--------------------------------------------------------------------------*/
+
+#define FS_PATTR_MAX_NS 1000000000LL    /* never older than 1 s */
+
+static struct fs_pattr *pa_slot(struct keg_fs *fs, uint64_t ino)
+{
+    return &fs->pa[(ino * 0x9E3779B97F4A7C15ULL) % FS_PATTR_SLOTS];
+}
+
+/* A change of ino starts; global_ok = no rename overlaps it (so far). */
+static void pa_begin_locked(struct keg_fs *fs, uint64_t ino, int global_ok,
+                            struct fs_pattr_tok *t)
+{
+    struct fs_pattr *s = pa_slot(fs, ino);
+    memset(t, 0, sizeof(*t));
+    t->ino = ino;
+    t->epoch = fs->pa_epoch;
+    if (s->ino != ino && s->busy == 0) {
+        s->ino = ino;
+        s->valid = 0;
+    }
+    if (s->ino != ino) {
+        /* the slot is busy with another directory: a change that cannot be
+         * tracked per directory invalidates everything, as a rename does */
+        t->global = 1;
+        fs->pa_global++;
+        fs->pa_epoch++;
+        return;
+    }
+    t->tracked = 1;
+    t->ok = global_ok && s->busy == 0;
+    s->busy++;
+    s->valid = 0;
+    s->gen = ++fs->pa_gen;
+    t->gen = s->gen;
+}
+
+void fs_pattr_begin(struct keg_fs *fs, uint64_t ino, struct fs_pattr_tok *t)
+{
+    pthread_mutex_lock(&fs->pa_mu);
+    pa_begin_locked(fs, ino, fs->pa_global == 0, t);
+    pthread_mutex_unlock(&fs->pa_mu);
+}
+
+/* The change ended; a = the directory's attributes right after it, or NULL. */
+void fs_pattr_end(struct keg_fs *fs, const struct fs_pattr_tok *t, const struct keg_attr *a)
+{
+    if (!t->tracked && !t->global)
+        return;
+    pthread_mutex_lock(&fs->pa_mu);
+    if (t->global) {
+        fs->pa_global--;
+        pthread_mutex_unlock(&fs->pa_mu);
+        return;
+    }
+    struct fs_pattr *s = pa_slot(fs, t->ino);
+    KEG_ASSERT(s->ino == t->ino && s->busy > 0);
+    s->busy--;
+    if (a && a->ino == t->ino && S_ISDIR(a->mode) && t->ok && s->gen == t->gen &&
+        s->busy == 0 && fs->pa_epoch == t->epoch) {
+        s->a = *a;
+        s->valid = 1;
+        s->epoch = t->epoch;
+        s->at_ns = keg_mono_ns();
+    }
+    pthread_mutex_unlock(&fs->pa_mu);
+}
+
+/* Ends the change of t->ino with what the engine op just recorded for it
+ * (keg_meta_parents of this thread), when rc == 0. */
+static void pa_end_op(struct keg_fs *fs, const struct fs_pattr_tok *t, int rc)
+{
+    struct keg_attr par[2];
+    const struct keg_attr *a = NULL;
+    int n = rc == 0 ? keg_meta_parents(par, 2) : 0;
+    for (int i = 0; i < n && !a; i++)
+        if (par[i].ino == t->ino)
+            a = &par[i];
+    fs_pattr_end(fs, t, a);
+}
+
+/* A rename starts: every cached entry becomes invalid (it may move or
+ * exchange directories); its parents may be cached again at its end if it
+ * overlapped no other change. */
+static void pa_rename_begin(struct keg_fs *fs, uint64_t p1, uint64_t p2,
+                            struct fs_pattr_tok *t1, struct fs_pattr_tok *t2)
+{
+    pthread_mutex_lock(&fs->pa_mu);
+    int ok = fs->pa_global == 0;
+    fs->pa_global++;
+    fs->pa_epoch++;
+    pa_begin_locked(fs, p1, ok, t1);
+    if (p2 != p1)
+        pa_begin_locked(fs, p2, ok, t2);
+    else
+        memset(t2, 0, sizeof(*t2));
+    pthread_mutex_unlock(&fs->pa_mu);
+}
+
+static void pa_rename_end(struct keg_fs *fs, const struct fs_pattr_tok *t1,
+                          const struct fs_pattr_tok *t2, int rc)
+{
+    pa_end_op(fs, t1, rc);
+    pa_end_op(fs, t2, rc);
+    pthread_mutex_lock(&fs->pa_mu);
+    fs->pa_global--;
+    pthread_mutex_unlock(&fs->pa_mu);
+}
 
 int fs_check_name(const char *name)
 {
@@ -104,6 +234,27 @@ int keg_fs_getattr(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, str
     return rc;
 }
 
+int keg_fs_getattr_cached(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino,
+                          int64_t max_age_ns, struct keg_attr *out)
+{
+    int hit = 0;
+    if (max_age_ns > FS_PATTR_MAX_NS)
+        max_age_ns = FS_PATTR_MAX_NS;
+    if (max_age_ns > 0) {
+        pthread_mutex_lock(&fs->pa_mu);
+        const struct fs_pattr *s = pa_slot(fs, ino);
+        if (s->ino == ino && s->valid && s->busy == 0 && s->epoch == fs->pa_epoch &&
+            keg_mono_ns() - s->at_ns <= max_age_ns) {
+            *out = s->a;
+            hit = 1;
+        }
+        pthread_mutex_unlock(&fs->pa_mu);
+    }
+    if (!hit)
+        return keg_fs_getattr(fs, c, ino, out);
+    return 0;
+}
+
 static int do_truncate(struct keg_fs *fs, uint64_t ino, uint64_t size, struct keg_attr *out)
 {
     struct fs_inode *ip = fs_inode_find(fs, ino);
@@ -137,12 +288,14 @@ static int commit_if_open(struct keg_fs *fs, uint64_t ino)
     return rc;
 }
 
+static int setattr_checked(struct keg_fs *fs, uint64_t ino, unsigned set, struct keg_attr cur,
+                           uint32_t mode, const struct keg_attr *in, struct keg_attr *out);
+
 int keg_fs_setattr(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, unsigned set,
                    const struct keg_attr *in, struct keg_attr *out)
 {
     struct keg_attr cur;
-    struct keg_attr nin;
-    unsigned rest = set & ~KEG_FS_SET_SIZE;
+    struct fs_pattr_tok t;
     uint32_t mode;
     int rc;
 
@@ -154,6 +307,23 @@ int keg_fs_setattr(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, uns
     rc = fs_check_setattr(c, &cur, set, in, &mode);
     if (rc < 0)
         return rc;
+    if (!S_ISDIR(cur.mode))
+        return setattr_checked(fs, ino, set, cur, mode, in, out);
+    fs_pattr_begin(fs, ino, &t);        /* a directory's cached attributes change */
+    rc = setattr_checked(fs, ino, set, cur, mode, in, out);
+    fs_pattr_end(fs, &t, NULL);
+    return rc;
+}
+
+/* setattr after the permission checks: cur = the attributes before, mode = the
+ * mode fs_check_setattr allows. */
+static int setattr_checked(struct keg_fs *fs, uint64_t ino, unsigned set, struct keg_attr cur,
+                           uint32_t mode, const struct keg_attr *in, struct keg_attr *out)
+{
+    struct keg_attr nin;
+    unsigned rest = set & ~KEG_FS_SET_SIZE;
+    int rc;
+
     if (set & KEG_FS_SET_SIZE) {
         if (S_ISDIR(cur.mode))
             return -EISDIR;
@@ -195,8 +365,12 @@ static int make_node(struct keg_fs *fs, const struct keg_ctx *c, uint64_t parent
     rc = fs_alloc_ino(fs, &ino);
     if (rc < 0)
         return rc;
-    return KEG_META_CALL(fs->meta, mknod, parent, name, ino, mode, c->uid, c->gid, rdev, target,
-                         out);
+    struct fs_pattr_tok t;
+    fs_pattr_begin(fs, parent, &t);
+    rc = KEG_META_CALL(fs->meta, mknod, parent, name, ino, mode, c->uid, c->gid, rdev, target,
+                       out);
+    pa_end_op(fs, &t, rc);
+    return rc;
 }
 
 int keg_fs_mknod(struct keg_fs *fs, const struct keg_ctx *c, uint64_t parent, const char *name,
@@ -239,7 +413,10 @@ int keg_fs_link(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, uint64
     rc = fs_check_name(newname);
     if (rc < 0)
         return rc;
+    struct fs_pattr_tok t;
+    fs_pattr_begin(fs, newparent, &t);
     rc = KEG_META_CALL(fs->meta, link, ino, newparent, newname, out);
+    pa_end_op(fs, &t, rc);
     if (rc == 0)
         fs_attr_fixup(fs, out);
     return rc;
@@ -255,13 +432,18 @@ int keg_fs_unlink(struct keg_fs *fs, const struct keg_ctx *c, uint64_t parent, c
     rc = fs_check_name(name);
     if (rc < 0)
         return rc;
+    struct fs_pattr_tok t;
+    fs_pattr_begin(fs, parent, &t);
     if (fs->fmt.trash_days > 0) {
         rc = fs_trash_unlink(fs, parent, name);     /* trash.c */
-        if (rc != FS_TRASH_PASS)
+        if (rc != FS_TRASH_PASS) {
+            fs_pattr_end(fs, &t, NULL);
             return rc;
+        }
     }
     memset(&gone, 0, sizeof(gone));
     rc = KEG_META_CALL(fs->meta, unlink, parent, name, &gone);
+    pa_end_op(fs, &t, rc);
     if (rc == 0)
         fs_handle_gone(fs, &gone);
     return rc;
@@ -276,7 +458,11 @@ int keg_fs_rmdir(struct keg_fs *fs, const struct keg_ctx *c, uint64_t parent, co
     rc = fs_check_name(name);
     if (rc < 0)
         return rc;
-    return KEG_META_CALL(fs->meta, rmdir, parent, name);
+    struct fs_pattr_tok t;
+    fs_pattr_begin(fs, parent, &t);
+    rc = KEG_META_CALL(fs->meta, rmdir, parent, name);
+    pa_end_op(fs, &t, rc);
+    return rc;
 }
 
 int keg_fs_rename(struct keg_fs *fs, const struct keg_ctx *c, uint64_t parent, const char *name,
@@ -297,13 +483,18 @@ int keg_fs_rename(struct keg_fs *fs, const struct keg_ctx *c, uint64_t parent, c
         rc = fs_check_name(newname);
     if (rc < 0)
         return rc;
+    struct fs_pattr_tok t1, t2;
+    pa_rename_begin(fs, parent, newparent, &t1, &t2);
     if (fs->fmt.trash_days > 0) {
         rc = fs_trash_rename(fs, parent, name, newparent, newname, flags);     /* trash.c */
-        if (rc != FS_TRASH_PASS)
+        if (rc != FS_TRASH_PASS) {
+            pa_rename_end(fs, &t1, &t2, -EAGAIN);   /* nothing to install */
             return rc;
+        }
     }
     memset(&gone, 0, sizeof(gone));
     rc = KEG_META_CALL(fs->meta, rename, parent, name, newparent, newname, flags, &moved, &gone);
+    pa_rename_end(fs, &t1, &t2, rc);
     if (rc == 0)
         fs_handle_gone(fs, &gone);
     return rc;

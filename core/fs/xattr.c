@@ -109,7 +109,10 @@ int keg_fs_setxattr(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, co
         return -E2BIG;
     if (fs->read_only)
         return -EROFS;
+    struct fs_pattr_tok t;
+    fs_pattr_begin(fs, ino, &t);        /* ctime of a directory may be cached (ns.c) */
     rc = KEG_META_CALL(fs->meta, setxattr, ino, name, val, len, flags);
+    fs_pattr_end(fs, &t, NULL);
     cap_forget(fs, ino);
     return rc;
 }
@@ -130,7 +133,10 @@ int keg_fs_removexattr(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino,
         return rc;
     if (fs->read_only)
         return -EROFS;
+    struct fs_pattr_tok t;
+    fs_pattr_begin(fs, ino, &t);
     rc = KEG_META_CALL(fs->meta, removexattr, ino, name);
+    fs_pattr_end(fs, &t, NULL);
     cap_forget(fs, ino);
     return rc;
 }

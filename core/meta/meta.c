@@ -204,3 +204,26 @@ int keg_meta_open_set(struct keg_meta *m, int has_session, uint64_t *set)
     uint32_t n = m->open_inodes(m->open_inodes_arg, set, KEG_META_OPEN_MAX);
     return n > KEG_META_OPEN_MAX ? -1 : (int)n;
 }
+
+/* The parent attributes recorded by the last namespace op of this thread. */
+static __thread struct keg_attr tl_parents[2];
+static __thread int tl_nparents;
+
+void keg_meta_parents_begin(void)
+{
+    tl_nparents = 0;
+}
+
+void keg_meta_parents_add(const struct keg_attr *a)
+{
+    if (tl_nparents < 2)
+        tl_parents[tl_nparents++] = *a;
+}
+
+int keg_meta_parents(struct keg_attr *out, int max)
+{
+    int n = KEG_MIN(tl_nparents, max);
+    for (int i = 0; i < n; i++)
+        out[i] = tl_parents[i];
+    return n;
+}

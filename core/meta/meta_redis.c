@@ -1488,6 +1488,38 @@ static int mr_eval_attr(struct keg_meta *m, int id, const struct mr_args *args, 
     return rc;
 }
 
+/* Records the parent attributes at reply elements i.. (directories pino[0..n))
+ * for keg_meta_parents(); a missing or damaged element ends the list. */
+static void mr_note_parents(const redisReply *r, size_t i, const uint64_t *pino, int n)
+{
+    for (int k = 0; k < n; k++) {
+        struct keg_attr pa;
+        if (r->elements <= i + (size_t)k || mr_attr_decode(pino[k], r->element[i + k], &pa))
+            return;
+        keg_meta_parents_add(&pa);
+    }
+}
+
+/* mr_eval_attr for mknod and link: the new attributes of directory pino
+ * follow at reply element 2. */
+static int mr_eval_attr_parent(struct keg_meta *m, int id, const struct mr_args *args,
+                               uint64_t ino, uint64_t pino, struct keg_attr *out)
+{
+    struct keg_attr tmp;
+    redisReply *r;
+    int rc = mr_eval(PRIV(m), id, args, &r);
+    if (rc)
+        return rc;
+    rc = mr_reply_attr(r, 1, ino, &tmp);
+    if (rc == 0) {
+        mr_note_parents(r, 2, &pino, 1);
+        if (out)
+            *out = tmp;
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
 /* The string at reply element 1 copied into buf (size 0: only its length).
  * TAKES: r (freed).  Returns its length, -ERANGE (longer than size) or -EIO (no string). */
 static ssize_t mr_reply_copy(redisReply *r, void *buf, size_t size)
@@ -1580,6 +1612,7 @@ static int mr_mknod(struct keg_meta *m, uint64_t parent, const char *name, uint6
                     struct keg_attr *out)
 {
     struct mr_args a = {0};
+    keg_meta_parents_begin();
     int rc = mr_check_name(name);
     if (rc)
         return rc;
@@ -1606,20 +1639,21 @@ static int mr_mknod(struct keg_meta *m, uint64_t parent, const char *name, uint6
     mr_arg_u64(&a, gid);
     mr_arg_u64(&a, rdev);
     mr_arg_str(&a, target);
-    return mr_eval_attr(m, S_MKNOD, &a, ino, out);
+    return mr_eval_attr_parent(m, S_MKNOD, &a, ino, parent, out);
 }
 
 static int mr_link(struct keg_meta *m, uint64_t ino, uint64_t newparent, const char *newname,
                    struct keg_attr *out)
 {
     struct mr_args a = {0};
+    keg_meta_parents_begin();
     int rc = mr_check_name(newname);
     if (rc)
         return rc;
     mr_arg_u64(&a, ino);
     mr_arg_u64(&a, newparent);
     mr_arg_str(&a, newname);
-    return mr_eval_attr(m, S_LINK, &a, ino, out);
+    return mr_eval_attr_parent(m, S_LINK, &a, ino, newparent, out);
 }
 
 /* Reads {gone_ino, gone_mode, gone_size, gone_purged, queued} from elements i..i+4. */
@@ -1660,6 +1694,7 @@ static int mr_unlink(struct keg_meta *m, uint64_t parent, const char *name,
 {
     struct mr_args a = {0};
     redisReply *r;
+    keg_meta_parents_begin();
     int rc = mr_check_name(name);
     if (rc)
         return rc;
@@ -1672,6 +1707,7 @@ static int mr_unlink(struct keg_meta *m, uint64_t parent, const char *name,
         return rc;
     if (gone)
         mr_reply_gone(r, 1, gone);
+    mr_note_parents(r, 6, &parent, 1);
     freeReplyObject(r);
     return 0;
 }
@@ -1680,15 +1716,18 @@ static int mr_rmdir(struct keg_meta *m, uint64_t parent, const char *name)
 {
     struct mr_args a = {0};
     redisReply *r;
+    keg_meta_parents_begin();
     int rc = mr_check_name(name);
     if (rc)
         return rc;
     mr_arg_u64(&a, parent);
     mr_arg_str(&a, name);
     rc = mr_eval(PRIV(m), S_RMDIR, &a, &r);
-    if (rc == 0)
-        freeReplyObject(r);
-    return rc;
+    if (rc)
+        return rc;
+    mr_note_parents(r, 1, &parent, 1);
+    freeReplyObject(r);
+    return 0;
 }
 
 static int mr_rename(struct keg_meta *m, uint64_t parent, const char *name, uint64_t newparent,
@@ -1698,6 +1737,7 @@ static int mr_rename(struct keg_meta *m, uint64_t parent, const char *name, uint
     struct mr_args a = {0};
     struct keg_attr tmp;
     redisReply *r;
+    keg_meta_parents_begin();
     int rc = mr_check_name(name);
     if (!rc)
         rc = mr_check_name(newname);
@@ -1720,10 +1760,12 @@ static int mr_rename(struct keg_meta *m, uint64_t parent, const char *name, uint
     if (r->elements > 2 && r->element[2]->type == REDIS_REPLY_INTEGER)
         rc = mr_reply_attr(r, 1, (uint64_t)r->element[2]->integer, &tmp);
     if (rc == 0) {
+        uint64_t pinos[2] = {parent, newparent};
         if (moved)
             *moved = tmp;
         if (gone)
             mr_reply_gone(r, 3, gone);
+        mr_note_parents(r, 8, pinos, parent == newparent ? 1 : 2);
     }
     freeReplyObject(r);
     return rc;

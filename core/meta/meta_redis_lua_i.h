@@ -226,7 +226,8 @@
 "local _, e = getdir(parent)\n" \
 "return {e or ENOENT}\n"
 
-/* ARGV: 4 parent, 5 name, 6 ino, 7 mode, 8 uid, 9 gid, 10 rdev, 11 target.  -> {0, attr} */
+/* ARGV: 4 parent, 5 name, 6 ino, 7 mode, 8 uid, 9 gid, 10 rdev, 11 target.
+ * -> {0, attr, parent attr} */
 #define MR_LUA_MKNOD \
 "local parent, name, ino = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6])\n" \
 "local mode, gid = tonumber(ARGV[7]), tonumber(ARGV[9])\n" \
@@ -253,13 +254,13 @@
 "  redis.call('SET', P .. 's' .. N(ino), ARGV[11])\n" \
 "end\n" \
 "touch_mc(pa)\n" \
-"putattr(pa)\n" \
+"local praw = putattr(pa)\n" \
 "local raw = putattr(a)\n" \
 "dset(parent, name, ino, typ)\n" \
 "redis.call('HINCRBY', CNT, 'usedInodes', 1)\n" \
-"return {0, raw}\n"
+"return {0, raw, praw}\n"
 
-/* ARGV: 4 ino, 5 newparent, 6 newname.  -> {0, attr} */
+/* ARGV: 4 ino, 5 newparent, 6 newname.  -> {0, attr, newparent attr} */
 #define MR_LUA_LINK \
 "local ino, np, name = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]\n" \
 "local a = getattr(ino)\n" \
@@ -273,14 +274,14 @@
 "a.nlink = a.nlink + 1\n" \
 "touch_c(a)\n" \
 "touch_mc(pa)\n" \
-"putattr(pa)\n" \
+"local praw = putattr(pa)\n" \
 "local raw = putattr(a)\n" \
 "dset(np, name, ino, band(a.mode, IFMT))\n" \
-"return {0, raw}\n"
+"return {0, raw, praw}\n"
 
 /* ARGV: 4 parent, 5 name, 6 open set: ",ino,ino," of inodes open in the
  * mounter (a regular file listed there stays pending), or "-" (no inline purge).
- * -> {0, gone_ino, gone_mode, gone_size, gone_purged, slices queued} */
+ * -> {0, gone_ino, gone_mode, gone_size, gone_purged, slices queued, parent attr} */
 #define MR_LUA_UNLINK \
 "local parent, name = tonumber(ARGV[4]), ARGV[5]\n" \
 "OPEN = ARGV[6]\n" \
@@ -292,18 +293,18 @@
 "local a = getattr(ino)\n" \
 "ddel(parent, name)\n" \
 "touch_mc(pa)\n" \
-"putattr(pa)\n" \
-"if not a then return {0, 0, 0, 0, 0, 0} end\n" \
+"local praw = putattr(pa)\n" \
+"if not a then return {0, 0, 0, 0, 0, 0, praw} end\n" \
 "if a.nlink > 0 then a.nlink = a.nlink - 1 end\n" \
 "touch_c(a)\n" \
 "if a.nlink > 0 then\n" \
 "  putattr(a)\n" \
-"  return {0, 0, 0, 0, 0, 0}\n" \
+"  return {0, 0, 0, 0, 0, 0, praw}\n" \
 "end\n" \
 "local purged = lost_last_link(a)\n" \
-"return {0, ino, a.mode, a.size, purged, QUEUED}\n"
+"return {0, ino, a.mode, a.size, purged, QUEUED, praw}\n"
 
-/* ARGV: 4 parent, 5 name.  -> {0} */
+/* ARGV: 4 parent, 5 name.  -> {0, parent attr} */
 #define MR_LUA_RMDIR \
 "local parent, name = tonumber(ARGV[4]), ARGV[5]\n" \
 "local pa, e = getdir(parent)\n" \
@@ -316,12 +317,13 @@
 "ddel(parent, name)\n" \
 "if pa.nlink > 2 then pa.nlink = pa.nlink - 1 end\n" \
 "touch_mc(pa)\n" \
-"putattr(pa)\n" \
+"local praw = putattr(pa)\n" \
 "del_dir(ino)\n" \
-"return {0}\n"
+"return {0, praw}\n"
 
 /* ARGV: 4 parent, 5 name, 6 newparent, 7 newname, 8 flags, 9 open set (as unlink).
- * -> {0, moved attr, moved ino, gone_ino, gone_mode, gone_size, gone_purged, queued} */
+ * -> {0, moved attr, moved ino, gone_ino, gone_mode, gone_size, gone_purged, queued,
+ *     parent attr[, newparent attr when it differs]} (same-inode no-op: no parent attrs) */
 #define MR_LUA_RENAME \
 "local spi, sname, dpi, dname = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), ARGV[7]\n" \
 "OPEN = ARGV[9]\n" \
@@ -405,12 +407,12 @@
 "touch_c(sa)\n" \
 "local raw = putattr(sa)\n" \
 "touch_mc(sp)\n" \
-"putattr(sp)\n" \
+"local out = {0, raw, sino, gi, gm, gs, gp, QUEUED, putattr(sp)}\n" \
 "if dp ~= sp then\n" \
 "  touch_mc(dp)\n" \
-"  putattr(dp)\n" \
+"  out[10] = putattr(dp)\n" \
 "end\n" \
-"return {0, raw, sino, gi, gm, gs, gp, QUEUED}\n"
+"return out\n"
 
 /* ARGV: 4 ino, 5 set, 6 mode, 7 uid, 8 gid, 9 atime, 10 atimensec, 11 mtime,
  * 12 mtimensec, 13 ctime, 14 ctimensec.  -> {0, attr} */

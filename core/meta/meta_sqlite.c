@@ -1350,7 +1350,16 @@ struct sq_ns_arg {
     struct keg_unlinked gone;
     int nopen;                          /* unlink/rename: open-inode set, -1: none */
     uint64_t open[KEG_META_OPEN_MAX];
+    struct keg_attr par[2];             /* namespace ops: the changed parents, as stored */
+    int npar;
 };
+
+/* Records the parents a successful namespace op changed (keg_meta_parents). */
+static void sq_note_parents(const struct sq_ns_arg *a)
+{
+    for (int i = 0; i < a->npar; i++)
+        keg_meta_parents_add(&a->par[i]);
+}
 
 static int sq_lookup_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
 {
@@ -1497,8 +1506,11 @@ static int sq_mknod_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
         return rc;
     sq_now(&pa, 1, 1);
     rc = sq_put_inode(c, &pa);
-    if (!rc)
+    if (!rc) {
         a->out = x;
+        a->par[0] = pa;
+        a->npar = 1;
+    }
     return rc;
 }
 
@@ -1508,6 +1520,7 @@ static int sq_mknod(struct keg_meta *m, uint64_t parent, const char *name, uint6
 {
     struct sq_ns_arg a = {.parent = parent, .name = name, .ino = ino, .mode = mode, .uid = uid,
                           .gid = gid, .rdev = rdev, .target = target};
+    keg_meta_parents_begin();
     int rc = sq_check_name(name);
     if (rc)
         return rc;
@@ -1526,8 +1539,10 @@ static int sq_mknod(struct keg_meta *m, uint64_t parent, const char *name, uint6
     if (ino <= KEG_ROOT_INO)
         return -EINVAL;
     rc = sq_txn(m, SQ_WRITE, sq_mknod_fn, &a);
-    if (rc == 0)
+    if (rc == 0) {
         *out = a.out;
+        sq_note_parents(&a);
+    }
     return rc;
 }
 
@@ -1560,8 +1575,11 @@ static int sq_link_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
         rc = sq_put_inode(c, &x);
     if (!rc)
         rc = sq_put_inode(c, &pa);
-    if (!rc)
+    if (!rc) {
         a->out = x;
+        a->par[0] = pa;
+        a->npar = 1;
+    }
     return rc;
 }
 
@@ -1569,12 +1587,15 @@ static int sq_link(struct keg_meta *m, uint64_t ino, uint64_t newparent, const c
                    struct keg_attr *out)
 {
     struct sq_ns_arg a = {.ino = ino, .newparent = newparent, .newname = newname};
+    keg_meta_parents_begin();
     int rc = sq_check_name(newname);
     if (rc)
         return rc;
     rc = sq_txn(m, SQ_WRITE, sq_link_fn, &a);
-    if (rc == 0)
+    if (rc == 0) {
         *out = a.out;
+        sq_note_parents(&a);
+    }
     return rc;
 }
 
@@ -1583,6 +1604,7 @@ static int sq_unlink_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
     struct sq_ns_arg *a = arg;
     struct keg_attr x, pa;
     memset(&a->gone, 0, sizeof(a->gone));
+    a->npar = 0;
     int rc = sq_lookup_attr(c, a->parent, a->name, &x);
     if (rc)
         return rc;
@@ -1598,6 +1620,8 @@ static int sq_unlink_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
     rc = sq_put_inode(c, &pa);
     if (rc)
         return rc;
+    a->par[0] = pa;
+    a->npar = 1;
     x.nlink = x.nlink ? x.nlink - 1 : 0;
     sq_now(&x, 0, 1);
     if (x.nlink == 0)
@@ -1609,6 +1633,7 @@ static int sq_unlink(struct keg_meta *m, uint64_t parent, const char *name,
                      struct keg_unlinked *gone)
 {
     struct sq_ns_arg a = {.parent = parent, .name = name};
+    keg_meta_parents_begin();
     int rc = sq_check_name(name);
     if (rc)
         return rc;
@@ -1616,6 +1641,8 @@ static int sq_unlink(struct keg_meta *m, uint64_t parent, const char *name,
     rc = sq_txn(m, SQ_WRITE, sq_unlink_fn, &a);
     if (rc == 0 && gone)
         *gone = a.gone;
+    if (rc == 0)
+        sq_note_parents(&a);
     return rc;
 }
 
@@ -1644,16 +1671,22 @@ static int sq_rmdir_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
     if (pa.nlink > 2)
         pa.nlink--;
     sq_now(&pa, 1, 1);
+    a->par[0] = pa;
+    a->npar = 1;
     return sq_put_inode(c, &pa);
 }
 
 static int sq_rmdir(struct keg_meta *m, uint64_t parent, const char *name)
 {
     struct sq_ns_arg a = {.parent = parent, .name = name};
+    keg_meta_parents_begin();
     int rc = sq_check_name(name);
     if (rc)
         return rc;
-    return sq_txn(m, SQ_WRITE, sq_rmdir_fn, &a);
+    rc = sq_txn(m, SQ_WRITE, sq_rmdir_fn, &a);
+    if (rc == 0)
+        sq_note_parents(&a);
+    return rc;
 }
 
 /* 1 if dir `anc` is dir `ino` or one of its ancestors (walking parent pointers). */
@@ -1696,6 +1729,7 @@ static int sq_rename_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
 
     memset(&a->gone, 0, sizeof(a->gone));
     memset(&dst, 0, sizeof(dst));
+    a->npar = 0;
     rc = sq_get_dir(c, a->parent, &op);
     if (rc)
         return rc;
@@ -1804,8 +1838,12 @@ static int sq_rename_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
         sq_now(np, 1, 1);
         rc = sq_put_inode(c, np);
     }
-    if (!rc)
+    if (!rc) {
         a->out = src;
+        a->par[0] = op;
+        a->par[1] = *np;
+        a->npar = same_dir ? 1 : 2;
+    }
     return rc;
 }
 
@@ -1815,6 +1853,7 @@ static int sq_rename(struct keg_meta *m, uint64_t parent, const char *name, uint
 {
     struct sq_ns_arg a = {.parent = parent, .name = name, .newparent = newparent,
                           .newname = newname, .flags = flags};
+    keg_meta_parents_begin();
     int rc = sq_check_name(name);
     if (!rc)
         rc = sq_check_name(newname);
@@ -1830,6 +1869,7 @@ static int sq_rename(struct keg_meta *m, uint64_t parent, const char *name, uint
             *moved = a.out;
         if (gone)
             *gone = a.gone;
+        sq_note_parents(&a);
     }
     return rc;
 }

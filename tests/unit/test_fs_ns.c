@@ -401,6 +401,82 @@ static void *flock_thr(void *arg)
     return NULL;
 }
 
+static void same_attr(const struct keg_attr *x, const struct keg_attr *y)
+{
+    assert_int_equal(x->ino, y->ino);
+    assert_int_equal(x->mode, y->mode);
+    assert_int_equal(x->nlink, y->nlink);
+    assert_int_equal(x->uid, y->uid);
+    assert_int_equal(x->mtime, y->mtime);
+    assert_int_equal(x->mtimensec, y->mtimensec);
+    assert_int_equal(x->ctime, y->ctime);
+    assert_int_equal(x->ctimensec, y->ctimensec);
+}
+
+/* The cached answer equals a fresh getattr after every kind of change. */
+static void check_dir(struct tvol *v, uint64_t dir)
+{
+    struct keg_attr cached, fresh;
+    assert_int_equal(keg_fs_getattr_cached(v->fs, &tv_root, dir, 1000000000LL, &cached), 0);
+    assert_int_equal(keg_fs_getattr(v->fs, &tv_root, dir, &fresh), 0);
+    same_attr(&cached, &fresh);
+}
+
+/* keg_fs_getattr_cached: a directory's attributes after a change here come
+ * from that change (no engine call), never stale after another local change. */
+static void test_ns_parent_attr_cache(void **state)
+{
+    struct tvol v;
+    struct keg_attr a, d, d2, c1, in;
+    (void)state;
+
+    tvol_init(&v, 65536, "none");
+    tvol_mount(&v);
+    assert_int_equal(keg_fs_mkdir(v.fs, &tv_root, KEG_ROOT_INO, "d", 0755, &d), 0);
+    assert_int_equal(keg_fs_mkdir(v.fs, &tv_root, KEG_ROOT_INO, "d2", 0755, &d2), 0);
+    check_dir(&v, KEG_ROOT_INO);
+    assert_int_equal(keg_fs_mknod(v.fs, &tv_root, d.ino, "f", S_IFREG | 0644, 0, &a), 0);
+    check_dir(&v, d.ino);
+    /* a hit: change the directory behind core/fs's back; the cached copy stays */
+    struct keg_meta *m = keg_fs_meta(v.fs);
+    memset(&in, 0, sizeof(in));
+    in.mode = 0700;
+    assert_int_equal(KEG_META_CALL(m, setattr, d.ino, KEG_SET_MODE, &in, &a), 0);
+    assert_int_equal(keg_fs_getattr_cached(v.fs, &tv_root, d.ino, 1000000000LL, &c1), 0);
+    assert_int_equal(c1.mode & 07777, 0755);
+    /* max_age 0 (attribute cache off): always fresh */
+    assert_int_equal(keg_fs_getattr_cached(v.fs, &tv_root, d.ino, 0, &c1), 0);
+    assert_int_equal(c1.mode & 07777, 0700);
+    /* a local chmod, link, rename, unlink, rmdir, xattr change: never stale */
+    in.mode = 0750;
+    assert_int_equal(keg_fs_setattr(v.fs, &tv_root, d.ino, KEG_SET_MODE, &in, &a), 0);
+    check_dir(&v, d.ino);
+    assert_int_equal(keg_fs_lookup(v.fs, &tv_root, d.ino, "f", &a), 0);
+    assert_int_equal(keg_fs_link(v.fs, &tv_root, a.ino, d2.ino, "h", &c1), 0);
+    check_dir(&v, d2.ino);
+    assert_int_equal(keg_fs_rename(v.fs, &tv_root, d.ino, "f", d2.ino, "g", 0), 0);
+    check_dir(&v, d.ino);
+    check_dir(&v, d2.ino);
+    assert_int_equal(keg_fs_mkdir(v.fs, &tv_root, d.ino, "sub", 0755, &a), 0);
+    check_dir(&v, d.ino);
+    /* moving a directory changes its own ctime and parent */
+    assert_int_equal(keg_fs_rename(v.fs, &tv_root, KEG_ROOT_INO, "d", d2.ino, "d", 0), 0);
+    check_dir(&v, d.ino);
+    check_dir(&v, d2.ino);
+    check_dir(&v, KEG_ROOT_INO);
+    assert_int_equal(keg_fs_unlink(v.fs, &tv_root, d2.ino, "h"), 0);
+    check_dir(&v, d2.ino);
+    assert_int_equal(keg_fs_rmdir(v.fs, &tv_root, d.ino, "sub"), 0);
+    check_dir(&v, d.ino);
+    assert_int_equal(keg_fs_mknod(v.fs, &tv_root, d.ino, "f2", S_IFREG | 0644, 0, &a), 0);
+    assert_int_equal(keg_fs_setxattr(v.fs, &tv_root, d.ino, "user.k", "v", 1, 0), 0);
+    check_dir(&v, d.ino);
+    /* a failed change leaves no stale entry either */
+    assert_int_equal(keg_fs_mknod(v.fs, &tv_root, d.ino, "f2", S_IFREG | 0644, 0, &a), -EEXIST);
+    check_dir(&v, d.ino);
+    tvol_cleanup(&v);
+}
+
 static void test_ns_locks(void **state)
 {
     struct tvol v;
@@ -471,6 +547,7 @@ int main(void)
         cmocka_unit_test(test_ns_readdir_paging),
         cmocka_unit_test(test_ns_xattr_statfs),
         cmocka_unit_test(test_ns_locks),
+        cmocka_unit_test(test_ns_parent_attr_cache),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

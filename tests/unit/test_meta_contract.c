@@ -791,6 +791,79 @@ static void test_unlink_inline_purge(void **state)
     t->m->open_inodes = NULL;
 }
 
+/* The parents recorded by the last namespace op equal a getattr right after. */
+static void check_parents(struct keg_meta *m, int n, uint64_t p1, uint64_t p2)
+{
+    struct keg_attr got[2];
+    uint64_t want[2] = {p1, p2};
+    assert_int_equal(keg_meta_parents(got, 2), n);
+    for (int i = 0; i < n; i++) {
+        struct keg_attr a = attr(m, want[i]);
+        assert_int_equal(got[i].ino, want[i]);
+        assert_int_equal(got[i].mode, a.mode);
+        assert_int_equal(got[i].uid, a.uid);
+        assert_int_equal(got[i].gid, a.gid);
+        assert_int_equal(got[i].nlink, a.nlink);
+        assert_int_equal(got[i].size, a.size);
+        assert_int_equal(got[i].parent, a.parent);
+        assert_int_equal(got[i].atime, a.atime);
+        assert_int_equal(got[i].atimensec, a.atimensec);
+        assert_int_equal(ns_of(got[i].mtime, got[i].mtimensec), ns_of(a.mtime, a.mtimensec));
+        assert_int_equal(ns_of(got[i].ctime, got[i].ctimensec), ns_of(a.ctime, a.ctimensec));
+    }
+}
+
+/* mknod/link/unlink/rmdir/rename report the parents' new attributes
+ * (keg_meta_parents), identical to what getattr returns afterwards. */
+static void test_parent_attrs(void **state)
+{
+    struct t *t = *state;
+    struct keg_attr a;
+    struct keg_unlinked g;
+    uint64_t d1 = mkdir_(t->m, KEG_ROOT_INO, "d1");
+    check_parents(t->m, 1, KEG_ROOT_INO, 0);
+    uint64_t d2 = mkdir_(t->m, KEG_ROOT_INO, "d2");
+    uint64_t f = mkfile(t->m, d1, "f");
+    check_parents(t->m, 1, d1, 0);
+    assert_int_equal(KEG_META_CALL(t->m, link, f, d2, "hard", &a), 0);
+    check_parents(t->m, 1, d2, 0);
+    assert_int_equal(KEG_META_CALL(t->m, unlink, d2, "hard", &g), 0);
+    check_parents(t->m, 1, d2, 0);
+    /* rename in one directory, across directories, of a directory, exchange, replace */
+    assert_int_equal(KEG_META_CALL(t->m, rename, d1, "f", d1, "f2", 0, &a, &g), 0);
+    check_parents(t->m, 1, d1, 0);
+    assert_int_equal(KEG_META_CALL(t->m, rename, d1, "f2", d2, "f", 0, &a, &g), 0);
+    check_parents(t->m, 2, d1, d2);
+    mkdir_(t->m, d1, "sub");
+    assert_int_equal(KEG_META_CALL(t->m, rename, d1, "sub", d2, "sub", 0, &a, &g), 0);
+    check_parents(t->m, 2, d1, d2);
+    assert_int_equal(attr(t->m, d2).nlink, 3);
+    mkfile(t->m, d1, "x");
+    assert_int_equal(KEG_META_CALL(t->m, rename, d1, "x", d2, "sub", KEG_RENAME_EXCHANGE, &a,
+                                   &g), 0);
+    check_parents(t->m, 2, d1, d2);
+    mkfile(t->m, d1, "y");
+    assert_int_equal(KEG_META_CALL(t->m, rename, d1, "y", d2, "f", 0, &a, &g), 0);
+    check_parents(t->m, 2, d1, d2);
+    assert_int_equal(KEG_META_CALL(t->m, rmdir, d1, "x"), 0);
+    check_parents(t->m, 1, d1, 0);
+    assert_int_equal(attr(t->m, d1).nlink, 2);
+    /* symlink */
+    uint64_t ino = new_ino(t->m);
+    assert_int_equal(KEG_META_CALL(t->m, mknod, d2, "ln", ino, S_IFLNK | 0777, 0, 0, 0, "t", &a),
+                     0);
+    check_parents(t->m, 1, d2, 0);
+    /* a failed op and a same-inode rename record nothing */
+    assert_int_equal(KEG_META_CALL(t->m, rmdir, d2, "nope"), -ENOENT);
+    check_parents(t->m, 0, 0, 0);
+    assert_int_equal(KEG_META_CALL(t->m, link, ino, d2, "ln2", &a), 0);
+    assert_int_equal(KEG_META_CALL(t->m, rename, d2, "ln", d2, "ln2", 0, &a, &g), 0);
+    check_parents(t->m, 0, 0, 0);
+    assert_int_equal(KEG_META_CALL(t->m, mknod, d2, "ln", new_ino(t->m), S_IFREG | 0644, 0, 0, 0,
+                                   NULL, &a), -EEXIST);
+    check_parents(t->m, 0, 0, 0);
+}
+
 static void test_rmdir(void **state)
 {
     struct t *t = *state;
@@ -1941,6 +2014,7 @@ int main(void)
         T(test_unlink_pending_purge),
         T(test_unlink_no_session),
         T(test_unlink_inline_purge),
+        T(test_parent_attrs),
         T(test_rmdir),
         T(test_rename_basic),
         T(test_rename_dirs),

@@ -91,6 +91,15 @@ int keg_fs_lookup(struct keg_fs *fs, const struct keg_ctx *c, uint64_t parent, c
                   struct keg_attr *out);
 /* fh may be NULL; with a file open for writing the size includes buffered data. */
 int keg_fs_getattr(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, struct keg_attr *out);
+/* keg_fs_getattr for the kernel's getattr: a directory's attributes may come,
+ * without asking the engine, from the result of this mount's last change of
+ * it (create, link, unlink, rmdir, rename in it) if that is at most
+ * max_age_ns old (at most 1 s is used; the mounter passes its attribute-cache
+ * timeout, 0 = never) and nothing changed the directory through this mount
+ * since.  Other mounters' changes show after max_age_ns at the latest, as with
+ * the kernel's attribute cache. */
+int keg_fs_getattr_cached(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino,
+                          int64_t max_age_ns, struct keg_attr *out);
 int keg_fs_setattr(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, unsigned set,
                    const struct keg_attr *in, struct keg_attr *out);
 /* mode includes the S_IFMT type (regular, fifo, socket, char, block); the umask

@@ -367,6 +367,20 @@ void keg_meta_close(struct keg_meta *m);
 #define KEG_META_CALL0(m, op) \
     ((m)->ops->op ? (m)->ops->op((m)) : -ENOSYS)
 
+/* Parent attributes after a namespace op.  mknod, link, unlink, rmdir and
+ * rename record, in the CALLING THREAD, the attributes that the directories
+ * they changed have right after the op -- exactly what a getattr following
+ * the op returns, from the same atomic op (no extra round trip): the parent
+ * (link: newparent; rename: the source parent, then the target parent when it
+ * differs).  keg_meta_parents() copies up to max of them to out and returns
+ * how many the last such op of this thread recorded: 0 after a failed op, a
+ * same-inode rename, or an engine that records nothing (then the caller must
+ * ask getattr).  Engines call keg_meta_parents_begin() at the start of each
+ * of those ops and keg_meta_parents_add() once it has succeeded. */
+int  keg_meta_parents(struct keg_attr *out, int max);
+void keg_meta_parents_begin(void);
+void keg_meta_parents_add(const struct keg_attr *a);
+
 /* Helpers shared by engines (core/meta/meta.c). */
 /* The owner's open-inode set for unlink/rename: fills set[0..KEG_META_OPEN_MAX)
  * and returns the count, or -1 when inline purging is off (no hook, no session
