@@ -18,6 +18,20 @@
  *      the old slices lose a reference, and those left with none go to the
  *      deletion queue, whose blocks the deleter removes.
  *
+ * Policy (step 2b, background compactions only; fs_compact_chunk always
+ * merges): the merge rewrites the whole visible range [lo, hi), because the
+ * engine can only replace a prefix of the list.  So that this stays
+ * amortised O(1) per byte written (appends would otherwise rewrite the chunk
+ * from offset 0 every FS_COMPACT_THRESHOLD commits: quadratic), a chunk is
+ * merged only when hi - lo <= FS_CMP_AMP x the bytes of the slices after the
+ * first one (the bytes written since the last merge), or when it holds more
+ * than FS_CMP_MAX_SLICES slices (bounds the list; the rewrite is at most a
+ * chunk).  Each merge then costs at most FS_CMP_AMP times the bytes written
+ * since the previous one.  A chunk that does not qualify is parked with the
+ * slice count at which it may (estimated from the average slice length):
+ * commits reporting fewer slices do not queue it again (fs_compact_queue_n),
+ * so an append loop costs no read_chunk per commit.
+ *
  * Ranges outside [lo, hi) are holes before and after (nothing covers them);
  * a chunk that is all holes is replaced by one hole covering the chunk.
  * If the chunk changed under us (-EAGAIN from the engine, or a block of an old
@@ -49,6 +63,10 @@
 #define FS_CMP_QUEUE_MAX    64
 #define FS_CMP_MAX_ATTEMPTS 5
 #define FS_CMP_RETRY_NS     (500LL * 1000000)
+#define FS_CMP_AMP          4       /* a merge rewrites <= this x the bytes written since */
+#define FS_CMP_MAX_SLICES   500     /* more slices than this: merged whatever it costs */
+#define FS_CMP_PARK_MAX     64      /* parked chunks remembered (oldest forgotten) */
+#define FS_CMP_DEFERRED     1       /* compact_one: not worth merging yet */
 
 struct fs_cmp_item {
     struct fs_cmp_item *next;
@@ -57,6 +75,7 @@ struct fs_cmp_item {
     unsigned            attempts;   /* failed with -EAGAIN so far */
     int                 again;      /* queued again while running */
     int64_t             not_before; /* keg_mono_ns() */
+    uint32_t            min_n;      /* parked: queue again at this many slices */
 };
 
 /*----------------------------------------------------------------------------
@@ -114,7 +133,37 @@ static int write_repl(struct keg_fs *fs, const struct fs_seg *segs, size_t nseg,
     return rc;
 }
 
-int fs_compact_chunk(struct keg_fs *fs, uint64_t ino, uint32_t indx)
+/* The policy (DESIGN): 0 if the chunk should be merged now, else
+ * FS_CMP_DEFERRED and *min_n = the slice count at which to look again.
+ * cost = bytes a merge would write; sl[0] is the result of the last merge (or
+ * the oldest write), the others were written since. */
+static int worth_merging(const struct keg_slice *sl, size_t n, uint64_t cost, uint32_t *min_n)
+{
+    uint64_t fresh = 0;
+    uint64_t avg;
+    uint64_t extra;
+
+    *min_n = 0;
+    if (n > FS_CMP_MAX_SLICES)
+        return 0;
+    for (size_t k = 1; k < n; k++)
+        fresh += sl[k].len;
+    if (cost <= FS_CMP_AMP * fresh)
+        return 0;
+    /* each further slice of the average length adds >= AMP * avg - avg to
+     * the budget when it appends, AMP * avg when it overwrites: look again
+     * once the cheaper case could have closed the gap */
+    avg = KEG_MAX(fresh / (n - 1), (uint64_t)1);
+    extra = (cost - FS_CMP_AMP * fresh) / (FS_CMP_AMP * avg) + 1;
+    *min_n = (uint32_t)KEG_MIN((uint64_t)n + extra, (uint64_t)FS_CMP_MAX_SLICES + 1);
+    return FS_CMP_DEFERRED;
+}
+
+/* One compaction (DESIGN).  force: merge whatever it costs.  Returns 0
+ * (merged, or nothing to do), FS_CMP_DEFERRED (*min_n set), -EAGAIN or
+ * -errno. */
+static int compact_one(struct keg_fs *fs, uint64_t ino, uint32_t indx, int force,
+                       uint32_t *min_n)
 {
     struct keg_slice *sl = NULL;
     struct fs_seg *segs = NULL;
@@ -126,6 +175,7 @@ int fs_compact_chunk(struct keg_fs *fs, uint64_t ino, uint32_t indx)
     int have_data = 0;
     int rc;
 
+    *min_n = 0;
     rc = KEG_META_CALL(fs->meta, read_chunk, ino, indx, &sl, &n);
     if (rc < 0)
         goto out;
@@ -141,6 +191,12 @@ int fs_compact_chunk(struct keg_fs *fs, uint64_t ino, uint32_t indx)
             lo = segs[k].pos;
         hi = segs[k].pos + segs[k].len;
         have_data = 1;
+    }
+    if (!force && worth_merging(sl, n, have_data ? hi - lo : 0, min_n) != 0) {
+        KEG_DEBUG("inode %llu chunk %u: %zu slices, merging [%u, %u) not worth it yet "
+                  "(again at %u slices)", (unsigned long long)ino, indx, n, lo, hi, *min_n);
+        rc = FS_CMP_DEFERRED;
+        goto out;
     }
     memset(&repl, 0, sizeof(repl));
     if (have_data) {
@@ -176,6 +232,9 @@ int fs_compact_chunk(struct keg_fs *fs, uint64_t ino, uint32_t indx)
     }
     KEG_DEBUG("inode %llu chunk %u: %zu slices compacted into slice %llu [%u, %u)",
               (unsigned long long)ino, indx, n, (unsigned long long)repl.id, lo, hi);
+    pthread_mutex_lock(&fs->cmp_mu);
+    fs->cmp_bytes += have_data ? hi - lo : 0;
+    pthread_mutex_unlock(&fs->cmp_mu);
     {
         struct fs_inode *ip = fs_inode_find(fs, ino);
         if (ip) {
@@ -194,9 +253,34 @@ out:
     return rc;
 }
 
+int fs_compact_chunk(struct keg_fs *fs, uint64_t ino, uint32_t indx)
+{
+    uint32_t min_n;
+    return compact_one(fs, ino, indx, 1, &min_n);
+}
+
 /*----------------------------------------------------------------------------
  * Queue and worker
  *--------------------------------------------------------------------------*/
+
+/* Remember that chunk it is not worth merging before it->min_n slices; the
+ * oldest parked chunk is forgotten when FS_CMP_PARK_MAX are.  TAKES: it.
+ * LOCKS: cmp_mu held. */
+static void cmp_park(struct keg_fs *fs, struct fs_cmp_item *it)
+{
+    struct fs_cmp_item **pp = &fs->cmp_parked;
+    if (fs->cmp_nparked >= FS_CMP_PARK_MAX) {
+        struct fs_cmp_item *old = fs->cmp_parked;
+        fs->cmp_parked = old->next;
+        fs->cmp_nparked--;
+        keg_free(old);
+    }
+    while (*pp)
+        pp = &(*pp)->next;
+    it->next = NULL;
+    *pp = it;
+    fs->cmp_nparked++;
+}
 
 /* LOCKS: fs->cmp_mu held. */
 static void cmp_append(struct keg_fs *fs, struct fs_cmp_item *it)
@@ -211,11 +295,27 @@ static void cmp_append(struct keg_fs *fs, struct fs_cmp_item *it)
 
 void fs_compact_queue(struct keg_fs *fs, uint64_t ino, uint32_t indx)
 {
+    fs_compact_queue_n(fs, ino, indx, UINT32_MAX);
+}
+
+void fs_compact_queue_n(struct keg_fs *fs, uint64_t ino, uint32_t indx, uint32_t nslices)
+{
     struct fs_cmp_item *it;
 
     pthread_mutex_lock(&fs->cmp_mu);
     if (!fs->cmp_running || fs->cmp_stopping)
         goto out;
+    for (struct fs_cmp_item **pp = &fs->cmp_parked; *pp; pp = &(*pp)->next) {
+        it = *pp;
+        if (it->ino != ino || it->indx != indx)
+            continue;
+        if (nslices < it->min_n)
+            goto out;                   /* not worth looking at yet */
+        *pp = it->next;                 /* unpark: queued below */
+        fs->cmp_nparked--;
+        keg_free(it);
+        break;
+    }
     it = fs->cmp_cur;
     if (it && it->ino == ino && it->indx == indx) {
         it->again = 1;
@@ -270,6 +370,7 @@ static void *cmp_main(void *arg)
         int64_t wait_ns = -1;
         struct fs_cmp_item *it = cmp_take(fs, &wait_ns);
         struct timespec ts;
+        uint32_t min_n = 0;
         int rc;
 
         if (!it) {
@@ -279,14 +380,27 @@ static void *cmp_main(void *arg)
         }
         fs->cmp_cur = it;
         pthread_mutex_unlock(&fs->cmp_mu);
-        rc = fs_compact_chunk(fs, it->ino, it->indx);
+        rc = compact_one(fs, it->ino, it->indx, 0, &min_n);
         pthread_mutex_lock(&fs->cmp_mu);
         fs->cmp_cur = NULL;
         if (rc == 0)
             fs->cmp_done++;
         else if (rc == -EAGAIN)
             fs->cmp_again++;
-        if (rc == -EAGAIN && ++it->attempts < FS_CMP_MAX_ATTEMPTS && !fs->cmp_stopping) {
+        if (rc == FS_CMP_DEFERRED) {
+            /* queued again meanwhile: by a commit below min_n (or a read),
+             * which changes nothing the estimate did not foresee */
+            fs->cmp_deferred++;
+            fs->cmp_n--;
+            it->again = 0;
+            it->attempts = 0;
+            it->not_before = 0;
+            it->min_n = min_n;
+            if (!fs->cmp_stopping)
+                cmp_park(fs, it);
+            else
+                keg_free(it);
+        } else if (rc == -EAGAIN && ++it->attempts < FS_CMP_MAX_ATTEMPTS && !fs->cmp_stopping) {
             it->not_before = keg_mono_ns() + FS_CMP_RETRY_NS * it->attempts;
             cmp_append(fs, it);
         } else if (it->again && !fs->cmp_stopping) {
@@ -337,6 +451,12 @@ void fs_compact_stop(struct keg_fs *fs)
         keg_free(it);
     }
     fs->cmp_n = 0;
+    while (fs->cmp_parked) {
+        struct fs_cmp_item *it = fs->cmp_parked;
+        fs->cmp_parked = it->next;
+        keg_free(it);
+    }
+    fs->cmp_nparked = 0;
     pthread_mutex_unlock(&fs->cmp_mu);
 }
 

@@ -19,11 +19,13 @@
  * puts blocks while the writer goes on; a block handed over is immutable
  * (blocks [0, nup) are never written again) and its buffer belongs to the job.
  * Per inode, up_pending counts its blocks in the pipeline and up_err keeps the
- * first failure; a commit waits for up_pending == 0 and commits nothing if
- * up_err is set.  Memory: the bytes of buffers still in the pipeline stay in
- * fs->wbytes until their upload ends, and a writer that finds fs->wbytes over
- * buffer_size waits for uploads in flight first (backpressure), then commits
- * its own inode as before.  A full queue makes the submitter wait too.
+ * first failure; a commit queues the remaining blocks but the last, puts that
+ * one itself (no hand-off for a small file's only block), waits for
+ * up_pending == 0 and commits nothing if any put failed.  Memory: the bytes
+ * of buffers still in the pipeline stay in fs->wbytes until their upload
+ * ends, and a writer that finds fs->wbytes over buffer_size waits for uploads
+ * in flight first (backpressure), then commits its own inode as before.  A
+ * full queue makes the submitter wait too.
  *
  * Commit points: flush (close), fsync, release, read of the inode, truncate,
  * fallocate, copy_range, lseek, and implicitly when the buffered bytes of all
@@ -356,6 +358,23 @@ static int ws_upload(struct keg_fs *fs, struct fs_inode *ip, struct fs_wslice *w
     return 0;
 }
 
+/* Put block i of ws (length blen) in this thread.  Like a job, it consumes
+ * the buffer whatever the outcome (the caller counts the block in nup, so a
+ * dropped writer deletes it).  Returns 0 or -errno. */
+static int ws_upload_here(struct keg_fs *fs, struct fs_inode *ip, struct fs_wslice *ws,
+                          uint32_t i, uint32_t blen)
+{
+    struct fs_wblock *b = &ws->blk[i];
+    int rc = fs_put_block(fs, ws->id, i, b->p, blen);
+
+    atomic_fetch_sub(&fs->wbytes, b->cap);
+    ip->wbytes -= b->cap;
+    keg_free(b->p);
+    b->p = NULL;
+    b->cap = 0;
+    return rc;
+}
+
 /* Upload the full blocks of ws that end at or before slice offset upto. */
 static int ws_upload_full(struct keg_fs *fs, struct fs_inode *ip, struct fs_wslice *ws,
                           uint32_t upto)
@@ -399,12 +418,21 @@ int fs_commit_locked(struct keg_fs *fs, struct fs_inode *ip)
 
     if (!ip->wfirst)
         return 0;
-    /* the remaining blocks go to the pool too (in parallel), then wait for
-     * every upload of this inode: nothing is committed unless all landed */
+    /* the remaining blocks go to the pool too (in parallel), except the very
+     * last one, which this thread puts itself rather than wait idle (a close
+     * of a small file then needs no thread hand-off and no wake-up); then
+     * wait for every upload of this inode: nothing is committed unless all
+     * landed */
     for (ws = ip->wfirst; ws && rc == 0; ws = ws->next) {
         uint32_t nb = (ws->len + fs->bs - 1) / fs->bs;
         while (ws->nup < nb) {
-            rc = ws_upload(fs, ip, ws, ws->nup, fs_block_len(fs->bs, ws->len, ws->nup));
+            uint32_t blen = fs_block_len(fs->bs, ws->len, ws->nup);
+            if (!ws->next && ws->nup + 1 == nb) {
+                rc = ws_upload_here(fs, ip, ws, ws->nup, blen);
+                ws->nup++;
+                break;
+            }
+            rc = ws_upload(fs, ip, ws, ws->nup, blen);
             if (rc < 0)
                 break;
             ws->nup++;
@@ -437,7 +465,7 @@ int fs_commit_locked(struct keg_fs *fs, struct fs_inode *ip)
     if (rc == 0 && nslices > FS_COMPACT_THRESHOLD) {
         for (size_t k = 0; k < n; k++) {
             if (k == 0 || cs[k].indx != cs[k - 1].indx)
-                fs_compact_queue(fs, ip->ino, cs[k].indx);
+                fs_compact_queue_n(fs, ip->ino, cs[k].indx, nslices);
         }
     }
     keg_free(cs);

@@ -216,8 +216,13 @@ struct fs_cmp_item;
 /* Queue chunk indx of ino for compaction (deduplicated; dropped when the
  * queue is full or no worker runs).  LOCKS: takes fs->cmp_mu (leaf). */
 void fs_compact_queue(struct keg_fs *fs, uint64_t ino, uint32_t indx);
-/* Compact chunk indx of ino now, in the caller.  Returns 0 (compacted, or
- * nothing to do), -EAGAIN (the chunk changed meanwhile) or -errno. */
+/* The same from a commit that left nslices slices in the chunk: nothing
+ * happens while the chunk is parked (compact.c: not worth merging before a
+ * slice count above nslices).  LOCKS: takes fs->cmp_mu (leaf). */
+void fs_compact_queue_n(struct keg_fs *fs, uint64_t ino, uint32_t indx, uint32_t nslices);
+/* Compact chunk indx of ino now, in the caller, whatever it costs (the
+ * background worker applies compact.c's policy first).  Returns 0 (compacted,
+ * or nothing to do), -EAGAIN (the chunk changed meanwhile) or -errno. */
 int  fs_compact_chunk(struct keg_fs *fs, uint64_t ino, uint32_t indx);
 /* Wait until the compaction queue is empty and idle (tests, unmount), at most
  * timeout_ms.  Returns 0 or -ETIMEDOUT. */
@@ -324,6 +329,10 @@ struct keg_fs {
     int               cmp_running;  /* worker thread exists */
     uint64_t          cmp_done;     /* chunks compacted (stats, tests) */
     uint64_t          cmp_again;    /* compactions abandoned because the chunk changed */
+    uint64_t          cmp_deferred; /* chunks parked: not worth merging yet */
+    uint64_t          cmp_bytes;    /* bytes written by compactions */
+    struct fs_cmp_item *cmp_parked; /* chunks not worth merging yet, oldest first */
+    unsigned          cmp_nparked;
     pthread_t         cmp_thr;
 
     /* trash (trash.c): allocated on first use when the volume has trash_days */
