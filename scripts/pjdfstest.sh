@@ -19,7 +19,7 @@ GITDIR=${PJDFSTEST_GIT:-/work/.mirror/pjd+pjdfstest/repo}
 SRC=""
 BUILD_DIR=${PJDFSTEST_DIR:-/tmp/pjdfstest}
 META_URL=""
-STORAGE=file
+STORAGE="file"
 BUCKET=""
 OUT=""
 KEEP=0
@@ -85,7 +85,7 @@ if [ -z "$META_URL" ]; then
   META_URL="sqlite3://$WORK/meta.db"
   BUCKET=$WORK/objects
   mkdir -p "$BUCKET"
-  STORAGE=file
+  STORAGE="file"
 fi
 "$KEGFS" format --storage "$STORAGE" --bucket "$BUCKET" "$META_URL" "pjd$$" >/dev/null \
   || { echo "pjdfstest.sh: format failed" >&2; exit 1; }

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # lib.sh -- helpers sourced by tests/mount/cases/*.sh (not a case itself).
 #
 # The runner exports MNT KEGFS META WORK OBJDIR VOL STORAGE META_KIND BUCKET MT_LOG

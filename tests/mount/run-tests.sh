@@ -30,7 +30,7 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 KEGFS=""
 META_KIND=sqlite
-STORAGE=file
+STORAGE="file"
 ONLY=""
 LONG=0
 KEEP=0
@@ -110,14 +110,14 @@ for d in /sys/fs/cgroup /sys/fs/cgroup/unified; do
 done
 
 cg_kill() {   # cg_kill DIR: kill every process in the group, remove it
-  local cg=$1 i pid
+  local cg=$1 pid
   [ -n "$cg" ] && [ -d "$cg" ] || return 0
   if [ -e "$cg/cgroup.kill" ]; then
     echo 1 > "$cg/cgroup.kill" 2>/dev/null
   else
     while read -r pid; do kill -9 "$pid" 2>/dev/null; done < "$cg/cgroup.procs"
   fi
-  for i in $(seq 1 50); do
+  for _ in $(seq 1 50); do
     rmdir "$cg" 2>/dev/null && return 0
     sleep 0.1
   done
@@ -126,7 +126,6 @@ cg_kill() {   # cg_kill DIR: kill every process in the group, remove it
 
 #--- per-case state, cleaned up by the trap ---------------------------------
 CUR_WORK=""
-CUR_MNT=""
 CUR_CG=""
 CUR_PID=""                      # the case's `timeout` process while it runs
 
@@ -287,7 +286,6 @@ run_case() {
     finish_case 1
     return
   fi
-  CUR_MNT=$MNT
 
   # the case runs in its own cgroup (if any), under a timeout
   if [ -n "$CG_BASE" ]; then
@@ -313,7 +311,6 @@ run_case() {
   unmount_all_under "$WORK"
   cg_kill "$CUR_CG"
   CUR_CG=""
-  CUR_MNT=""
 
   local errs=""
   if [ -f "$LOG" ]; then
