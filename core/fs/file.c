@@ -404,6 +404,7 @@ void fs_writer_drop(struct keg_fs *fs, struct fs_inode *ip, int delete_uploaded)
     ip->wfirst = ip->wlast = NULL;
     ip->nws = 0;
     ip->wend = 0;
+    ip->wgen++;
 }
 
 int fs_commit_locked(struct keg_fs *fs, struct fs_inode *ip)

@@ -155,6 +155,8 @@ struct fs_inode {
     struct fs_wslice *wfirst, *wlast;
     uint32_t          nws;      /* buffered slices */
     uint64_t          wend;     /* highest buffered end (file offset), 0: none */
+    uint64_t          wgen;     /* bumped when buffered writes are dropped (committed
+                                 * or discarded): getattr re-reads a racing answer */
     int64_t           wtime_ns; /* time of the last buffered write */
     uint64_t          wbytes;   /* bytes allocated for buffers (not those in upload) */
     int               werr;     /* deferred write error (reported by flush/fsync) */
@@ -190,6 +192,12 @@ int fs_seen_check(struct keg_fs *fs, const struct keg_attr *a);
 void fs_seen_free(struct keg_fs *fs);
 /* Adjust attributes of an inode with buffered data (size, mtime). */
 void fs_attr_fixup(struct keg_fs *fs, struct keg_attr *a);
+/* Token of ino's buffered-write state (fs_attr_token) and the fixup that
+ * reports, by returning 1, that the state changed since the token was taken:
+ * an engine answer read before a commit finished must not be merged with the
+ * state after it (the size would go backwards).  The caller re-reads. */
+uint64_t fs_attr_token(struct keg_fs *fs, uint64_t ino);
+int  fs_attr_fixup_token(struct keg_fs *fs, struct keg_attr *a, uint64_t token);
 
 /*----------------------------------------------------------------------------
  * Block cache (read.c)

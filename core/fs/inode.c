@@ -292,6 +292,40 @@ int fs_seen_check(struct keg_fs *fs, const struct keg_attr *a)
     return same;
 }
 
+uint64_t fs_attr_token(struct keg_fs *fs, uint64_t ino)
+{
+    struct fs_inode *ip = fs_inode_find(fs, ino);
+    uint64_t t;
+    if (!ip)
+        return UINT64_MAX;
+    pthread_mutex_lock(&ip->mu);
+    t = ip->wgen;
+    pthread_mutex_unlock(&ip->mu);
+    fs_inode_put(fs, ip);
+    return t;
+}
+
+int fs_attr_fixup_token(struct keg_fs *fs, struct keg_attr *a, uint64_t token)
+{
+    struct fs_inode *ip = fs_inode_find(fs, a->ino);
+    int changed;
+    if (!ip)
+        return token != UINT64_MAX;
+    pthread_mutex_lock(&ip->mu);
+    changed = ip->wgen != token;
+    if (!changed && ip->wfirst) {
+        if (ip->wend > a->size)
+            a->size = ip->wend;
+        a->mtime = ip->wtime_ns / 1000000000;
+        a->mtimensec = (uint32_t)(ip->wtime_ns % 1000000000);
+        a->ctime = a->mtime;
+        a->ctimensec = a->mtimensec;
+    }
+    pthread_mutex_unlock(&ip->mu);
+    fs_inode_put(fs, ip);
+    return changed;
+}
+
 void fs_attr_fixup(struct keg_fs *fs, struct keg_attr *a)
 {
     struct fs_inode *ip = fs_inode_find(fs, a->ino);

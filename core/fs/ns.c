@@ -219,8 +219,8 @@ int keg_fs_lookup(struct keg_fs *fs, const struct keg_ctx *c, uint64_t parent, c
     if (rc < 0)
         return rc;
     rc = KEG_META_CALL(fs->meta, lookup, parent, name, out);
-    if (rc == 0)
-        fs_attr_fixup(fs, out);
+    if (rc == 0 && fs_attr_token(fs, out->ino) != UINT64_MAX)
+        return keg_fs_getattr(fs, c, out->ino, out);   /* open here: merge safely */
     return rc;
 }
 
@@ -228,10 +228,15 @@ int keg_fs_getattr(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, str
 {
     int rc;
     KEG_UNUSED(c);
-    rc = KEG_META_CALL(fs->meta, getattr, ino, out);
-    if (rc == 0)
-        fs_attr_fixup(fs, out);
-    return rc;
+    /* A commit finishing between the engine read and the merge of this
+     * mount's buffered writes would make the size go backwards (the kernel
+     * then shrinks the file under an mmap: SIGBUS): re-read in that case. */
+    for (int tries = 0;; tries++) {
+        uint64_t token = fs_attr_token(fs, ino);
+        rc = KEG_META_CALL(fs->meta, getattr, ino, out);
+        if (rc < 0 || !fs_attr_fixup_token(fs, out, token) || tries == 8)
+            return rc;
+    }
 }
 
 int keg_fs_getattr_cached(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino,

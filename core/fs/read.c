@@ -677,6 +677,18 @@ ssize_t keg_fs_read(struct keg_fs *fs, struct keg_fh *fh, uint64_t off, void *bu
     if (dirty)
         fs_flush_inode(fs, ip, 0);      /* errors stay deferred for flush/fsync */
     n = fs_read_range(fs, ip, off, buf, size);
+    /* A short read tells the kernel where the file ends.  If another thread
+     * buffered a write past that point meanwhile, commit it and read again,
+     * so that the kernel does not shrink the file it just extended. */
+    for (int tries = 0; n >= 0 && (size_t)n < size && tries < 3; tries++) {
+        pthread_mutex_lock(&ip->mu);
+        dirty = ip->wfirst != NULL && ip->wend > off + (uint64_t)n;
+        pthread_mutex_unlock(&ip->mu);
+        if (!dirty)
+            break;
+        fs_flush_inode(fs, ip, 0);
+        n = fs_read_range(fs, ip, off, buf, size);
+    }
     if (n > 0)
         readahead(fs, fh, off, (size_t)n);
     return n;
