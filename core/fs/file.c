@@ -1096,6 +1096,17 @@ int64_t keg_fs_lseek(struct keg_fs *fs, struct keg_fh *fh, uint64_t off, int whe
         if (found >= 0)
             return found;
         p = base + KEG_CHUNK_SIZE;
+        if (want_data && p < a.size) {
+            /* skip the chunks that hold nothing (a huge sparse file) */
+            uint32_t next = 0;
+            rc = KEG_META_CALL(fs->meta, next_chunk, ip->ino, indx + 1, &next);
+            if (rc == -ENOENT)
+                return -ENXIO;
+            if (rc == 0 && next > indx + 1)
+                p = (uint64_t)next * KEG_CHUNK_SIZE;
+            else if (rc < 0 && rc != -ENOSYS)
+                return rc;
+        }
     }
     return want_data ? -ENXIO : (int64_t)a.size;
 }

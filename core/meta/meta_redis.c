@@ -100,7 +100,7 @@ enum mr_script {
     S_LOOKUP, S_MKNOD, S_LINK, S_UNLINK, S_RMDIR, S_RENAME, S_SETATTR, S_READDIR, S_READLINK,
     S_PURGE, S_WRITE, S_TRUNCATE, S_COMPACT, S_XGET, S_XSET, S_XLIST, S_XREMOVE, S_FLOCK,
     S_GETLK, S_SETLK, S_FORMAT, S_ALLOC, S_SESS_BEGIN, S_SESS_BEAT, S_SESS_LIST, S_SESS_CLEAN,
-    S_DELQ_PEEK, S_NSCRIPTS
+    S_DELQ_PEEK, S_NEXT_CHUNK, S_NSCRIPTS
 };
 
 struct mr_script_def {
@@ -141,6 +141,7 @@ static const struct mr_script_def mr_scripts[S_NSCRIPTS] = {
     [S_SESS_LIST]  = {"session_list", RO(MR_LUA_SESS_LIST), 1},
     [S_SESS_CLEAN] = {"session_cleanup", FREE(MR_LUA_SESS_CLEAN), 1},
     [S_DELQ_PEEK]  = {"delq_peek", FREE(MR_LUA_DELQ_PEEK), 1},
+    [S_NEXT_CHUNK] = {"next_chunk", RO(MR_LUA_NEXT_CHUNK), 1},
 };
 
 /*----------------------------------------------------------------------------
@@ -1860,6 +1861,24 @@ static ssize_t mr_readlink(struct keg_meta *m, uint64_t ino, char *buf, size_t s
     return mr_reply_copy(r, buf, size);
 }
 
+static int mr_next_chunk(struct keg_meta *m, uint64_t ino, uint32_t from, uint32_t *indx)
+{
+    struct mr_args a = {0};
+    redisReply *r;
+    mr_arg_u64(&a, ino);
+    mr_arg_u64(&a, from);
+    int rc = mr_eval(PRIV(m), S_NEXT_CHUNK, &a, &r);
+    if (rc)
+        return rc;
+    if (r->elements < 2 || r->element[1]->type != REDIS_REPLY_INTEGER) {
+        freeReplyObject(r);
+        return -EIO;
+    }
+    *indx = (uint32_t)r->element[1]->integer;
+    freeReplyObject(r);
+    return 0;
+}
+
 static int mr_purge(struct keg_meta *m, uint64_t ino)
 {
     struct mr_args a = {0};
@@ -2258,4 +2277,5 @@ const struct keg_meta_ops keg_meta_redis_ops = {
     .getlk = mr_getlk,
     .setlk = mr_setlk,
     .sync = mr_sync,
+    .next_chunk = mr_next_chunk,
 };

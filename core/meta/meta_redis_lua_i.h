@@ -467,6 +467,15 @@
 "if redis.call('EXISTS', P .. 'i' .. ARGV[4]) == 1 then return {EINVAL} end\n" \
 "return {ENOENT}\n"
 
+/* ARGV: 4 ino, 5 from.  -> {0, indx} | {ENOENT} | {ENOSYS} (chunks not indexed yet) */
+#define MR_LUA_NEXT_CHUNK \
+"local a = getattr(tonumber(ARGV[4]))\n" \
+"if not a then return {ENOENT} end\n" \
+"if a.chunks ~= 0 then return {38} end\n" \
+"local r = redis.call('ZRANGEBYSCORE', P .. 'C' .. ARGV[4], ARGV[5], '+inf', 'LIMIT', 0, 1)\n" \
+"if #r == 0 then return {ENOENT} end\n" \
+"return {0, tonumber(r[1])}\n"
+
 /* ARGV: 4 ino.  -> {0} */
 #define MR_LUA_PURGE \
 "purge_inode(tonumber(ARGV[4]))\n" \

@@ -2059,6 +2059,38 @@ static int sq_read_chunk_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
     return 0;
 }
 
+struct sq_next_arg {
+    uint64_t ino;
+    uint32_t from;
+    uint32_t indx;   /* out */
+};
+
+static int sq_next_chunk_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
+{
+    static const char sel[] =
+        "SELECT indx FROM chunk WHERE ino=? AND indx>=? ORDER BY indx LIMIT 1";
+    struct sq_next_arg *a = arg;
+    sqlite3_stmt *st;
+    KEG_UNUSED(m);
+    int rc = sq_query(c, &st, sel, "ii", I(a->ino), I(a->from));
+    if (rc < 0)
+        return rc;
+    if (rc == 0)
+        return -ENOENT;
+    a->indx = (uint32_t)sqlite3_column_int64(st, 0);
+    sqlite3_reset(st);
+    return 0;
+}
+
+static int sq_next_chunk(struct keg_meta *m, uint64_t ino, uint32_t from, uint32_t *indx)
+{
+    struct sq_next_arg a = {.ino = ino, .from = from};
+    int rc = sq_txn(m, SQ_READ, sq_next_chunk_fn, &a);
+    if (rc == 0)
+        *indx = a.indx;
+    return rc;
+}
+
 static int sq_read_chunk(struct keg_meta *m, uint64_t ino, uint32_t indx, struct keg_slice **out,
                          size_t *n)
 {
@@ -2747,4 +2779,5 @@ const struct keg_meta_ops keg_meta_sqlite_ops = {
     .getlk = sq_getlk,
     .setlk = sq_setlk,
     .sync = sq_sync,
+    .next_chunk = sq_next_chunk,
 };

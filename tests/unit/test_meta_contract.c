@@ -1371,6 +1371,31 @@ static void test_truncate_huge_sparse(void **state)
     assert_true(keg_now_ns() - t0 < 1000000000LL);
 }
 
+/* next_chunk finds the chunks that exist, skipping empty indices (SEEK_DATA on
+ * huge sparse files), and follows truncation. */
+static void test_next_chunk(void **state)
+{
+    struct t *t = *state;
+    struct keg_attr a;
+    uint32_t ix = 0;
+    if (!t->m->ops->next_chunk)
+        skip();
+    uint64_t f = mkfile(t->m, KEG_ROOT_INO, "sparse");
+    write_at(t->m, f, 0, 100);
+    write_at(t->m, f, 5 * CHUNK + 7, 100);
+    write_at(t->m, f, 1000000 * CHUNK, 100);
+    assert_int_equal(KEG_META_CALL(t->m, next_chunk, f, 0, &ix), 0);
+    assert_int_equal(ix, 0);
+    assert_int_equal(KEG_META_CALL(t->m, next_chunk, f, 1, &ix), 0);
+    assert_int_equal(ix, 5);
+    assert_int_equal(KEG_META_CALL(t->m, next_chunk, f, 6, &ix), 0);
+    assert_int_equal(ix, 1000000);
+    assert_int_equal(KEG_META_CALL(t->m, next_chunk, f, 1000001, &ix), -ENOENT);
+    assert_int_equal(KEG_META_CALL(t->m, truncate, f, 6 * CHUNK, &a), 0);
+    assert_int_equal(KEG_META_CALL(t->m, next_chunk, f, 6, &ix), -ENOENT);
+    assert_int_equal(KEG_META_CALL(t->m, next_chunk, 999999, 0, &ix), -ENOENT);
+}
+
 /* A file with many real chunks: after purge every slice reaches the deletion
  * queue (an engine may move them there in bounded steps driven by delq_peek). */
 static void test_purge_many_chunks(void **state)
@@ -2025,6 +2050,7 @@ int main(void)
         T(test_write_share),
         T(test_truncate),
         T(test_truncate_huge_sparse),
+        T(test_next_chunk),
         T(test_purge_many_chunks),
         T(test_compact),
         T(test_delq),

@@ -331,6 +331,12 @@ struct keg_meta_ops {
 
     /* Make committed metadata durable (fsync of the engine's log), optional. */
     int  (*sync)(struct keg_meta *m);
+
+    /* The smallest index >= from of a chunk of ino that has a slice list (it
+     * may hold only holes): *indx is set and 0 returned; -ENOENT if there is
+     * none.  Lets SEEK_DATA skip the empty chunks of a huge sparse file.
+     * Optional (NULL, or -ENOSYS: callers look at every chunk index). */
+    int  (*next_chunk)(struct keg_meta *m, uint64_t ino, uint32_t from, uint32_t *indx);
 };
 
 struct keg_meta {
