@@ -102,7 +102,8 @@ umount_it() {
 
 # Requests the mounter sent, from a MONITOR capture: commands run inside Lua scripts
 # ("[0 lua]") are left out, so an EVALSHA counts once, as one round trip.
-# Output: "COMMAND COUNT" lines (EVALSHA split by the script's SHA1 prefix).
+# Output: "COMMAND COUNT" lines (EVALSHA split by the script's SHA1 prefix, as
+# "EVALSHA:1234abcd"; --trace shows which script each prefix is, by its arguments).
 monitor_start() {   # monitor_start FILE
   cli MONITOR > "$1" &
   MON_PID=$!
@@ -116,7 +117,9 @@ monitor_stop() {
 }
 requests() {   # requests FILE
   grep '^[0-9]' "$1" | grep -v ' lua\] ' \
-    | awk '{ c = $4; gsub(/"/, "", c); print c }' | sort | uniq -c | awk '{ print $2, $1 }'
+    | awk '{ c = $4; gsub(/"/, "", c)
+             if (c == "EVALSHA") { s = $5; gsub(/"/, "", s); c = c ":" substr(s, 1, 8) }
+             print c }' | sort | uniq -c | awk '{ print $2, $1 }'
 }
 sum_calls() { awk '{ s += $2 } END { print s + 0 }'; }
 
