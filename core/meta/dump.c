@@ -579,6 +579,15 @@ static int dump_chunks(struct dumper *dp, const struct keg_attr *a)
     for (uint64_t i = 0; i < nchunks && !rc; i++) {
         struct keg_slice *s = NULL;
         size_t n = 0;
+        uint32_t next = 0;
+        /* skip the empty indices of a sparse file when the engine can */
+        int nrc = KEG_META_CALL(dp->m, next_chunk, a->ino, (uint32_t)i, &next);
+        if (nrc == -ENOENT)
+            break;
+        if (nrc == 0 && next > i)
+            i = next;
+        if (i >= nchunks)
+            break;
         rc = KEG_META_CALL(dp->m, read_chunk, a->ino, (uint32_t)i, &s, &n);
         if (rc) {
             KEG_ERR("dump: reading chunk %" PRIu64 " of inode %" PRIu64 " failed: %s", i,
