@@ -376,15 +376,16 @@ static int probe_storage(const struct fmt_args *a, const struct keg_format *f)
     struct keg_stack_conf sc = {0};
     struct keg_obj *o = NULL;
     unsigned char rnd[8] = {0};
-    /* an unreachable endpoint should not take the full 60 s retry deadline */
-    sc.retry_deadline_ms = 10000;
     char key[160];
     char data[64];
     char back[64];
     sc.insecure = a->insecure;
     sc.ca_file = a->ca_file;
     sc.concurrency = (unsigned)a->s3_concurrency;
-    sc.retry_deadline_ms = (unsigned)(a->s3_retry_deadline * 1000.0);
+    /* an unreachable endpoint should not take the store's full 60 s retry
+     * deadline: the probe gives up after 10 s unless --s3-retry-deadline says */
+    sc.retry_deadline_ms = a->s3_retry_deadline > 0 ? (unsigned)(a->s3_retry_deadline * 1000.0)
+                                                    : 10000;
     int rc = keg_stack_open(f, &sc, &o);
     if (rc) {
         mnt_error("cannot open %s storage %s: %s", f->storage, f->bucket, strerror(-rc));

@@ -170,20 +170,24 @@ do_start() {
     start_gw
 
     if [[ ! -f $DIR/credentials ]]; then
-        local ak sk
-        ak=KEG$(head -c 256 /dev/urandom | tr -dc 'A-Z0-9' | head -c 17)
-        sk=$(head -c 512 /dev/urandom | tr -dc 'A-Za-z0-9' | head -c 40)
-        radosgw-admin -c "$CONF" -n client.admin user create --uid=kegtest \
-            --display-name="KegFS tests" --access-key="$ak" --secret="$sk" >/dev/null ||
+        # the gateway generates the key pair: no secret on any command line
+        local ak sk out
+        out=$(radosgw-admin -c "$CONF" -n client.admin user create --uid=kegtest \
+            --display-name="KegFS tests" --gen-access-key --gen-secret) ||
             { log_tail; die "radosgw-admin user create failed"; }
+        ak=$(printf '%s\n' "$out" | sed -n 's/.*"access_key": *"\([^"]*\)".*/\1/p' | head -1)
+        sk=$(printf '%s\n' "$out" | sed -n 's/.*"secret_key": *"\([^"]*\)".*/\1/p' | head -1)
+        [[ -n $ak && -n $sk ]] || die "radosgw-admin user create printed no key pair"
         (umask 077; printf 'AK=%s\nSK=%s\n' "$ak" "$sk" > "$DIR/credentials")
     fi
     # shellcheck disable=SC1091
     . "$DIR/credentials"
     local code end=$((SECONDS + 30))
     while :; do
-        code=$(curl -s -o "$DIR/log/mkbucket.out" -w '%{http_code}' -m 10 -X PUT \
-            --aws-sigv4 "aws:amz:us-east-1:s3" --user "$AK:$SK" \
+        # credentials reach curl through its config on stdin, not argv
+        code=$(printf 'user = "%s:%s"\n' "$AK" "$SK" |
+            curl -s -K - -o "$DIR/log/mkbucket.out" -w '%{http_code}' -m 10 -X PUT \
+            --aws-sigv4 "aws:amz:us-east-1:s3" \
             -H 'x-amz-content-sha256: UNSIGNED-PAYLOAD' \
             "http://127.0.0.1:$PORT/$BUCKET" || true)
         [[ $code == 200 || $code == 409 ]] && break

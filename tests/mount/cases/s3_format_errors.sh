@@ -102,10 +102,13 @@ if [ -n "$RGWADM" ]; then
 fi
 if [ -n "$RGWADM" ]; then
   AK2="KEGFE$RANDOM$RANDOM"
-  SK2="second$RANDOM$RANDOM$RANDOM$RANDOM"
+  # the gateway generates the secret (never on a command line); read it from its answer
+  kc=$($RGWADM key create --uid="$UID_" --key-type=s3 --access-key="$AK2" --gen-secret \
+    2>/dev/null) || fail "radosgw-admin key create failed"
+  SK2=$(printf '%s\n' "$kc" | grep -A2 -F "\"access_key\": \"$AK2\"" \
+    | sed -n 's/.*"secret_key": *"\([^"]*\)".*/\1/p' | head -1)
+  [ -n "$SK2" ] || fail "radosgw-admin key create printed no secret for $AK2"
   SECRETS+=("$SK2")
-  $RGWADM key create --uid="$UID_" --key-type=s3 --access-key="$AK2" --secret="$SK2" \
-    > /dev/null 2>&1 || fail "radosgw-admin key create failed"
   STORED_AK=$AK2 STORED_SK=$SK2
 else
   note "no radosgw-admin for this gateway: the override is checked with the one key"
