@@ -178,6 +178,19 @@ def main():
         ok, _ = wait_content(os.path.join(t2, "shared.txt"), data, 5)
         step("write in pod-a, read in pod-b", ok)
 
+        # static provisioning: an admin's PV whose volumeHandle is new to the
+        # driver and whose volumeAttributes name the existing volume's metaurl
+        t3 = os.path.join(pods, "pod-c", "volumes", "kubernetes.io~csi", "pv-static", "mount")
+        os.makedirs(os.path.dirname(t3), exist_ok=True)
+        retry(n.node.NodePublishVolume, pb.NodePublishVolumeRequest(
+            volume_id="static-pv-0001", target_path=t3, volume_capability=cap, secrets=secrets,
+            volume_context={"metaurl": vol.volume_context["metaurl"]}))
+        ok3, _ = wait_content(os.path.join(t3, "shared.txt"), data, 5)
+        n.node.NodeUnpublishVolume(pb.NodeUnpublishVolumeRequest(volume_id="static-pv-0001",
+                                                                 target_path=t3))
+        step("static provisioning: a PV naming the existing volume mounts it", ok3 and
+             not os.path.exists(t3))
+
         # external-resizer: ControllerExpandVolume
         r = c.controller.ControllerExpandVolume(pb.ControllerExpandVolumeRequest(
             volume_id=vid, capacity_range=pb.CapacityRange(required_bytes=1024 * MiB),
