@@ -597,6 +597,121 @@ static void test_sentinel(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
+static int atoi_port(const char *s)
+{
+    return s ? (int)strtol(s, NULL, 10) : 0;
+}
+
+/* Start a throw-away redis-server (or sentinel, with extra "--sentinel") from
+ * the config text cfg in dir/name.conf, and wait until it answers on port. */
+static redisContext *spawn_redis(const char *dir, const char *name, int port, const char *cfg,
+                                 const char *extra)
+{
+    char conf[256], cmd[512];
+    snprintf(conf, sizeof(conf), "%s/%s.conf", dir, name);
+    FILE *f = fopen(conf, "w");
+    assert_non_null(f);
+    fprintf(f, "port %d\nbind 127.0.0.1\ndaemonize yes\npidfile %s/%s.pid\nlogfile %s/%s.log\n"
+            "dir %s\nsave \"\"\nappendonly no\n%s", port, dir, name, dir, name, dir, cfg);
+    fclose(f);
+    snprintf(cmd, sizeof(cmd), "/usr/bin/redis-server %s %s", conf, extra);
+    assert_int_equal(system(cmd), 0);
+    for (int i = 0; i < 100; i++) {
+        struct timeval tv = {1, 0};
+        redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
+        if (c && !c->err)
+            return c;
+        if (c)
+            redisFree(c);
+        usleep(100000);
+    }
+    fail_msg("%s on port %d did not start", name, port);
+    return NULL;
+}
+
+/* Sentinel failover: the master changes (SENTINEL FAILOVER) while a client is
+ * open; the engine finds the new master through the sentinels and goes on, and
+ * what was written before is there.  Uses its own master, replica and
+ * sentinel so that the shared test server keeps its role. */
+static void test_sentinel_failover(void **state)
+{
+    char dir[] = "/tmp/keg-failover-XXXXXX", cfg[256], ns[64], url[512], cmd[300];
+    int mport = g_port + 20101, rport = g_port + 20102, sport = g_port + 20103;
+    struct keg_attr a;
+    struct keg_meta *m;
+    (void)state;
+    need_live();
+    if (access("/usr/bin/redis-server", X_OK) != 0)
+        skip();
+    assert_non_null(mkdtemp(dir));
+    redisContext *mc = spawn_redis(dir, "master", mport, "", "");
+    snprintf(cfg, sizeof(cfg), "replicaof 127.0.0.1 %d\n", mport);
+    redisContext *rc = spawn_redis(dir, "replica", rport, cfg, "");
+    snprintf(cfg, sizeof(cfg),
+             "sentinel monitor kfo 127.0.0.1 %d 1\nsentinel down-after-milliseconds kfo 1000\n"
+             "sentinel failover-timeout kfo 5000\n", mport);
+    redisContext *sc = spawn_redis(dir, "sentinel", sport, cfg, "--sentinel");
+
+    token(ns, sizeof(ns));
+    snprintf(url, sizeof(url), "redis+sentinel://127.0.0.1:%d/kfo/0?ns=%s", sport, ns);
+    assert_int_equal(keg_meta_open(url, &m), 0);
+    struct keg_format fm;
+    fill_format(&fm);
+    assert_int_equal(KEG_META_CALL(m, format_init, &fm, 0755, 0, 0, 0), 0);
+    assert_int_equal(mkfile(m, KEG_ROOT_INO, "before", &a), 0);
+    /* wait until the replica has everything, and the sentinel knows the replica */
+    redisReply *r = redisCommand(mc, "WAIT 1 5000");
+    assert_non_null(r);
+    assert_int_equal(r->integer, 1);
+    freeReplyObject(r);
+    int known = 0;
+    for (int i = 0; i < 100 && !known; i++) {
+        r = redisCommand(sc, "SENTINEL REPLICAS kfo");
+        known = r && r->type == REDIS_REPLY_ARRAY && r->elements > 0;
+        if (r)
+            freeReplyObject(r);
+        if (!known)
+            usleep(100000);
+    }
+    assert_true(known);
+
+    r = redisCommand(sc, "SENTINEL FAILOVER kfo");
+    assert_non_null(r);
+    freeReplyObject(r);
+    int promoted = 0;
+    for (int i = 0; i < 150 && !promoted; i++) {
+        r = redisCommand(sc, "SENTINEL GET-MASTER-ADDR-BY-NAME kfo");
+        promoted = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+                   atoi_port(r->element[1]->str) == rport;
+        if (r)
+            freeReplyObject(r);
+        if (!promoted)
+            usleep(100000);
+    }
+    assert_true(promoted);
+    /* the old master is demoted: writes there fail with READONLY; the engine
+     * must ask the sentinels again and reach the new master (bounded retries) */
+    int ok = -1;
+    for (int i = 0; i < 100 && ok != 0; i++) {
+        ok = mkfile(m, KEG_ROOT_INO, "after", &a);
+        if (ok != 0)
+            usleep(100000);
+    }
+    assert_int_equal(ok, 0);
+    assert_int_equal(KEG_META_CALL(m, lookup, KEG_ROOT_INO, "before", &a), 0);
+    assert_int_equal(KEG_META_CALL(m, lookup, KEG_ROOT_INO, "after", &a), 0);
+    close_vol(m);
+
+    /* the failover killed the clients of the old master: stop each server
+     * through its pid file */
+    redisFree(sc);
+    redisFree(rc);
+    redisFree(mc);
+    snprintf(cmd, sizeof(cmd), "for p in %s/*.pid; do kill \"$(cat \"$p\")\"; done; "
+             "sleep 0.5; rm -rf %s", dir, dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 /* A chunk written past EOF (fallocate KEEP_SIZE) is still dropped by truncate
  * and purge: its slice reaches the deletion queue and no key is left. */
 static void test_chunk_past_eof(void **state)
@@ -809,6 +924,7 @@ int main(void)
         cmocka_unit_test(test_hash_tags),
         cmocka_unit_test(test_connection_loss),
         cmocka_unit_test(test_sentinel),
+        cmocka_unit_test(test_sentinel_failover),
         cmocka_unit_test(test_chunk_past_eof),
         cmocka_unit_test(test_legacy_chunk_mark),
         cmocka_unit_test(test_real_restart),
