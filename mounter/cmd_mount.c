@@ -72,7 +72,7 @@ struct mount_opts {
     double   attr_cache, entry_cache, dir_entry_cache;   /* seconds */
     int      read_only;
     uint64_t buffer_mib;       /* 0: core default */
-    uint64_t mem_cache_mib;    /* 0: core default */
+    uint64_t mem_cache_mib;    /* cap of the read share, 0: none */
     char    *cache_dir;        /* SSD cache + staging directory; OWNERSHIP: keg_free */
     uint64_t cache_size;       /* SSD cache budget, bytes (0: stack default) */
     int      writeback;
@@ -148,8 +148,9 @@ static void usage(FILE *out)
         "                           negative lookups (default 1)\n"
         "      --dir-entry-cache SEC kernel directory-name cache timeout (default 1)\n"
         "      --read-only          mount read-only\n"
-        "      --buffer-size MiB    write-buffer budget (default 300)\n"
-        "      --mem-cache-size MiB decoded-block memory cache (default 256)\n"
+        "      --buffer-size MiB    memory budget for read cache and write buffers (default 300)\n"
+        "      --mem-cache-size MiB optional cap of the read cache's share of the budget\n"
+        "                           (default: none; writes always come first)\n"
         "      --cache-dir DIR      local SSD cache of blocks (and writeback staging) in DIR\n"
         "      --cache-size SIZE    SSD cache budget, e.g. 10G (default 1G; needs --cache-dir)\n"
         "      --writeback          stage written blocks in --cache-dir, upload them in the\n"

@@ -133,6 +133,7 @@ static int ws_put(struct keg_fs *fs, struct fs_inode *ip, struct fs_wslice *ws, 
                 return -ENOMEM;
             atomic_fetch_add(&fs->wbytes, ncap - b->cap);
             ip->wbytes += ncap - b->cap;
+            fs_bcache_trim(fs->bc);     /* the read cache makes room (one budget) */
             b->p = np;
             b->cap = ncap;
         }

@@ -488,8 +488,8 @@ int keg_fs_new(const struct keg_fs_conf *conf, struct keg_fs **out)
         rc = -EINVAL;
         goto fail2;
     }
-    rc = fs_bcache_new(conf->block_cache_size ? conf->block_cache_size : (256ULL << 20),
-                       &fs->bc);
+    /* one budget for the read cache and the write buffers (read.c DESIGN) */
+    rc = fs_bcache_new(fs->buffer_size, conf->block_cache_size, &fs->wbytes, &fs->bc);
     if (rc < 0)
         goto fail2;
 

@@ -204,8 +204,19 @@ int  fs_attr_fixup_token(struct keg_fs *fs, struct keg_attr *a, uint64_t token);
  *--------------------------------------------------------------------------*/
 
 struct fs_bcache;
-int  fs_bcache_new(uint64_t budget, struct fs_bcache **out);
+/* A cache sharing budget bytes with the write buffers counted in *wbytes
+ * (fs->wbytes; NULL: none): it holds at most budget - *wbytes, never less
+ * than budget / 8, and at most cap bytes when cap != 0 (read.c DESIGN).
+ * BORROWS: wbytes for the cache's life.  OWNERSHIP: fs_bcache_free(). */
+int  fs_bcache_new(uint64_t budget, uint64_t cap, const _Atomic uint64_t *wbytes,
+                   struct fs_bcache **out);
 void fs_bcache_free(struct fs_bcache *bc);
+/* Evict unreferenced blocks until the read share fits next to the write
+ * buffers.  Call after wbytes grew; costs two atomic loads while
+ * used + wbytes <= budget.  LOCKS: takes the cache's lock only to evict. */
+void fs_bcache_trim(struct fs_bcache *bc);
+/* Bytes of decoded blocks held by the cache now. */
+uint64_t fs_bcache_used(struct fs_bcache *bc);
 
 /* Copy slice bytes [sa, sb) of slice (id, size) to dst through the block
  * cache.  quiet: a missing block is returned as -ENOENT without a log line

@@ -37,6 +37,22 @@
  * Invariants: an entry is in the hash iff LOADING or READY; in the LRU iff
  * READY; used = sum of len of READY entries; an entry is freed only when it
  * is out of the hash and refs == 0.
+ *
+ * Memory budget: the cache shares one budget (buffer_size) with the write
+ * buffers (fs->wbytes, file.c).  Writers have priority: their bytes cannot
+ * be evicted, so the read share is what they leave,
+ *   limit = budget - wbytes, but at least budget / BC_FLOOR_DIV (the floor),
+ * and at most the optional read cap (conf->block_cache_size, 0: none).
+ * Unreferenced entries are evicted from the LRU tail while used > limit:
+ * when an entry becomes READY or unreferenced, and from fs_bcache_trim(),
+ * which the write path calls after wbytes grew (it returns at once, without
+ * the lock, while used + wbytes <= budget).  The floor keeps a reader going
+ * under heavy writing: with no cache at all, each 128 KiB read of a 4 MiB
+ * block would fetch and decode the whole block again.  So the mounter's
+ * block memory is bounded by budget + floor + referenced entries (blocks
+ * being copied right now) + blocks being fetched.  While the read share is
+ * down to the floor, read-ahead and parallel fetches are not queued: they
+ * would only evict the blocks readers are about to copy.
  */
 #include <fcntl.h>
 #include <string.h>
@@ -54,6 +70,7 @@
 #define FS_RA_MAX_BLOCKS 8      /* largest read-ahead window */
 #define FS_FETCH_MAX_JOBS 64    /* blocks queued by one read */
 #define FS_FETCH_CORRUPT_RETRIES 2  /* re-reads of a block that failed verification */
+#define BC_FLOOR_DIV 8          /* the read share never drops below budget / 8 */
 
 enum { BC_LOADING, BC_READY, BC_FAILED };
 
@@ -71,15 +88,19 @@ struct bc_ent {
 };
 
 struct fs_bcache {
-    pthread_mutex_t mu;             /* protects everything */
+    pthread_mutex_t mu;             /* protects everything but used's unlocked reads */
     pthread_cond_t  cv;             /* LOADING -> READY/FAILED */
-    uint64_t        budget;
-    uint64_t        used;
+    uint64_t        budget;         /* shared with the write buffers */
+    uint64_t        cap;            /* optional cap of the read share, 0: none */
+    uint64_t        floor;          /* the read share never drops below this */
+    const _Atomic uint64_t *wbytes; /* buffered write bytes (fs->wbytes) or NULL */
+    _Atomic uint64_t used;          /* written under mu; read anywhere */
     struct bc_ent   lru;            /* sentinel */
     struct bc_ent  *h[BC_BUCKETS];
 };
 
-int fs_bcache_new(uint64_t budget, struct fs_bcache **out)
+int fs_bcache_new(uint64_t budget, uint64_t cap, const _Atomic uint64_t *wbytes,
+                  struct fs_bcache **out)
 {
     struct fs_bcache *bc = keg_calloc(1, sizeof(*bc));
     *out = NULL;
@@ -88,6 +109,12 @@ int fs_bcache_new(uint64_t budget, struct fs_bcache **out)
     pthread_mutex_init(&bc->mu, NULL);
     pthread_cond_init(&bc->cv, NULL);
     bc->budget = budget;
+    bc->cap = cap;
+    bc->floor = budget / BC_FLOOR_DIV;
+    if (cap && cap < bc->floor)
+        bc->floor = cap;
+    bc->wbytes = wbytes;
+    atomic_init(&bc->used, 0);
     bc->lru.lnext = bc->lru.lprev = &bc->lru;
     *out = bc;
     return 0;
@@ -109,6 +136,34 @@ void fs_bcache_free(struct fs_bcache *bc)
     pthread_mutex_destroy(&bc->mu);
     pthread_cond_destroy(&bc->cv);
     keg_free(bc);
+}
+
+uint64_t fs_bcache_used(struct fs_bcache *bc)
+{
+    return atomic_load_explicit(&bc->used, memory_order_relaxed);
+}
+
+static uint64_t bc_wbytes(const struct fs_bcache *bc)
+{
+    return bc->wbytes ? atomic_load_explicit(bc->wbytes, memory_order_relaxed) : 0;
+}
+
+/* The bytes the read share may hold now (see DESIGN). */
+static uint64_t bc_limit(const struct fs_bcache *bc)
+{
+    uint64_t w = bc_wbytes(bc);
+    uint64_t limit = w < bc->budget ? bc->budget - w : 0;
+    if (limit < bc->floor)
+        limit = bc->floor;
+    if (bc->cap && limit > bc->cap)
+        limit = bc->cap;
+    return limit;
+}
+
+/* 1 while writers hold all of the budget but the floor. */
+static int bc_pressed(const struct fs_bcache *bc)
+{
+    return bc_wbytes(bc) + bc->floor >= bc->budget;
 }
 
 static size_t bc_hash(uint64_t id, uint32_t indx)
@@ -141,21 +196,33 @@ static void hash_unlink(struct fs_bcache *bc, struct bc_ent *e)
     e->hashed = 0;
 }
 
-/* LOCKS: bc->mu held. */
+/* Evict unreferenced entries from the LRU tail until the read share is
+ * within bc_limit().  LOCKS: bc->mu held. */
 static void bc_evict(struct fs_bcache *bc)
 {
+    uint64_t limit = bc_limit(bc);
     struct bc_ent *e = bc->lru.lprev;
-    while (bc->used > bc->budget && e != &bc->lru) {
+    while (atomic_load_explicit(&bc->used, memory_order_relaxed) > limit && e != &bc->lru) {
         struct bc_ent *prev = e->lprev;
         if (e->refs == 0) {
             lru_unlink(e);
             hash_unlink(bc, e);
-            bc->used -= e->len;
+            atomic_fetch_sub_explicit(&bc->used, e->len, memory_order_relaxed);
             keg_free(e->data);
             keg_free(e);
         }
         e = prev;
     }
+}
+
+void fs_bcache_trim(struct fs_bcache *bc)
+{
+    /* the common case, unlocked: reads and writes fit in the budget */
+    if (fs_bcache_used(bc) + bc_wbytes(bc) <= bc->budget)
+        return;
+    pthread_mutex_lock(&bc->mu);
+    bc_evict(bc);
+    pthread_mutex_unlock(&bc->mu);
 }
 
 static void bc_put(struct fs_bcache *bc, struct bc_ent *e)
@@ -306,7 +373,7 @@ static int bc_get_mode(struct keg_fs *fs, uint64_t id, uint32_t indx, uint32_t b
     if (rc == 0) {
         e->data = data;
         e->state = BC_READY;
-        bc->used += blen;
+        atomic_fetch_add_explicit(&bc->used, blen, memory_order_relaxed);
         lru_push(bc, e);
         bc_evict(bc);
     } else {
@@ -408,10 +475,13 @@ void fs_fetch_stop(struct keg_fs *fs)
 }
 
 /* Queue a fetch of one block unless cached.  Returns 0, or -EAGAIN when the
- * pool is full or has no threads (then the caller stops queueing). */
+ * pool is full or has no threads, or the read share is down to its floor
+ * (then the caller stops queueing). */
 static int fetch_one(struct keg_fs *fs, uint64_t id, uint32_t indx, uint32_t blen)
 {
     struct fs_fetchjob *f;
+    if (bc_pressed(fs->bc))
+        return -EAGAIN;         /* writers leave the cache its floor only */
     if (bc_has(fs->bc, id, indx))
         return 0;
     f = keg_calloc(1, sizeof(*f));

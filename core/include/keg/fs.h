@@ -43,8 +43,11 @@ struct keg_fs_conf {
     const char *mountpoint;        /* for the session record, may be NULL */
     int         read_only;
     int         no_session;        /* tools: no session, no background threads */
-    uint64_t    buffer_size;       /* write-buffer budget in bytes (default 300 MiB) */
-    uint64_t    block_cache_size;  /* decoded-block memory cache (default 256 MiB) */
+    uint64_t    buffer_size;       /* memory budget in bytes shared by the decoded-block
+                                    * read cache and the write buffers; writers first
+                                    * (default 300 MiB) */
+    uint64_t    block_cache_size;  /* optional cap of the read cache's share of
+                                    * buffer_size (0: none, the default) */
     unsigned    heartbeat_sec;     /* session heartbeat period (default 10) */
     unsigned    session_timeout;   /* a session older than this is stale (default 60) */
     /* Object-store credentials overriding the stored ones (e.g. from the
