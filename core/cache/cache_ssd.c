@@ -535,6 +535,115 @@ static int cs_put(struct keg_obj *o, const char *key, const void *buf, size_t le
     return 0;
 }
 
+/* Takes over the caller's SSD file of key (any kind) as the cache file: take()
+ * moves it to a temp name in the cache directory, the header is rewritten as
+ * kind "cached", then it is renamed into place and indexed.  Returns 1 if the
+ * file was taken (even if adopting it then failed: the temp file is removed
+ * and the object left uncached), 0 if take() failed (the file is still the
+ * caller's).  BORROWS: everything.  LOCKS: takes cs->mu. */
+static int cs_adopt(struct cache_ssd *cs, const char *key, const char *name, uint64_t olen,
+                    keg_obj_take_fn *take, void *arg)
+{
+    static _Atomic unsigned long seq;
+    size_t klen = strlen(key);
+    uint64_t fsize = KEGC_HDR + klen + olen;
+    char sfx[32];
+    char *path = NULL, *tmp = NULL;
+    struct cs_ent *e = NULL, *victims = NULL;
+    uint8_t hdr[KEGC_HDR];
+    uint32_t hcrc;
+    int fd = -1, rc, taken = 0;
+
+    if (fsize > cs->budget)
+        return 0;
+    snprintf(sfx, sizeof(sfx), ".a%lu", (unsigned long)++seq);
+    path = cs_path(cs, key, "", name);
+    tmp = cs_path2(cs, key, KEGC_TMP_PREFIX, name, sfx);
+    e = cs_ent_new(key, fsize, olen);
+    if (!path || !tmp || !e) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    rc = take(arg, tmp);
+    if (rc == -ENOENT) {
+        char *slash = strrchr(tmp, '/');
+        *slash = '\0';
+        rc = keg_ssd_mkdirs(tmp);
+        *slash = '/';
+        if (rc == 0)
+            rc = take(arg, tmp);
+    }
+    if (rc < 0)
+        goto out;
+    taken = 1;
+    /* Same image but the kind byte, which the header CRC covers. */
+    fd = open(tmp, O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+        rc = -errno;
+        goto out;
+    }
+    if (pread(fd, hdr, sizeof(hdr), 0) != (ssize_t)sizeof(hdr) ||
+        kegc_get32(hdr) != KEGC_MAGIC || hdr[4] != KEGC_VERSION ||
+        ((size_t)hdr[6] | (size_t)hdr[7] << 8) != klen) {
+        rc = -EIO;
+        goto out;
+    }
+    hdr[5] = KEGC_KIND_CACHE;
+    hcrc = keg_crc32c(0, hdr, 20);
+    kegc_put32(hdr + 20, keg_crc32c(hcrc, key, klen));
+    if (pwrite(fd, hdr, sizeof(hdr), 0) != (ssize_t)sizeof(hdr)) {
+        rc = errno ? -errno : -EIO;
+        goto out;
+    }
+    rc = keg_ssd_file_publish(AT_FDCWD, fd, tmp, path, 0);
+    fd = -1;
+    if (rc < 0)
+        goto out;
+    pthread_mutex_lock(&cs->mu);
+    cs_insert(cs, e);
+    e = NULL;
+    victims = cs_evict_locked(cs);
+    pthread_mutex_unlock(&cs->mu);
+    cs_drop_victims(cs, victims);
+out:
+    if (fd >= 0) {
+        close(fd);
+        unlink(tmp);
+    }
+    if (rc < 0 && taken)
+        KEG_WARN("cannot adopt the local copy of %s into %s: %s", key, cs->dir, strerror(-rc));
+    keg_free(e);
+    keg_free(tmp);
+    keg_free(path);
+    return taken;
+}
+
+/* put() whose caller holds the object in an SSD file: the cache adopts that
+ * file instead of writing its own copy (see keg_obj_ops.put_file). */
+static int cs_put_file(struct keg_obj *o, const char *key, const void *buf, size_t len,
+                       keg_obj_take_fn *take, void *arg)
+{
+    struct cache_ssd *cs = o->priv;
+    char name[KEGC_NAME_MAX + 1];
+    uint32_t blen;
+    int rc = keg_obj_put(o->inner, key, buf, len);
+
+    if (rc < 0 || !kegc_is_block(key, &blen) || kegc_escape(key, name) < 0)
+        return rc;
+    pthread_mutex_lock(&cs->mu);
+    for (struct cs_fill *f = cs->fills; f; f = f->next) {
+        if (strcmp(f->key, key) == 0)
+            f->cancelled = 1;
+    }
+    pthread_mutex_unlock(&cs->mu);
+    if (len > KEG_BLOCK_HDR + (size_t)blen)
+        return 0;
+    if (cs_adopt(cs, key, name, len, take, arg))
+        return 1;
+    cs_store(cs, NULL, key, name, buf, len);
+    return 0;
+}
+
 static int cs_del(struct keg_obj *o, const char *key)
 {
     struct cache_ssd *cs = o->priv;
@@ -788,4 +897,5 @@ const struct keg_obj_ops keg_cache_ssd_ops = {
     .head = cs_head,
     .list = keg_obj_def_list,
     .sync = keg_obj_def_sync,
+    .put_file = cs_put_file,
 };

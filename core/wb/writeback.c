@@ -361,17 +361,48 @@ static int wb_sleep(struct wb *wb, unsigned ms)
     return stop;
 }
 
-/* Uploads one staged object, retrying transient errors.
- * Returns 0, -ENOENT (its file is gone), -EBADMSG (corrupt, quarantined) or the last -errno. */
-static int wb_upload(struct wb *wb, const char *key)
+/* take() of keg_obj_put_file: hands the staging file of an entry being
+ * uploaded to the layer below (the SSD cache adopts it instead of writing a
+ * copy), unless the key was put again or deleted meanwhile.  Under wb->mu, like
+ * the unlink of an uploaded file, so a concurrent re-put is never moved away. */
+struct wb_take {
+    struct wb     *wb;
+    struct wb_ent *e;
+    unsigned       gen;             /* e->gen when its upload started */
+    const char    *name;            /* staging file name */
+};
+
+static int wb_take(void *arg, const char *dst)
 {
+    struct wb_take *t = arg;
+    int rc = 0;
+
+    pthread_mutex_lock(&t->wb->mu);
+    if (t->e->gen != t->gen || t->e->deleted)
+        rc = -ESTALE;
+    else if (t->e->synced && !t->wb->inner_durable)
+        rc = -EAGAIN;       /* fsync'ed meanwhile: keep it until inner is synced */
+    else if (renameat(t->wb->dirfd, t->name, AT_FDCWD, dst) < 0)
+        rc = -errno;
+    pthread_mutex_unlock(&t->wb->mu);
+    return rc;
+}
+
+/* Uploads one staged object, retrying transient errors.  With may_take the
+ * layer below may take the staging file over (*taken = 1: it is gone).
+ * Returns 0, -ENOENT (its file is gone), -EBADMSG (corrupt, quarantined) or the last -errno. */
+static int wb_upload(struct wb *wb, struct wb_ent *e, unsigned gen, int may_take, int *taken)
+{
+    const char *key = e->key;
     char name[KEGC_NAME_MAX + 1];
+    struct wb_take t = {wb, e, gen, name};
     uint8_t *file = NULL;
     const uint8_t *obj;
     uint64_t olen;
     unsigned delay = wb->backoff_ms;
     int rc;
 
+    *taken = 0;
     if (kegc_escape(key, name) < 0)
         return -ENAMETOOLONG;
     rc = wb_read_staged(wb, key, name, &file, &obj, &olen);
@@ -382,9 +413,13 @@ static int wb_upload(struct wb *wb, const char *key)
     if (rc < 0)
         return rc;
     for (unsigned attempt = 1;; attempt++) {
-        rc = keg_obj_put(wb->o->inner, key, obj, (size_t)olen);
-        if (rc == 0)
+        rc = may_take ? keg_obj_put_file(wb->o->inner, key, obj, (size_t)olen, wb_take, &t)
+                      : keg_obj_put(wb->o->inner, key, obj, (size_t)olen);
+        if (rc >= 0) {
+            *taken = rc == 1;
+            rc = 0;
             break;
+        }
         pthread_mutex_lock(&wb->mu);
         wb->upload_errors++;
         pthread_mutex_unlock(&wb->mu);
@@ -444,14 +479,17 @@ static void *wb_worker(void *arg)
     while (!wb->stop) {
         struct wb_ent *e = wb_pick(wb);
         unsigned gen;
-        int rc;
+        int may_take, taken, rc;
 
         if (!e)
             continue;
         gen = e->gen;
+        /* An fsync'ed object must stay in its fsync'ed staging file until a
+         * store that is not durable by itself has been synced: no hand-over. */
+        may_take = wb->inner_durable || !e->synced;
         pthread_mutex_unlock(&wb->mu);
         /* e stays valid: an UPLOADING entry is freed only here. */
-        rc = wb_upload(wb, e->key);
+        rc = wb_upload(wb, e, gen, may_take, &taken);
         if (rc == 0 && !wb->inner_durable) {
             int synced;
             pthread_mutex_lock(&wb->mu);
@@ -476,7 +514,7 @@ static void *wb_worker(void *arg)
             list_add_tail(&wb->ready, e);
         } else if (rc == 0) {
             char name[KEGC_NAME_MAX + 1];
-            if (kegc_escape(e->key, name) == 0 && unlinkat(wb->dirfd, name, 0) < 0 &&
+            if (!taken && kegc_escape(e->key, name) == 0 && unlinkat(wb->dirfd, name, 0) < 0 &&
                 errno != ENOENT)
                 KEG_WARN("removing uploaded staging file %s/%s: %s", wb->dir, name,
                          strerror(errno));

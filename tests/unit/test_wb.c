@@ -752,11 +752,129 @@ static void test_contract_through_stack(void **state)
     keg_obj_close(o);
 }
 
+/* Inode of the file at path, 0 if there is none. */
+static ino_t file_ino(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 ? st.st_ino : 0;
+}
+
+/* After an upload through writeback -> cache_ssd, the cache adopts the staging
+ * file (same inode, rewritten as a cache file) instead of writing a copy; an
+ * fsync'ed object over a store that is not durable by itself is copied, so its
+ * fsync'ed staging file stays until the store was synced.  Both read back from
+ * the cache without a GET, also after the stack is reopened (index rebuilt). */
+static void test_cache_adopts_staged_file(void **state)
+{
+    struct fx *fx = *state;
+    struct keg_cache_ssd_conf cc = {.dir = fx->cache, .budget = 1 << 20};
+    struct keg_wb_conf wc = {.dir = fx->cache, .workers = 1};
+    struct keg_obj_conf oc = {.bucket = fx->store};
+    uint8_t a[KEG_BLOCK_HDR + 3000], b[KEG_BLOCK_HDR + 3000], got[KEG_BLOCK_HDR + 3100];
+    char ka[128], kb[128], name[KEGC_NAME_MAX + 1], spath[2][400], cpath[2][400];
+    size_t la = make_block(21, 3000, a, sizeof(a), ka, sizeof(ka));
+    size_t lb = make_block(22, 3000, b, sizeof(b), kb, sizeof(kb));
+    const char *keys[2] = {ka, kb};
+    ino_t staged[2];
+    struct keg_obj *o = NULL;
+    struct keg_cache_ssd_stats cst;
+
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(kegc_escape(keys[i], name), 0);
+        snprintf(spath[i], sizeof(spath[i]), "%s/%s", fx->slot, name);
+        snprintf(cpath[i], sizeof(cpath[i]), "%s/blocks/%02x/%s", fx->cache,
+                 (unsigned)(keg_crc32c(0, keys[i], strlen(keys[i])) & 0xff), name);
+    }
+    for (int round = 0; round < 2; round++) {
+        assert_int_equal(keg_obj_open("file", &oc, NULL, &o), 0);
+        assert_int_equal(keg_obj_open("counting", NULL, o, &o), 0);
+        assert_int_equal(keg_cache_ssd_create(&cc, o, &o), 0);
+        assert_int_equal(keg_wb_create(&wc, o, &o), 0);
+        if (round == 0) {
+            atomic_store(&cnt_put_delay_ms, 100);       /* both stay staged a while */
+            assert_int_equal(keg_obj_put(o, ka, a, la), 0);
+            staged[0] = file_ino(spath[0]);
+            assert_int_equal(keg_obj_put(o, kb, b, lb), 0);
+            assert_int_equal(keg_obj_sync(o), 0);       /* b (and a) fsync'ed */
+            staged[1] = file_ino(spath[1]);
+            assert_true(staged[0] != 0 && staged[1] != 0);
+            atomic_store(&cnt_put_delay_ms, 0);
+            assert_int_equal(keg_wb_drain(o, 10000, NULL), 0);
+            assert_int_equal(count_files(fx->slot, NULL, NULL), 0);
+            assert_int_equal(file_ino(spath[0]), 0);
+            assert_int_equal(file_ino(spath[1]), 0);
+            assert_true(file_ino(cpath[0]) != 0);
+            assert_true(file_ino(cpath[1]) != 0);
+            assert_true(file_ino(cpath[1]) != staged[1]);   /* fsync'ed: copied */
+        }
+        assert_int_equal(keg_obj_get(o, ka, 0, got, sizeof(got)), (ssize_t)la);
+        assert_memory_equal(got, a, la);
+        assert_int_equal(keg_obj_get(o, kb, 0, got, sizeof(got)), (ssize_t)lb);
+        assert_memory_equal(got, b, lb);
+        assert_int_equal(atomic_load(&cnt_of(o)->gets), 0);     /* both from the cache */
+        assert_int_equal(keg_cache_ssd_stats(o->inner, &cst), 0);
+        assert_int_equal(cst.objects, 2);
+        keg_obj_close(o);
+    }
+}
+
+/* An unsynced staged object is handed to the cache: the cache file is the
+ * staging file's inode, and it verifies as a cache file. */
+static void test_cache_adopts_unsynced(void **state)
+{
+    struct fx *fx = *state;
+    struct keg_cache_ssd_conf cc = {.dir = fx->cache, .budget = 1 << 20};
+    struct keg_wb_conf wc = {.dir = fx->cache, .workers = 1};
+    struct keg_obj_conf oc = {.bucket = fx->store};
+    uint8_t a[KEG_BLOCK_HDR + 5000], got[KEG_BLOCK_HDR + 5100];
+    char ka[128], name[KEGC_NAME_MAX + 1], spath[400], cpath[400];
+    size_t la = make_block(31, 5000, a, sizeof(a), ka, sizeof(ka));
+    struct keg_obj *o = NULL;
+    ino_t staged;
+    uint8_t *file;
+    size_t flen;
+    const uint8_t *obj;
+    uint64_t olen;
+    FILE *f;
+
+    assert_int_equal(kegc_escape(ka, name), 0);
+    snprintf(spath, sizeof(spath), "%s/%s", fx->slot, name);
+    snprintf(cpath, sizeof(cpath), "%s/blocks/%02x/%s", fx->cache,
+             (unsigned)(keg_crc32c(0, ka, strlen(ka)) & 0xff), name);
+    assert_int_equal(keg_obj_open("file", &oc, NULL, &o), 0);
+    assert_int_equal(keg_obj_open("counting", NULL, o, &o), 0);
+    assert_int_equal(keg_cache_ssd_create(&cc, o, &o), 0);
+    assert_int_equal(keg_wb_create(&wc, o, &o), 0);
+    atomic_store(&cnt_put_delay_ms, 100);
+    assert_int_equal(keg_obj_put(o, ka, a, la), 0);
+    staged = file_ino(spath);
+    assert_true(staged != 0);
+    atomic_store(&cnt_put_delay_ms, 0);
+    assert_int_equal(keg_wb_drain(o, 10000, NULL), 0);
+    assert_int_equal(file_ino(spath), 0);
+    assert_int_equal(file_ino(cpath), staged);             /* taken, not copied */
+    file = malloc(KEGC_HDR + 200 + la);
+    f = fopen(cpath, "rb");
+    assert_non_null(f);
+    flen = fread(file, 1, KEGC_HDR + 200 + la, f);
+    fclose(f);
+    assert_int_equal(kegc_check(file, flen, KEGC_KIND_CACHE, ka, &obj, &olen), 0);
+    assert_int_equal(olen, la);
+    assert_memory_equal(obj, a, la);
+    free(file);
+    assert_int_equal(keg_obj_get(o, ka, 0, got, sizeof(got)), (ssize_t)la);
+    assert_memory_equal(got, a, la);
+    assert_int_equal(atomic_load(&cnt_of(o)->gets), 0);
+    keg_obj_close(o);
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
     const struct CMUnitTest tests[] = {
         T(test_put_returns_before_upload),
+        T(test_cache_adopts_staged_file),
+        T(test_cache_adopts_unsynced),
         T(test_crash_recovery),
         T(test_close_leaves_staged),
         T(test_backpressure),

@@ -55,6 +55,10 @@ typedef int keg_obj_list_cb(void *arg, const char *key, uint64_t size);
 #define KEG_OBJ_CAP_LIST      (1u << 1)
 #define KEG_OBJ_CAP_DURABLE   (1u << 2)   /* a successful put is durable on return */
 
+/* put_file's callback: move the caller's file to dst.  Returns 0 or -errno
+ * (then the file was not moved). */
+typedef int keg_obj_take_fn(void *arg, const char *dst);
+
 struct keg_obj_ops {
     const char *name;            /* "file", "s3", "mem", "faulty", "cache_mem", ... */
     unsigned    version;
@@ -80,6 +84,14 @@ struct keg_obj_ops {
     int     (*list)(struct keg_obj *o, const char *prefix, keg_obj_list_cb *cb, void *arg);
     /* Make every put that returned durable (file: syncfs).  Optional. */
     int     (*sync)(struct keg_obj *o);
+    /* put() from a caller that also holds the object in a local file in the
+     * SSD-file format (core/cache/cache_ssd_format.h).  After the object is
+     * stored, a layer that keeps local copies may call take(arg, dst) to have
+     * that file moved (rename, same filesystem) to dst and adopt it instead of
+     * writing a copy of its own.  Returns 1 if the file was taken, 0 if it was
+     * not (still the caller's), -errno if the put failed.  Optional (NULL: put). */
+    int     (*put_file)(struct keg_obj *o, const char *key, const void *buf, size_t len,
+                        keg_obj_take_fn *take, void *arg);
 };
 
 struct keg_obj {
@@ -119,6 +131,14 @@ static inline int keg_obj_put(struct keg_obj *o, const char *key, const void *bu
 {
     int rc = o->ops->put(o, key, buf, len);
     KEG_ASSERT(rc <= 0 && rc >= -4095);
+    return rc;
+}
+static inline int keg_obj_put_file(struct keg_obj *o, const char *key, const void *buf,
+                                   size_t len, keg_obj_take_fn *take, void *arg)
+{
+    int rc = o->ops->put_file ? o->ops->put_file(o, key, buf, len, take, arg)
+                              : o->ops->put(o, key, buf, len);
+    KEG_ASSERT(rc <= 1 && rc >= -4095);
     return rc;
 }
 static inline int keg_obj_del(struct keg_obj *o, const char *key)
