@@ -24,6 +24,12 @@
  * context is reused it is polled: a server that closed it (restart, timeout)
  * left it readable, and it is replaced without sending anything.
  *
+ * Latency: once a request is written, the thread busy-polls the socket for
+ * up to spin= microseconds (default MR_SPIN_US) before it blocks in read():
+ * on a VM whose idle vCPUs halt, waking a thread blocked in read() costs more
+ * than the whole loopback round trip (docs/redis.md).  At most ncpu/2 threads
+ * (at least 1) spin at once; the rest block at once.
+ *
  * Retries (bounded by MR_RETRY_MS in total, with exponential backoff) happen
  * only when the command certainly did not run: connecting failed, writing the
  * request failed, or the server answered LOADING / BUSY / MASTERDOWN /
@@ -46,12 +52,15 @@
 #include <inttypes.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "keg/mem.h"
 #include "keg/meta.h"
@@ -80,6 +89,9 @@ _Static_assert(F_RDLCK == 0 && F_WRLCK == 1 && F_UNLCK == 2, "Lua scripts hard-c
 #define MR_MAXARGS       24
 #define MR_NS_DEFAULT    "kegfs"
 #define MR_NS_MAX        64
+#define MR_SPIN_US       50         /* default busy-poll for a reply (spin=) */
+#define MR_SPIN_MAX_US   10000      /* largest spin= accepted */
+#define MR_SPIN_PROBE    16         /* every 16th reply is waited for the other way */
 
 enum mr_kind { MR_TCP, MR_UNIX, MR_SENTINEL };
 
@@ -161,6 +173,8 @@ struct mr_priv {
     char  **sentinels;              /* "host:port" of each sentinel */
     int     nsentinels;
     char   *master;                 /* sentinel master name */
+    int     spin_us;                /* busy-poll a reply this long before blocking (0: never) */
+    int     spin_slots;             /* threads allowed to busy-poll at once */
     char    sha[S_NSCRIPTS][41];    /* SHA1 of each script (the server computes it) */
     int     inited;
 
@@ -172,6 +186,9 @@ struct mr_priv {
     char            addr[300];      /* address last dialled, for logs; protected by lock */
     int             good_sentinel;  /* index of the sentinel that answered last; protected by lock */
     uint64_t        sid;            /* session id or 0; atomic access */
+    int             spinners;       /* threads busy-polling now; atomic access */
+    uint32_t        spin_calls;     /* replies waited for; atomic access */
+    int64_t         wait_ns[2];     /* average reply wait [0] blocking, [1] spinning; atomic */
     struct mr_ratelim lim[LIM_N];   /* protected by lock */
 };
 
@@ -488,10 +505,66 @@ static int mr_err_transient(const redisReply *r)
     return 0;
 }
 
+/* Busy-polls c's socket for up to p->spin_us microseconds, until the reply
+ * (or EOF, or an error) is readable, so that the caller's read finds it at
+ * once instead of sleeping in read() and paying the wake-up of an idle vCPU
+ * (docs/redis.md, spin=).  It only peeks: whatever it sees is left for
+ * redisGetReply, which keeps every timeout and error path of a plain read.
+ * Between peeks it yields the CPU, so that a Redis server (or anything else)
+ * waiting for this CPU runs at once.  Returns 1 if it spun, 0 if it could not
+ * get one of the p->spin_slots spinner slots (then the caller just blocks). */
+static int mr_spin(struct mr_priv *p, redisContext *c)
+{
+    if (__atomic_add_fetch(&p->spinners, 1, __ATOMIC_ACQ_REL) > p->spin_slots) {
+        __atomic_sub_fetch(&p->spinners, 1, __ATOMIC_ACQ_REL);
+        return 0;
+    }
+    int64_t end = keg_mono_ns() + (int64_t)p->spin_us * 1000;
+    for (;;) {
+        char b;
+        ssize_t n = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+        if (n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+            break;      /* data, EOF or an error: redisGetReply handles each */
+        sched_yield();
+        if (keg_mono_ns() >= end)
+            break;
+    }
+    __atomic_sub_fetch(&p->spinners, 1, __ATOMIC_ACQ_REL);
+    return 1;
+}
+
+/* Whether to spin for this reply.  Spinning wins when idle vCPUs halt (a
+ * blocked reader pays the wake-up) and loses when the CPUs are busy anyway
+ * (the spinner competes with the server for a CPU), so both ways are timed:
+ * the way that had the lower average wait is used, and every MR_SPIN_PROBE-th
+ * call tries the other one to keep its average current.  The averages are
+ * updated without locks; a lost update only delays the choice. */
+static int mr_spin_choose(struct mr_priv *p)
+{
+    if (p->spin_us <= 0)
+        return 0;
+    uint32_t n = __atomic_fetch_add(&p->spin_calls, 1, __ATOMIC_RELAXED);
+    int64_t ws = __atomic_load_n(&p->wait_ns[1], __ATOMIC_RELAXED);
+    int64_t wb = __atomic_load_n(&p->wait_ns[0], __ATOMIC_RELAXED);
+    int spin = ws <= wb;
+    return n % MR_SPIN_PROBE == 0 ? !spin : spin;
+}
+
+/* Adds one reply wait (ns, capped: a slow script says nothing about wake-ups)
+ * to the average of its way (1: spun, 0: blocked). */
+static void mr_spin_note(struct mr_priv *p, int spun, int64_t ns)
+{
+    int64_t cap = 1000000;
+    int64_t old = __atomic_load_n(&p->wait_ns[spun], __ATOMIC_RELAXED);
+    int64_t x = ns < cap ? ns : cap;
+    __atomic_store_n(&p->wait_ns[spun], old + (x - old) / 8, __ATOMIC_RELAXED);
+}
+
 /* Sends one command and reads its reply.  *sent = 1 once the whole request
  * went out (from then on the server may have run it). */
-static int mr_roundtrip(redisContext *c, int argc, const char **argv, const size_t *lens,
-                        redisReply **out, int *sent, char *why, size_t whylen)
+static int mr_roundtrip(struct mr_priv *p, redisContext *c, int argc, const char **argv,
+                        const size_t *lens, redisReply **out, int *sent, char *why,
+                        size_t whylen)
 {
     int done = 0;
     void *r = NULL;
@@ -508,10 +581,21 @@ static int mr_roundtrip(redisContext *c, int argc, const char **argv, const size
         }
     }
     *sent = 1;
+    int64_t t0 = 0;
+    int spun = -1;
+    if (mr_spin_choose(p)) {
+        t0 = keg_mono_ns();
+        spun = mr_spin(p, c);
+    } else if (p->spin_us > 0) {
+        t0 = keg_mono_ns();
+        spun = 0;
+    }
     if (redisGetReply(c, &r) != REDIS_OK || !r) {
         snprintf(why, whylen, "reply: %s", c->err ? c->errstr : "none");
         return -EIO;
     }
+    if (spun >= 0)
+        mr_spin_note(p, spun, keg_mono_ns() - t0);
     *out = r;
     return 0;
 }
@@ -533,7 +617,7 @@ static int mr_exec(struct mr_priv *p, int argc, const char **argv, const size_t 
         int sent = 0;
         rc = mr_get(p, &c, why, sizeof(why));
         if (rc == 0) {
-            rc = mr_roundtrip(c, argc, argv, lens, &r, &sent, why, sizeof(why));
+            rc = mr_roundtrip(p, c, argc, argv, lens, &r, &sent, why, sizeof(why));
             if (rc == 0 && r->type == REDIS_REPLY_ERROR && mr_err_transient(r)) {
                 snprintf(why, sizeof(why), "%s", r->str);
                 /* a replica after failover answers READONLY: re-ask the sentinels */
@@ -872,7 +956,20 @@ static int mr_parse_db(const char *s, int *db)
     return 0;
 }
 
-/* Parses the query string (ns=, db=).  Unknown parameters are logged and ignored. */
+static int mr_parse_spin(const char *s, int *us)
+{
+    char *end;
+    if (!*s)
+        return -EINVAL;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (*end || errno || v < 0 || v > MR_SPIN_MAX_US)
+        return -EINVAL;
+    *us = (int)v;
+    return 0;
+}
+
+/* Parses the query string (ns=, db=, spin=).  Unknown parameters are logged and ignored. */
 static int mr_parse_query(struct mr_priv *p, const char *query, const char *red, char **ns)
 {
     char *q = keg_strdup(query);
@@ -903,6 +1000,13 @@ static int mr_parse_query(struct mr_priv *p, const char *query, const char *red,
         } else if (strcmp(s, "db") == 0) {
             if (mr_parse_db(val, &p->db)) {
                 KEG_ERR("META_URL %s: db must be a number", red);
+                rc = -EINVAL;
+                break;
+            }
+        } else if (strcmp(s, "spin") == 0) {
+            if (mr_parse_spin(val, &p->spin_us)) {
+                KEG_ERR("META_URL %s: spin must be a number of microseconds 0-%d "
+                        "(how long to busy-poll for a reply; 0: never)", red, MR_SPIN_MAX_US);
                 rc = -EINVAL;
                 break;
             }
@@ -1024,6 +1128,7 @@ static int mr_parse_url(struct mr_priv *p, const char *url, const char *red)
             goto out;
         }
     }
+    p->spin_us = MR_SPIN_US;
     rc = mr_parse_query(p, u.query, red, &ns);
     if (rc)
         goto out;
@@ -1131,6 +1236,8 @@ static int mr_open(struct keg_meta *m, const char *url)
         mr_free_conf(p);
         return rc;
     }
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    p->spin_slots = ncpu >= 4 ? (int)KEG_MIN(ncpu / 2, 1024) : 1;
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->cond, NULL);
     p->inited = 1;
@@ -1162,7 +1269,8 @@ static int mr_open(struct keg_meta *m, const char *url)
         KEG_WARN("cannot read maxmemory-policy of redis %s; make sure it is noeviction", red);
     }
     mr_addr(p, addr, sizeof(addr));
-    KEG_DEBUG("connected to redis %s (%s), namespace %s", addr, red, p->prefix);
+    KEG_DEBUG("connected to redis %s (%s), namespace %s, reply busy-poll %d us "
+              "(at most %d threads)", addr, red, p->prefix, p->spin_us, p->spin_slots);
     return 0;
 fail:
     mr_close(m);

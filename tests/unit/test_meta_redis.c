@@ -317,6 +317,68 @@ static void test_url_forms(void **state)
     redisFree(c);
 }
 
+/* spin= (busy-poll for a reply): accepted on every URL form, 0 turns it off,
+ * a bad value is refused with a message naming the parameter; ops work with
+ * and without it. */
+static void test_url_spin(void **state)
+{
+    char ns[64], url[512];
+    struct keg_meta *m = (struct keg_meta *)0x1;
+    struct keg_attr a;
+    (void)state;
+    static const char *const bad[] = {
+        "redis://127.0.0.1:1/0?spin=",
+        "redis://127.0.0.1:1/0?spin=abc",
+        "redis://127.0.0.1:1/0?spin=-1",
+        "redis://127.0.0.1:1/0?ns=x&spin=10001",
+        "redis://127.0.0.1:1/0?spin=5us",
+        "unix:///tmp/x.sock?spin=1e3",
+        "redis+sentinel://127.0.0.1:1/mymaster?spin=x",
+        NULL,
+    };
+    for (int i = 0; bad[i]; i++) {
+        log_reset();
+        m = (struct keg_meta *)0x1;
+        assert_int_equal(keg_meta_open(bad[i], &m), -EINVAL);
+        assert_null(m);
+        assert_true(log_has("spin must be a number of microseconds 0-10000"));
+    }
+    need_live();
+    static const char *const good[] = {"0", "200", "50", NULL};
+    for (int i = 0; good[i]; i++) {
+        token(ns, sizeof(ns));
+        snprintf(url, sizeof(url), "redis://%s:%d/0?ns=%s&spin=%s", g_host, g_port, ns,
+                 good[i]);
+        log_reset();
+        keg_log_set_level(LOG_DEBUG);
+        assert_int_equal(keg_meta_open(url, &m), 0);
+        keg_log_set_level(LOG_INFO);
+        char want[64];
+        snprintf(want, sizeof(want), "reply busy-poll %s us", good[i]);
+        assert_true(log_has(want));
+        struct keg_format f;
+        fill_format(&f);
+        assert_int_equal(KEG_META_CALL(m, format_init, &f, 0755, 0, 0, 0), 0);
+        /* enough round trips for both ways of waiting to be taken and timed */
+        for (int k = 0; k < 40; k++) {
+            char name[32];
+            snprintf(name, sizeof(name), "f%d", k);
+            assert_int_equal(mkfile(m, KEG_ROOT_INO, name, &a), 0);
+            assert_int_equal(KEG_META_CALL(m, lookup, KEG_ROOT_INO, name, &a), 0);
+        }
+        close_vol(m);
+    }
+    /* the default is 50 us */
+    token(ns, sizeof(ns));
+    url_for(url, sizeof(url), 0, ns);
+    log_reset();
+    keg_log_set_level(LOG_DEBUG);
+    assert_int_equal(keg_meta_open(url, &m), 0);
+    keg_log_set_level(LOG_INFO);
+    assert_true(log_has("reply busy-poll 50 us"));
+    keg_meta_close(m);
+}
+
 /* SCRIPT FLUSH (what a restart or failover does to the script cache). */
 static void test_noscript_reload(void **state)
 {
@@ -644,8 +706,9 @@ static void test_sentinel_failover(void **state)
     if (access("/usr/bin/redis-server", X_OK) != 0)
         skip();
     assert_non_null(mkdtemp(dir));
-    redisContext *mc = spawn_redis(dir, "master", mport, "", "");
-    snprintf(cfg, sizeof(cfg), "replicaof 127.0.0.1 %d\n", mport);
+    /* no diskless-sync delay (default 5 s, as long as the WAIT below) */
+    redisContext *mc = spawn_redis(dir, "master", mport, "repl-diskless-sync-delay 0\n", "");
+    snprintf(cfg, sizeof(cfg), "replicaof 127.0.0.1 %d\nrepl-diskless-sync-delay 0\n", mport);
     redisContext *rc = spawn_redis(dir, "replica", rport, cfg, "");
     snprintf(cfg, sizeof(cfg),
              "sentinel monitor kfo 127.0.0.1 %d 1\nsentinel down-after-milliseconds kfo 1000\n"
@@ -918,6 +981,7 @@ int main(void)
         cmocka_unit_test(test_url_errors),
         cmocka_unit_test(test_unreachable),
         cmocka_unit_test(test_url_forms),
+        cmocka_unit_test(test_url_spin),
         cmocka_unit_test(test_noscript_reload),
         cmocka_unit_test(test_oom_enospc),
         cmocka_unit_test(test_policy_warning),
