@@ -117,13 +117,18 @@ enum mr_script {
 
 struct mr_script_def {
     const char *name;
-    const char *src;
+    const char *head;   /* shebang line: MR_LUA_RO / RW / FREE */
+    const char *body;   /* the helpers it uses are prepended by mr_build_scripts */
     int         idem;   /* safe to repeat when the reply was lost */
 };
 
-#define RO(body)   MR_LUA_RO MR_LUA_PRELUDE body
-#define RW(body)   MR_LUA_RW MR_LUA_PRELUDE body
-#define FREE(body) MR_LUA_FREE MR_LUA_PRELUDE body
+#define RO(body)   MR_LUA_RO, body
+#define RW(body)   MR_LUA_RW, body
+#define FREE(body) MR_LUA_FREE, body
+
+static const char *const mr_pieces[] = {MR_LUA_PRELUDE_PIECES};
+#define MR_NPIECES  (sizeof(mr_pieces) / sizeof(mr_pieces[0]))
+#define MR_PIECE_NAMES 8    /* most names one piece defines */
 
 static const struct mr_script_def mr_scripts[S_NSCRIPTS] = {
     [S_LOOKUP]     = {"lookup", RO(MR_LUA_LOOKUP), 1},
@@ -175,6 +180,7 @@ struct mr_priv {
     char   *master;                 /* sentinel master name */
     int     spin_us;                /* busy-poll a reply this long before blocking (0: never) */
     int     spin_slots;             /* threads allowed to busy-poll at once */
+    char   *src[S_NSCRIPTS];        /* text of each script (mr_build_scripts) */
     char    sha[S_NSCRIPTS][41];    /* SHA1 of each script (the server computes it) */
     int     inited;
 
@@ -725,10 +731,145 @@ static void mr_arg_hex(struct mr_args *a, uint64_t x, int width)
     mr_arg_str(a, a->num[a->n]);
 }
 
+/*----------------------------------------------------------------------------
+ * Script text
+ *--------------------------------------------------------------------------*/
+
+static int mr_ident_char(char ch)
+{
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+           ch == '_';
+}
+
+/* 1 if Lua source src uses the name w (wlen bytes) as a whole word outside
+ * string literals and comments. */
+static int mr_lua_uses(const char *src, const char *w, size_t wlen)
+{
+    const char *s = src;
+    while (*s) {
+        if (*s == '\'' || *s == '"') {
+            char q = *s++;
+            while (*s && *s != q) {
+                if (*s == '\\' && s[1])
+                    s++;
+                s++;
+            }
+            if (*s)
+                s++;
+        } else if (s[0] == '-' && s[1] == '-') {
+            s += strcspn(s, "\n");
+        } else if (mr_ident_char(*s)) {
+            const char *b = s;
+            while (mr_ident_char(*s))
+                s++;
+            if ((size_t)(s - b) == wlen && memcmp(b, w, wlen) == 0)
+                return 1;
+        } else {
+            s++;
+        }
+    }
+    return 0;
+}
+
+/* The names a prelude piece defines: "local function NAME" or
+ * "local A, B = ...".  Returns how many (at most max). */
+static int mr_piece_names(const char *piece, const char **names, size_t *lens, int max)
+{
+    const char *s = piece;
+    int n = 0;
+    KEG_ASSERT(strncmp(s, "local ", 6) == 0);
+    s += 6;
+    if (strncmp(s, "function ", 9) == 0) {
+        s += 9;
+        names[0] = s;
+        while (mr_ident_char(*s))
+            s++;
+        lens[0] = (size_t)(s - names[0]);
+        return 1;
+    }
+    while (n < max && *s && *s != '=' && *s != '\n') {
+        while (*s == ' ' || *s == ',')
+            s++;
+        if (!mr_ident_char(*s))
+            break;
+        names[n] = s;
+        while (mr_ident_char(*s))
+            s++;
+        lens[n] = (size_t)(s - names[n]);
+        n++;
+        while (*s == ' ')
+            s++;
+    }
+    KEG_ASSERT(n > 0 && *s == '=');
+    return n;
+}
+
+/* 1 if piece k is needed by body or by a piece below k that is needed. */
+static int mr_piece_needed(size_t k, const char *body, const unsigned char *need)
+{
+    const char *names[MR_PIECE_NAMES];
+    size_t lens[MR_PIECE_NAMES];
+    int n = mr_piece_names(mr_pieces[k], names, lens, MR_PIECE_NAMES);
+    for (int i = 0; i < n; i++) {
+        if (mr_lua_uses(body, names[i], lens[i]))
+            return 1;
+        for (size_t j = k + 1; j < MR_NPIECES; j++)
+            if (need[j] && mr_lua_uses(mr_pieces[j], names[i], lens[i]))
+                return 1;
+    }
+    return 0;
+}
+
+/* Builds p->src[]: each script is its header, the prelude pieces it uses
+ * (directly or through other pieces) in prelude order, and its body.  The
+ * text depends only on the scripts of this version, so every mounter loads
+ * the same SHA1.  OWNERSHIP: p->src[] is freed by mr_free_scripts.
+ * Returns 0 or -ENOMEM. */
+static int mr_build_scripts(struct mr_priv *p)
+{
+    for (int id = 0; id < S_NSCRIPTS; id++) {
+        const struct mr_script_def *d = &mr_scripts[id];
+        unsigned char need[MR_NPIECES];
+        size_t len = strlen(d->head) + strlen(d->body) + 1;
+        memset(need, 0, sizeof(need));
+        /* a piece only uses pieces above it: one pass from the bottom up */
+        for (size_t k = MR_NPIECES; k-- > 0;) {
+            need[k] = (unsigned char)mr_piece_needed(k, d->body, need);
+            if (need[k])
+                len += strlen(mr_pieces[k]);
+        }
+        char *t = keg_malloc(len);
+        if (!t)
+            return -ENOMEM;
+        size_t o = 0, l = strlen(d->head);
+        memcpy(t, d->head, l);
+        o += l;
+        for (size_t k = 0; k < MR_NPIECES; k++) {
+            if (!need[k])
+                continue;
+            l = strlen(mr_pieces[k]);
+            memcpy(t + o, mr_pieces[k], l);
+            o += l;
+        }
+        l = strlen(d->body);
+        memcpy(t + o, d->body, l + 1);
+        p->src[id] = t;
+    }
+    return 0;
+}
+
+static void mr_free_scripts(struct mr_priv *p)
+{
+    for (int id = 0; id < S_NSCRIPTS; id++) {
+        keg_free(p->src[id]);
+        p->src[id] = NULL;
+    }
+}
+
 static int mr_load_script(struct mr_priv *p, int id)
 {
-    const char *argv[] = {"SCRIPT", "LOAD", mr_scripts[id].src};
-    size_t lens[] = {6, 4, strlen(mr_scripts[id].src)};
+    const char *argv[] = {"SCRIPT", "LOAD", p->src[id]};
+    size_t lens[] = {6, 4, strlen(p->src[id])};
     redisReply *r;
     int rc = mr_cmd(p, "SCRIPT LOAD", &r, 3, argv, lens);
     if (rc)
@@ -1220,6 +1361,7 @@ static void mr_close(struct keg_meta *m)
     pthread_mutex_destroy(&p->lock);
     pthread_cond_destroy(&p->cond);
     mr_free_conf(p);
+    mr_free_scripts(p);
     p->inited = 0;
 }
 
@@ -1241,6 +1383,9 @@ static int mr_open(struct keg_meta *m, const char *url)
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->cond, NULL);
     p->inited = 1;
+    rc = mr_build_scripts(p);
+    if (rc)
+        goto fail;
 
     /* One attempt: an unreachable server at open is reported at once. */
     rc = mr_get(p, &c, why, sizeof(why));

@@ -53,22 +53,31 @@
 #define MR_LUA_RW   "#!lua\n"
 #define MR_LUA_FREE "#!lua flags=allow-oom\n"
 
-/* Helpers shared by every script (prepended to each body). */
-#define MR_LUA_PRELUDE \
-"local P = KEYS[1]\n" \
-"local NOW, NOWNS, SID = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]\n" \
-"local EPERM, ENOENT, EIO, EAGAIN, EBUSY, EEXIST = 1, 2, 5, 11, 16, 17\n" \
-"local ENOTDIR, EISDIR, EINVAL, ENOSPC, EMLINK, ENOTEMPTY, ENODATA = 20, 21, 22, 28, 31, 39, 61\n" \
-"local IFMT, IFDIR, IFREG, IFLNK, ISGID = 61440, 16384, 32768, 40960, 1024\n" \
-"local CHUNK = 67108864\n" \
-"local AFMT = '<I4I4I4I4I8I8I8i8i8i8I4I4I4I4'\n" \
-"local CNT = P .. 'counter'\n" \
-"local band, bor = bit.band, bit.bor\n" \
-"local function N(n) return string.format('%d', n) end\n" \
+/* Helpers shared by the scripts.  Each piece is one top-level Lua "local"
+ * statement (a constant, a group of constants or a function) and defines the
+ * names of its first line.  meta_redis.c builds each script at open from its
+ * header (MR_LUA_RO/RW/FREE), the pieces it needs and its body: a piece is
+ * needed when one of its names occurs as a whole word, outside string
+ * literals, in the body or in a needed piece further down.  Pieces only use
+ * names of pieces above them (as Lua requires of locals), keep that order.
+ * Defining all of them on every call cost more Redis CPU than the lookup
+ * itself (docs/internals/meta-redis.md). */
+#define MR_LUA_PRELUDE_PIECES \
+"local P = KEYS[1]\n", \
+"local NOW, NOWNS, SID = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]\n", \
+"local EPERM, ENOENT, EIO, EAGAIN, EBUSY, EEXIST = 1, 2, 5, 11, 16, 17\n", \
+"local ENOTDIR, EISDIR, EINVAL, ENOSPC = 20, 21, 22, 28\n", \
+"local EMLINK, ENOTEMPTY, ENODATA = 31, 39, 61\n", \
+"local IFMT, IFDIR, IFREG, IFLNK, ISGID = 61440, 16384, 32768, 40960, 1024\n", \
+"local CHUNK = 67108864\n", \
+"local AFMT = '<I4I4I4I4I8I8I8i8i8i8I4I4I4I4'\n", \
+"local CNT = P .. 'counter'\n", \
+"local band, bor = bit.band, bit.bor\n", \
+"local function N(n) return string.format('%d', n) end\n", \
 "local function packattr(a)\n" \
 "  return struct.pack(AFMT, a.mode, a.uid, a.gid, a.nlink, a.size, a.rdev, a.parent,\n" \
 "    a.atime, a.mtime, a.ctime, a.atimensec, a.mtimensec, a.ctimensec, a.chunks)\n" \
-"end\n" \
+"end\n", \
 "local function getattr(ino)\n" \
 "  local raw = redis.call('GET', P .. 'i' .. N(ino))\n" \
 "  if not raw then return nil end\n" \
@@ -77,47 +86,47 @@
 "  a.mode, a.uid, a.gid, a.nlink, a.size, a.rdev, a.parent, a.atime, a.mtime, a.ctime,\n" \
 "    a.atimensec, a.mtimensec, a.ctimensec, a.chunks = struct.unpack(AFMT, raw)\n" \
 "  return a\n" \
-"end\n" \
+"end\n", \
 "local function putattr(a)\n" \
 "  local raw = packattr(a)\n" \
 "  redis.call('SET', P .. 'i' .. N(a.ino), raw)\n" \
 "  return raw\n" \
-"end\n" \
-"local function isdir(a) return band(a.mode, IFMT) == IFDIR end\n" \
-"local function touch_c(a) a.ctime = NOW; a.ctimensec = NOWNS end\n" \
-"local function touch_mc(a) a.mtime = NOW; a.mtimensec = NOWNS; touch_c(a) end\n" \
+"end\n", \
+"local function isdir(a) return band(a.mode, IFMT) == IFDIR end\n", \
+"local function touch_c(a) a.ctime = NOW; a.ctimensec = NOWNS end\n", \
+"local function touch_mc(a) a.mtime = NOW; a.mtimensec = NOWNS; touch_c(a) end\n", \
 "local function getdir(ino)\n" \
 "  local a = getattr(ino)\n" \
 "  if not a then return nil, ENOENT end\n" \
 "  if not isdir(a) then return nil, ENOTDIR end\n" \
 "  return a\n" \
-"end\n" \
+"end\n", \
 "local function dget(dir, name)\n" \
 "  local v = redis.call('HGET', P .. 'd' .. N(dir), name)\n" \
 "  if not v then return nil end\n" \
 "  local ino, typ = struct.unpack('<I8I2', v)\n" \
 "  return ino, typ\n" \
-"end\n" \
+"end\n", \
 "local function dset(dir, name, ino, typ)\n" \
 "  redis.call('HSET', P .. 'd' .. N(dir), name, struct.pack('<I8I2', ino, typ))\n" \
 "  redis.call('ZADD', P .. 'D' .. N(dir), 0, name)\n" \
-"end\n" \
+"end\n", \
 "local function ddel(dir, name)\n" \
 "  redis.call('HDEL', P .. 'd' .. N(dir), name)\n" \
 "  redis.call('ZREM', P .. 'D' .. N(dir), name)\n" \
-"end\n" \
-"local function charge(sz) return math.floor((sz + 4095) / 4096) * 4096 end\n" \
-"local function counter(f) return tonumber(redis.call('HGET', CNT, f) or '0') or 0 end\n" \
+"end\n", \
+"local function charge(sz) return math.floor((sz + 4095) / 4096) * 4096 end\n", \
+"local function counter(f) return tonumber(redis.call('HGET', CNT, f) or '0') or 0 end\n", \
 "local function space_ok(d)\n" \
 "  if d <= 0 then return true end\n" \
 "  local cap = counter('capacity')\n" \
 "  return cap == 0 or counter('usedSpace') + d <= cap\n" \
-"end\n" \
+"end\n", \
 "local function space_add(d)\n" \
 "  if d ~= 0 then redis.call('HINCRBY', CNT, 'usedSpace', d) end\n" \
-"end\n" \
-"local QUEUED = 0\n" \
-"local OPEN = nil\n" \
+"end\n", \
+"local QUEUED = 0\n", \
+"local OPEN = nil\n", \
 "local function decref(id, size)\n" \
 "  if id == 0 then return end\n" \
 "  local f = N(id)\n" \
@@ -126,7 +135,7 @@
 "    redis.call('ZADD', P .. 'delq', id, f .. '_' .. N(size))\n" \
 "    QUEUED = QUEUED + 1\n" \
 "  end\n" \
-"end\n" \
+"end\n", \
 "local function drop_chunk(ino, indx)\n" \
 "  local k = P .. 'c' .. N(ino) .. '_' .. N(indx)\n" \
 "  local raw = redis.call('GET', k)\n" \
@@ -137,7 +146,7 @@
 "    decref(id, size)\n" \
 "  end\n" \
 "  redis.call('DEL', k)\n" \
-"end\n" \
+"end\n", \
 "local function index_legacy(a)\n" \
 "  if a.chunks == 0 then return end\n" \
 "  for indx = 0, a.chunks - 1 do\n" \
@@ -146,24 +155,24 @@
 "    end\n" \
 "  end\n" \
 "  a.chunks = 0\n" \
-"end\n" \
-"local RECLAIM = 1024\n" \
+"end\n", \
+"local RECLAIM = 1024\n", \
 "local function reclaim(ino, budget)\n" \
 "  local ck = P .. 'C' .. N(ino)\n" \
 "  local idx = redis.call('ZRANGE', ck, 0, budget - 1)\n" \
 "  for _, s in ipairs(idx) do drop_chunk(ino, tonumber(s)) end\n" \
 "  return #idx, redis.call('EXISTS', ck) == 0\n" \
-"end\n" \
+"end\n", \
 "local function del_inode_keys(ino)\n" \
 "  local n = N(ino)\n" \
 "  redis.call('DEL', P .. 'i' .. n, P .. 's' .. n, P .. 'x' .. n, P .. 'f' .. n, P .. 'p' .. n)\n" \
-"end\n" \
+"end\n", \
 "local function del_dir(ino)\n" \
 "  local n = N(ino)\n" \
 "  del_inode_keys(ino)\n" \
 "  redis.call('DEL', P .. 'd' .. n, P .. 'D' .. n)\n" \
 "  redis.call('HINCRBY', CNT, 'usedInodes', -1)\n" \
-"end\n" \
+"end\n", \
 "local function purge_inode(ino)\n" \
 "  local a = getattr(ino)\n" \
 "  if not a or a.nlink > 0 then return end\n" \
@@ -175,7 +184,7 @@
 "  end\n" \
 "  del_inode_keys(ino)\n" \
 "  redis.call('HINCRBY', CNT, 'usedInodes', -1)\n" \
-"end\n" \
+"end\n", \
 "local function lost_last_link(a)\n" \
 "  putattr(a)\n" \
 "  local open = OPEN == nil or OPEN == '-' or string.find(OPEN, ',' .. N(a.ino) .. ',', 1, true)\n" \
@@ -185,22 +194,22 @@
 "  end\n" \
 "  purge_inode(a.ino)\n" \
 "  return 1\n" \
-"end\n" \
-"local HMAX = 'ffffffffffffffff'\n" \
-"local function hsplit(h) return tonumber(string.sub(h, 1, 8), 16), tonumber(string.sub(h, 9), 16) end\n" \
+"end\n", \
+"local HMAX = 'ffffffffffffffff'\n", \
+"local function hsplit(h) return tonumber(string.sub(h, 1, 8), 16), tonumber(string.sub(h, 9), 16) end\n", \
 "local function hinc(h)\n" \
 "  if h == HMAX then return h end\n" \
 "  local hi, lo = hsplit(h)\n" \
 "  lo = lo + 1\n" \
 "  if lo == 4294967296 then lo = 0; hi = hi + 1 end\n" \
 "  return string.format('%08x%08x', hi, lo)\n" \
-"end\n" \
+"end\n", \
 "local function hdec(h)\n" \
 "  local hi, lo = hsplit(h)\n" \
 "  lo = lo - 1\n" \
 "  if lo < 0 then lo = 4294967295; hi = hi - 1 end\n" \
 "  return string.format('%08x%08x', hi, lo)\n" \
-"end\n" \
+"end\n", \
 "local function plocks(s)\n" \
 "  local t = {}\n" \
 "  for i = 1, #s - 40, 41 do\n" \
