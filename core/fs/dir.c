@@ -236,9 +236,12 @@ int keg_fs_readdir(struct keg_fs *fs, const struct keg_ctx *c, struct keg_dh *dh
         }
         e = &dh->ents[dh->idx];
         a = e->attr;
-        if (plus && !dh->plus) {
-            /* batch read without attributes (the kernel switched modes) */
-            rc = KEG_META_CALL(fs->meta, getattr, e->attr.ino, &a);
+        /* Re-read when the batch has no attributes (the kernel switched modes)
+         * or the inode is open here: its buffered writes are merged only with
+         * an engine answer read after the merge's token (a batch read may
+         * predate a commit of them, and the size would go backwards). */
+        if (plus && (!dh->plus || fs_attr_token(fs, e->attr.ino) != UINT64_MAX)) {
+            rc = fs_getattr_merged(fs, e->attr.ino, &a);
             if (rc == -ENOENT) {            /* removed meanwhile: skip it */
                 dh->idx++;
                 dh->pos++;
@@ -248,8 +251,6 @@ int keg_fs_readdir(struct keg_fs *fs, const struct keg_ctx *c, struct keg_dh *dh
             if (rc < 0)
                 goto out;
         }
-        if (plus)
-            fs_attr_fixup(fs, &a);
         if (fill(arg, e->name, &a, dh->pos + 1) != 0)
             break;
         dh->idx++;

@@ -190,14 +190,22 @@ void fs_inode_set_attr(struct fs_inode *ip, const struct keg_attr *a);
 /* keep_cache bookkeeping: 1 if a was already seen unchanged; records a. */
 int fs_seen_check(struct keg_fs *fs, const struct keg_attr *a);
 void fs_seen_free(struct keg_fs *fs);
-/* Adjust attributes of an inode with buffered data (size, mtime). */
-void fs_attr_fixup(struct keg_fs *fs, struct keg_attr *a);
 /* Token of ino's buffered-write state (fs_attr_token) and the fixup that
  * reports, by returning 1, that the state changed since the token was taken:
  * an engine answer read before a commit finished must not be merged with the
  * state after it (the size would go backwards).  The caller re-reads. */
 uint64_t fs_attr_token(struct keg_fs *fs, uint64_t ino);
 int  fs_attr_fixup_token(struct keg_fs *fs, struct keg_attr *a, uint64_t token);
+/* The engine's attributes of ino merged with this mount's buffered writes
+ * (size, mtime), re-read while a commit races the merge (a bounded number of
+ * times).  Never a size older than this mount's acknowledged writes.
+ * Returns 0 or -errno. */
+int  fs_getattr_merged(struct keg_fs *fs, uint64_t ino, struct keg_attr *out);
+/* Merge buffered writes into a, the engine's answer of a change of a->ino
+ * (setattr, link) produced after token = fs_attr_token() was taken; if a
+ * commit finished meanwhile, replace a by fs_getattr_merged() (a failing
+ * re-read leaves the engine's answer: the change itself succeeded). */
+void fs_attr_merge(struct keg_fs *fs, struct keg_attr *a, uint64_t token);
 
 /*----------------------------------------------------------------------------
  * Block cache (read.c)

@@ -12,6 +12,12 @@
  * this mount last had them open, so that keg_fs_open can tell the kernel to
  * keep its page cache only when the file did not change.  It is bounded
  * (FS_SEEN_MAX entries; when full it is cleared, which only costs cache hits).
+ *
+ * Attributes reported for an inode with buffered writes here are the engine's
+ * merged with the buffer (size, mtime).  The merge must not mix an engine
+ * answer read before a commit with the buffer state after it (the size would
+ * go backwards): every caller takes fs_attr_token() before the engine call
+ * and merges with fs_attr_merge(), which re-reads when the token changed.
  */
 #include <string.h>
 
@@ -21,6 +27,7 @@
 #include "fs_i.h"
 
 #define FS_MAX_CACHED_CHUNKS 64
+#define FS_ATTR_TRIES        8      /* re-reads of fs_getattr_merged racing commits */
 
 static size_t ino_hash(uint64_t ino)
 {
@@ -326,20 +333,23 @@ int fs_attr_fixup_token(struct keg_fs *fs, struct keg_attr *a, uint64_t token)
     return changed;
 }
 
-void fs_attr_fixup(struct keg_fs *fs, struct keg_attr *a)
+int fs_getattr_merged(struct keg_fs *fs, uint64_t ino, struct keg_attr *out)
 {
-    struct fs_inode *ip = fs_inode_find(fs, a->ino);
-    if (!ip)
-        return;
-    pthread_mutex_lock(&ip->mu);
-    if (ip->wfirst) {
-        if (ip->wend > a->size)
-            a->size = ip->wend;
-        a->mtime = ip->wtime_ns / 1000000000;
-        a->mtimensec = (uint32_t)(ip->wtime_ns % 1000000000);
-        a->ctime = a->mtime;
-        a->ctimensec = a->mtimensec;
+    int rc;
+    /* A commit finishing between the engine read and the merge of this
+     * mount's buffered writes would make the size go backwards (the kernel
+     * then shrinks the file under an mmap: SIGBUS): re-read in that case. */
+    for (int tries = 0;; tries++) {
+        uint64_t token = fs_attr_token(fs, ino);
+        rc = KEG_META_CALL(fs->meta, getattr, ino, out);
+        if (rc < 0 || !fs_attr_fixup_token(fs, out, token) || tries == FS_ATTR_TRIES)
+            return rc;
     }
-    pthread_mutex_unlock(&ip->mu);
-    fs_inode_put(fs, ip);
+}
+
+void fs_attr_merge(struct keg_fs *fs, struct keg_attr *a, uint64_t token)
+{
+    struct keg_attr re;
+    if (fs_attr_fixup_token(fs, a, token) && fs_getattr_merged(fs, a->ino, &re) == 0)
+        *a = re;
 }

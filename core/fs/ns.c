@@ -226,17 +226,8 @@ int keg_fs_lookup(struct keg_fs *fs, const struct keg_ctx *c, uint64_t parent, c
 
 int keg_fs_getattr(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, struct keg_attr *out)
 {
-    int rc;
     KEG_UNUSED(c);
-    /* A commit finishing between the engine read and the merge of this
-     * mount's buffered writes would make the size go backwards (the kernel
-     * then shrinks the file under an mmap: SIGBUS): re-read in that case. */
-    for (int tries = 0;; tries++) {
-        uint64_t token = fs_attr_token(fs, ino);
-        rc = KEG_META_CALL(fs->meta, getattr, ino, out);
-        if (rc < 0 || !fs_attr_fixup_token(fs, out, token) || tries == 8)
-            return rc;
-    }
+    return fs_getattr_merged(fs, ino, out);
 }
 
 int keg_fs_getattr_cached(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino,
@@ -260,10 +251,12 @@ int keg_fs_getattr_cached(struct keg_fs *fs, const struct keg_ctx *c, uint64_t i
     return 0;
 }
 
-static int do_truncate(struct keg_fs *fs, uint64_t ino, uint64_t size, struct keg_attr *out)
+static int do_truncate(struct keg_fs *fs, uint64_t ino, uint64_t size, struct keg_attr *out,
+                       uint64_t *token)
 {
     struct fs_inode *ip = fs_inode_find(fs, ino);
     int rc;
+    *token = UINT64_MAX;                /* what fs_attr_token says of an inode not open here */
     if (!ip)
         return KEG_META_CALL(fs->meta, truncate, ino, size, out);
     pthread_mutex_lock(&ip->mu);
@@ -274,6 +267,7 @@ static int do_truncate(struct keg_fs *fs, uint64_t ino, uint64_t size, struct ke
         if (rc == 0)
             fs_inode_set_attr(ip, out);
     }
+    *token = ip->wgen;                  /* the buffer state *out goes with */
     pthread_mutex_unlock(&ip->mu);
     fs_inode_put(fs, ip);
     return rc;
@@ -294,18 +288,21 @@ static int commit_if_open(struct keg_fs *fs, uint64_t ino)
 }
 
 static int setattr_checked(struct keg_fs *fs, uint64_t ino, unsigned set, struct keg_attr cur,
-                           uint32_t mode, const struct keg_attr *in, struct keg_attr *out);
+                           uint64_t token, uint32_t mode, const struct keg_attr *in,
+                           struct keg_attr *out);
 
 int keg_fs_setattr(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, unsigned set,
                    const struct keg_attr *in, struct keg_attr *out)
 {
     struct keg_attr cur;
     struct fs_pattr_tok t;
+    uint64_t token;
     uint32_t mode;
     int rc;
 
     if (fs->read_only)
         return -EROFS;
+    token = fs_attr_token(fs, ino);
     rc = KEG_META_CALL(fs->meta, getattr, ino, &cur);
     if (rc < 0)
         return rc;
@@ -313,17 +310,20 @@ int keg_fs_setattr(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, uns
     if (rc < 0)
         return rc;
     if (!S_ISDIR(cur.mode))
-        return setattr_checked(fs, ino, set, cur, mode, in, out);
+        return setattr_checked(fs, ino, set, cur, token, mode, in, out);
     fs_pattr_begin(fs, ino, &t);        /* a directory's cached attributes change */
-    rc = setattr_checked(fs, ino, set, cur, mode, in, out);
+    rc = setattr_checked(fs, ino, set, cur, token, mode, in, out);
     fs_pattr_end(fs, &t, NULL);
     return rc;
 }
 
-/* setattr after the permission checks: cur = the attributes before, mode = the
- * mode fs_check_setattr allows. */
+/* setattr after the permission checks: cur = the attributes before (read after
+ * token = fs_attr_token() was taken), mode = the mode fs_check_setattr allows.
+ * *out is the engine's answer of the last change merged with this mount's
+ * buffered writes; if a commit raced that answer, a fresh getattr instead. */
 static int setattr_checked(struct keg_fs *fs, uint64_t ino, unsigned set, struct keg_attr cur,
-                           uint32_t mode, const struct keg_attr *in, struct keg_attr *out)
+                           uint64_t token, uint32_t mode, const struct keg_attr *in,
+                           struct keg_attr *out)
 {
     struct keg_attr nin;
     unsigned rest = set & ~KEG_FS_SET_SIZE;
@@ -334,7 +334,7 @@ static int setattr_checked(struct keg_fs *fs, uint64_t ino, unsigned set, struct
             return -EISDIR;
         if (!S_ISREG(cur.mode))
             return -EINVAL;
-        rc = do_truncate(fs, ino, in->size, &cur);
+        rc = do_truncate(fs, ino, in->size, &cur, &token);
         if (rc < 0)
             return rc;
     }
@@ -346,13 +346,14 @@ static int setattr_checked(struct keg_fs *fs, uint64_t ino, unsigned set, struct
             return rc;
         nin = *in;
         nin.mode = mode;
+        token = fs_attr_token(fs, ino);
         rc = KEG_META_CALL(fs->meta, setattr, ino, rest, &nin, out);
         if (rc < 0)
             return rc;
     } else {
         *out = cur;
     }
-    fs_attr_fixup(fs, out);
+    fs_attr_merge(fs, out, token);
     return 0;
 }
 
@@ -419,11 +420,12 @@ int keg_fs_link(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, uint64
     if (rc < 0)
         return rc;
     struct fs_pattr_tok t;
+    uint64_t token = fs_attr_token(fs, ino);
     fs_pattr_begin(fs, newparent, &t);
     rc = KEG_META_CALL(fs->meta, link, ino, newparent, newname, out);
     pa_end_op(fs, &t, rc);
     if (rc == 0)
-        fs_attr_fixup(fs, out);
+        fs_attr_merge(fs, out, token);
     return rc;
 }
 
