@@ -92,6 +92,8 @@ _Static_assert(F_RDLCK == 0 && F_WRLCK == 1 && F_UNLCK == 2, "Lua scripts hard-c
 #define MR_SPIN_US       50         /* default busy-poll for a reply (spin=) */
 #define MR_SPIN_MAX_US   10000      /* largest spin= accepted */
 #define MR_SPIN_PROBE    16         /* every 16th reply is waited for the other way */
+#define MR_PREFETCH_MIN  2          /* smallest inode batch a mknod reserves */
+#define MR_PREFETCH_MAX  100000     /* largest inode batch a mknod reserves */
 
 enum mr_kind { MR_TCP, MR_UNIX, MR_SENTINEL };
 
@@ -195,6 +197,10 @@ struct mr_priv {
     int             spinners;       /* threads busy-polling now; atomic access */
     uint32_t        spin_calls;     /* replies waited for; atomic access */
     int64_t         wait_ns[2];     /* average reply wait [0] blocking, [1] spinning; atomic */
+    uint64_t        pre_first;      /* inode numbers reserved by a mknod, not handed out yet: */
+    uint32_t        pre_n;          /*   pre_first .. +pre_n; protected by lock */
+    uint32_t        ino_batch;      /* size of the last inode alloc_ids (0: none yet); lock */
+    int             pre_busy;       /* a mknod is reserving the next batch; lock */
     struct mr_ratelim lim[LIM_N];   /* protected by lock */
 };
 
@@ -1540,13 +1546,35 @@ static int mr_destroy(struct keg_meta *m)
 
 static int mr_alloc_ids(struct keg_meta *m, int kind, uint32_t n, uint64_t *first)
 {
+    struct mr_priv *p = PRIV(m);
     struct mr_args a = {0};
     redisReply *r;
+    *first = 0;
     if ((kind != KEG_ID_INODE && kind != KEG_ID_SLICE) || n == 0)
         return -EINVAL;
+    if (kind == KEG_ID_INODE) {
+        /* served from the batch that a mknod reserved, else asked for; either
+         * way the next mknods reserve a batch of this size again.  Callers
+         * taking one number at a time get none reserved: numbers reserved
+         * ahead are lost at close, and they would lose one per close. */
+        int hit = 0;
+        pthread_mutex_lock(&p->lock);
+        p->ino_batch = n >= MR_PREFETCH_MIN ? KEG_MIN(n, MR_PREFETCH_MAX) : 0;
+        if (p->pre_n >= n) {
+            *first = p->pre_first;
+            p->pre_first += n;
+            p->pre_n -= n;
+            hit = 1;
+        } else {
+            p->pre_n = 0;   /* too small for this caller: skipped */
+        }
+        pthread_mutex_unlock(&p->lock);
+        if (hit)
+            return 0;
+    }
     mr_arg_str(&a, kind == KEG_ID_INODE ? "0" : "1");
     mr_arg_u64(&a, n);
-    int rc = mr_eval(PRIV(m), S_ALLOC, &a, &r);
+    int rc = mr_eval(p, S_ALLOC, &a, &r);
     if (rc)
         return rc;
     if (r->elements < 2 || r->element[1]->type != REDIS_REPLY_INTEGER ||
@@ -1755,12 +1783,16 @@ static void mr_note_parents(const redisReply *r, size_t i, const uint64_t *pino,
 }
 
 /* mr_eval_attr for mknod and link: the new attributes of directory pino
- * follow at reply element 2. */
+ * follow at reply element 2.  *more (if not NULL) = the integer at element 3,
+ * 0 if there is none (also on failure). */
 static int mr_eval_attr_parent(struct keg_meta *m, int id, const struct mr_args *args,
-                               uint64_t ino, uint64_t pino, struct keg_attr *out)
+                               uint64_t ino, uint64_t pino, struct keg_attr *out,
+                               long long *more)
 {
     struct keg_attr tmp;
     redisReply *r;
+    if (more)
+        *more = 0;
     int rc = mr_eval(PRIV(m), id, args, &r);
     if (rc)
         return rc;
@@ -1769,6 +1801,8 @@ static int mr_eval_attr_parent(struct keg_meta *m, int id, const struct mr_args 
         mr_note_parents(r, 2, &pino, 1);
         if (out)
             *out = tmp;
+        if (more && r->elements > 3 && r->element[3]->type == REDIS_REPLY_INTEGER)
+            *more = r->element[3]->integer;
     }
     freeReplyObject(r);
     return rc;
@@ -1893,7 +1927,28 @@ static int mr_mknod(struct keg_meta *m, uint64_t parent, const char *name, uint6
     mr_arg_u64(&a, gid);
     mr_arg_u64(&a, rdev);
     mr_arg_str(&a, target);
-    return mr_eval_attr_parent(m, S_MKNOD, &a, ino, parent, out);
+    /* the next batch of inode numbers rides along (see mr_alloc_ids) */
+    struct mr_priv *p = PRIV(m);
+    uint32_t want = 0;
+    pthread_mutex_lock(&p->lock);
+    if (p->ino_batch && p->pre_n == 0 && !p->pre_busy) {
+        want = p->ino_batch;
+        p->pre_busy = 1;
+    }
+    pthread_mutex_unlock(&p->lock);
+    mr_arg_u64(&a, want);
+    long long first = 0;
+    rc = mr_eval_attr_parent(m, S_MKNOD, &a, ino, parent, out, want ? &first : NULL);
+    if (want) {
+        pthread_mutex_lock(&p->lock);
+        p->pre_busy = 0;
+        if (first > (long long)KEG_ROOT_INO && (uint64_t)first + want <= MR_ID_MAX) {
+            p->pre_first = (uint64_t)first;
+            p->pre_n = want;
+        }
+        pthread_mutex_unlock(&p->lock);
+    }
+    return rc;
 }
 
 static int mr_link(struct keg_meta *m, uint64_t ino, uint64_t newparent, const char *newname,
@@ -1907,7 +1962,7 @@ static int mr_link(struct keg_meta *m, uint64_t ino, uint64_t newparent, const c
     mr_arg_u64(&a, ino);
     mr_arg_u64(&a, newparent);
     mr_arg_str(&a, newname);
-    return mr_eval_attr_parent(m, S_LINK, &a, ino, newparent, out);
+    return mr_eval_attr_parent(m, S_LINK, &a, ino, newparent, out, NULL);
 }
 
 /* Reads {gone_ino, gone_mode, gone_size, gone_purged, queued} from elements i..i+4. */

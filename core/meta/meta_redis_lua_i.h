@@ -235,8 +235,10 @@
 "local _, e = getdir(parent)\n" \
 "return {e or ENOENT}\n"
 
-/* ARGV: 4 parent, 5 name, 6 ino, 7 mode, 8 uid, 9 gid, 10 rdev, 11 target.
- * -> {0, attr, parent attr} */
+/* ARGV: 4 parent, 5 name, 6 ino, 7 mode, 8 uid, 9 gid, 10 rdev, 11 target,
+ * 12 reserve: when > 0, also reserve that many inode numbers (as alloc_ids
+ * does), so that creating files needs no separate alloc_ids call.
+ * -> {0, attr, parent attr, first reserved number or 0} */
 #define MR_LUA_MKNOD \
 "local parent, name, ino = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6])\n" \
 "local mode, gid = tonumber(ARGV[7]), tonumber(ARGV[9])\n" \
@@ -267,7 +269,12 @@
 "local raw = putattr(a)\n" \
 "dset(parent, name, ino, typ)\n" \
 "redis.call('HINCRBY', CNT, 'usedInodes', 1)\n" \
-"return {0, raw, praw}\n"
+"local want, first = tonumber(ARGV[12]) or 0, 0\n" \
+"if want > 0 then\n" \
+"  if redis.call('HEXISTS', CNT, 'lastInode') == 0 then redis.call('HSET', CNT, 'lastInode', 1) end\n" \
+"  first = redis.call('HINCRBY', CNT, 'lastInode', want) - want + 1\n" \
+"end\n" \
+"return {0, raw, praw, first}\n"
 
 /* ARGV: 4 ino, 5 newparent, 6 newname.  -> {0, attr, newparent attr} */
 #define MR_LUA_LINK \

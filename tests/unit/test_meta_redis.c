@@ -379,6 +379,90 @@ static void test_url_spin(void **state)
     keg_meta_close(m);
 }
 
+/* EVALSHA calls the server has run since its stats were reset. */
+static long long evalsha_calls(redisContext *c)
+{
+    redisReply *r = redisCommand(c, "INFO commandstats");
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    const char *s = strstr(r->str, "cmdstat_evalsha:calls=");
+    long long n = s ? strtoll(s + strlen("cmdstat_evalsha:calls="), NULL, 10) : 0;
+    freeReplyObject(r);
+    return n;
+}
+
+/* Inode numbers in batches: once a caller has taken a batch with alloc_ids,
+ * the next mknod reserves the following batch in the same script call, and
+ * the next alloc_ids of that size is served without a request.  Numbers stay
+ * unique across two instances of one volume; one-at-a-time callers get no
+ * reservation. */
+static void test_ino_batch_in_mknod(void **state)
+{
+    char ns[64], url[512];
+    struct keg_attr a;
+    struct keg_meta *m2;
+    enum { B = 10 };
+    (void)state;
+    need_live();
+    token(ns, sizeof(ns));
+    struct keg_meta *m = open_vol(0, ns);
+    redisContext *c = admin();
+    uint64_t first = 0, next = 0, other = 0;
+    assert_int_equal(KEG_META_CALL(m, alloc_ids, KEG_ID_INODE, B, &first), 0);
+    assert_true(first > KEG_ROOT_INO);
+    /* a second instance of the volume allocates too */
+    url_for(url, sizeof(url), 0, ns);
+    assert_int_equal(keg_meta_open(url, &m2), 0);
+    uint64_t seen[4 * B];
+    int nseen = 0;
+    long long calls = evalsha_calls(c);
+    for (int i = 0; i < B; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "f%d", i);
+        assert_int_equal(KEG_META_CALL(m, mknod, KEG_ROOT_INO, name, first + i,
+                                       S_IFREG | 0644, 0, 0, 0, NULL, &a), 0);
+        seen[nseen++] = first + i;
+    }
+    assert_int_equal(KEG_META_CALL(m2, alloc_ids, KEG_ID_INODE, B, &other), 0);
+    for (int i = 0; i < B; i++)
+        seen[nseen++] = other + i;
+    /* B mknods + the other instance's alloc_ids: nothing else */
+    assert_int_equal(evalsha_calls(c) - calls, B + 1);
+    calls = evalsha_calls(c);
+    assert_int_equal(KEG_META_CALL(m, alloc_ids, KEG_ID_INODE, B, &next), 0);
+    assert_int_equal(evalsha_calls(c) - calls, 0);     /* reserved by the first mknod */
+    for (int i = 0; i < B; i++)
+        seen[nseen++] = next + i;
+    for (int i = 0; i < nseen; i++)
+        for (int j = i + 1; j < nseen; j++)
+            assert_true(seen[i] != seen[j]);
+    for (int i = 0; i < B; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "g%d", i);
+        assert_int_equal(KEG_META_CALL(m, mknod, KEG_ROOT_INO, name, next + i, S_IFDIR | 0755,
+                                       0, 0, 0, NULL, &a), 0);
+        assert_int_equal(a.ino, next + i);
+    }
+    /* the other instance's numbers are free for it */
+    assert_int_equal(KEG_META_CALL(m2, mknod, KEG_ROOT_INO, "o", other, S_IFREG | 0644, 0, 0,
+                                   0, NULL, &a), 0);
+    /* one at a time (a fresh instance): every alloc_ids is a request, and
+     * numbers stay dense */
+    keg_meta_close(m2);
+    assert_int_equal(keg_meta_open(url, &m2), 0);
+    uint64_t one = 0, two = 0;
+    assert_int_equal(KEG_META_CALL(m2, alloc_ids, KEG_ID_INODE, 1, &one), 0);
+    assert_int_equal(KEG_META_CALL(m2, mknod, KEG_ROOT_INO, "h", one, S_IFREG | 0644, 0, 0, 0,
+                                   NULL, &a), 0);
+    calls = evalsha_calls(c);
+    assert_int_equal(KEG_META_CALL(m2, alloc_ids, KEG_ID_INODE, 1, &two), 0);
+    assert_int_equal(evalsha_calls(c) - calls, 1);
+    assert_int_equal(two, one + 1);
+    keg_meta_close(m2);
+    redisFree(c);
+    close_vol(m);
+}
+
 /* SCRIPT FLUSH (what a restart or failover does to the script cache). */
 static void test_noscript_reload(void **state)
 {
@@ -738,9 +822,17 @@ static void test_sentinel_failover(void **state)
     }
     assert_true(known);
 
-    r = redisCommand(sc, "SENTINEL FAILOVER kfo");
-    assert_non_null(r);
-    freeReplyObject(r);
+    /* until the sentinel has the replica's INFO it answers -NOGOODSLAVE */
+    int started = 0;
+    for (int i = 0; i < 150 && !started; i++) {
+        r = redisCommand(sc, "SENTINEL FAILOVER kfo");
+        assert_non_null(r);
+        started = r->type != REDIS_REPLY_ERROR;
+        freeReplyObject(r);
+        if (!started)
+            usleep(100000);
+    }
+    assert_true(started);
     int promoted = 0;
     for (int i = 0; i < 150 && !promoted; i++) {
         r = redisCommand(sc, "SENTINEL GET-MASTER-ADDR-BY-NAME kfo");
@@ -982,6 +1074,7 @@ int main(void)
         cmocka_unit_test(test_unreachable),
         cmocka_unit_test(test_url_forms),
         cmocka_unit_test(test_url_spin),
+        cmocka_unit_test(test_ino_batch_in_mknod),
         cmocka_unit_test(test_noscript_reload),
         cmocka_unit_test(test_oom_enospc),
         cmocka_unit_test(test_policy_warning),
