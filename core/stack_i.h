@@ -39,6 +39,9 @@ int keg_cache_ssd_create(const struct keg_cache_ssd_conf *conf, struct keg_obj *
 /* Fills *st (zeroed when o is not a cache_ssd layer).  Returns 0 or -EINVAL. */
 int keg_cache_ssd_stats(struct keg_obj *o, struct keg_cache_ssd_stats *st);
 extern const struct keg_obj_ops keg_cache_ssd_ops;
+/* The cache layer's pool of spare files (core/cache/ssd_file_i.h), NULL if o
+ * is not a cache layer or has none.  BORROWED: lives as long as o. */
+struct keg_ssd_spare *keg_cache_ssd_spare(struct keg_obj *o);
 
 /*----------------------------------------------------------------------------
  * Writeback (core/wb/writeback.c), ops name "writeback"

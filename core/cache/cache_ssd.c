@@ -60,6 +60,11 @@
 #include "ssd_file_i.h"
 #include "../stack_i.h"
 
+/* Spare files kept for reuse (ssd_file_i.h): small ones only, where the
+ * inode costs more than the bytes; at most 1024 x 1 MiB outside the budget. */
+#define CS_SPARE_MAX      1024
+#define CS_SPARE_FILE_MAX ((uint64_t)1 << 20)
+
 /* no cache file is larger: header, longest key, largest encoded block */
 #define CS_FILE_MAX ((uint64_t)KEGC_HDR + KEGC_KEY_MAX + KEG_BLOCK_HDR + KEG_BLOCK_SIZE_MAX + 1)
 
@@ -95,6 +100,7 @@ struct cache_ssd {
     uint64_t         bytes;       /* protected by mu */
     struct cs_fill  *fills;       /* protected by mu */
     struct keg_cache_ssd_stats st; /* protected by mu */
+    struct keg_ssd_spare *spare;  /* emptied files for reuse (own lock) */
 };
 
 /*---------------------------------------------------------------------------
@@ -245,13 +251,41 @@ static void cs_drop_victims(struct cache_ssd *cs, struct cs_ent *v)
         char name[KEGC_NAME_MAX + 1];
         if (kegc_escape(v->key, name) == 0) {
             char *path = cs_path(cs, v->key, "", name);
-            if (path && unlink(path) < 0 && errno != ENOENT)
-                KEG_WARN("evicting %s: %s", path, strerror(errno));
+            int rc = path ? keg_ssd_spare_retire(cs->spare, AT_FDCWD, path, v->fsize) : 0;
+            if (rc < 0 && rc != -ENOENT)
+                KEG_WARN("evicting %s: %s", path, strerror(-rc));
             keg_free(path);
         }
         keg_free(v);
         v = n;
     }
+}
+
+/* A spare file moved to the temp name tmp ("...XXXXXX", whose X's are
+ * replaced by a unique suffix) and opened for writing, or -1 (none, or it
+ * could not be moved: the caller creates a file as usual). */
+static int cs_spare_tmp(struct cache_ssd *cs, char *tmp)
+{
+    static _Atomic unsigned long seq;
+    char sfx[7];
+    int fd;
+
+    if (!keg_ssd_spare_count(cs->spare))
+        return -1;
+    snprintf(sfx, sizeof(sfx), "s%05lu", (unsigned long)(++seq % 100000));
+    memcpy(tmp + strlen(tmp) - 6, sfx, 6);
+    fd = keg_ssd_spare_take(cs->spare, AT_FDCWD, tmp);
+    if (fd == -ENOENT) {
+        char *slash = strrchr(tmp, '/');        /* a new <hh> directory */
+        *slash = '\0';
+        fd = keg_ssd_mkdirs(tmp);
+        *slash = '/';
+        if (fd == 0)
+            fd = keg_ssd_spare_take(cs->spare, AT_FDCWD, tmp);
+    }
+    if (fd < 0)
+        memcpy(tmp + strlen(tmp) - 6, "XXXXXX", 6);
+    return fd < 0 ? -1 : fd;
 }
 
 /* Writes the cache file of key (temp + rename; no fsync) and indexes it.
@@ -274,7 +308,9 @@ static void cs_store(struct cache_ssd *cs, struct cs_fill *f, const char *key, c
         rc = -ENOMEM;
         goto out;
     }
-    fd = mkostemp(tmp, O_CLOEXEC);
+    fd = cs_spare_tmp(cs, tmp);
+    if (fd < 0)
+        fd = mkostemp(tmp, O_CLOEXEC);
     if (fd < 0 && errno == ENOENT) {
         char *slash = strrchr(tmp, '/');
         *slash = '\0';
@@ -290,13 +326,15 @@ static void cs_store(struct cache_ssd *cs, struct cs_fill *f, const char *key, c
         goto out;
     }
     rc = keg_ssd_file_write(fd, KEGC_KIND_CACHE, key, obj, len);
+    if (rc == 0)
+        rc = keg_ssd_file_fit(fd, fsize);
     rc = keg_ssd_file_publish(AT_FDCWD, fd, tmp, path, rc);
     if (rc < 0)
         goto out;
     pthread_mutex_lock(&cs->mu);
     if (f && f->cancelled) {
         pthread_mutex_unlock(&cs->mu);
-        unlink(path);
+        keg_ssd_spare_retire(cs->spare, AT_FDCWD, path, fsize);
         goto out;
     }
     cs_insert(cs, e);
@@ -317,11 +355,14 @@ out:
 static void cs_forget(struct cache_ssd *cs, const char *key, const char *name, int unlink_file)
 {
     struct cs_ent *e;
+    uint64_t fsize = UINT64_MAX;    /* not indexed: unknown size, never pooled */
 
     pthread_mutex_lock(&cs->mu);
     e = cs_find(cs, key);
-    if (e)
+    if (e) {
         cs_remove(cs, e);
+        fsize = e->fsize;
+    }
     for (struct cs_fill *f = cs->fills; f; f = f->next) {
         if (strcmp(f->key, key) == 0)
             f->cancelled = 1;
@@ -330,8 +371,9 @@ static void cs_forget(struct cache_ssd *cs, const char *key, const char *name, i
     keg_free(e);
     if (unlink_file) {
         char *path = cs_path(cs, key, "", name);
-        if (path && unlink(path) < 0 && errno != ENOENT)
-            KEG_WARN("removing %s: %s", path, strerror(errno));
+        int rc = path ? keg_ssd_spare_retire(cs->spare, AT_FDCWD, path, fsize) : 0;
+        if (rc < 0 && rc != -ENOENT)
+            KEG_WARN("removing %s: %s", path, strerror(-rc));
         keg_free(path);
     }
 }
@@ -785,6 +827,7 @@ static void cs_free_all(struct cache_ssd *cs)
     }
     keg_free(cs->ht);
     keg_free(cs->dir);
+    keg_ssd_spare_close(cs->spare);
 }
 
 static int cs_open_op(struct keg_obj *o, const struct keg_obj_conf *conf)
@@ -841,6 +884,15 @@ int keg_cache_ssd_create(const struct keg_cache_ssd_conf *conf, struct keg_obj *
         KEG_ERR("cache directory %s cannot be created: %s", cs->dir, strerror(-rc));
         goto fail3;
     }
+    {
+        char *sdir = keg_asprintf("%s/spare", conf->dir);
+        rc = sdir ? keg_ssd_spare_open(sdir, CS_SPARE_MAX, CS_SPARE_FILE_MAX, &cs->spare)
+                  : -ENOMEM;
+        if (rc < 0)     /* only an optimisation: go on without */
+            KEG_WARN("cache directory %s: no pool of spare files: %s", sdir ? sdir : conf->dir,
+                     strerror(-rc));
+        keg_free(sdir);
+    }
     pthread_mutex_init(&cs->mu, NULL);
     pthread_cond_init(&cs->fill_cv, NULL);
     rc = cs_rebuild(cs);
@@ -865,6 +917,13 @@ fail2:
 fail1:
     keg_obj_close(inner);
     return rc;
+}
+
+struct keg_ssd_spare *keg_cache_ssd_spare(struct keg_obj *o)
+{
+    if (!o || o->ops != &keg_cache_ssd_ops)
+        return NULL;
+    return ((struct cache_ssd *)o->priv)->spare;
 }
 
 int keg_cache_ssd_stats(struct keg_obj *o, struct keg_cache_ssd_stats *st)

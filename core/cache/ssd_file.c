@@ -2,12 +2,16 @@
  * core/cache/cache_ssd.c and core/wb/writeback.c.
  */
 #define _GNU_SOURCE 1
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cache_ssd_format.h"
@@ -128,4 +132,260 @@ ssize_t keg_ssd_copy_range(const uint8_t *obj, uint64_t olen, uint64_t off, void
     n = (size_t)KEG_MIN((uint64_t)len, olen - off);
     memcpy(buf, obj + off, n);
     return (ssize_t)n;
+}
+
+/*---------------------------------------------------------------------------
+ * Spare files
+ *-------------------------------------------------------------------------*/
+
+#define SPARE_NEW_SUFFIX ".new"     /* a pool directory not locked yet */
+#define SPARE_STALE_NEW_S 60        /* an unlocked ".new" older than this is a leftover */
+
+struct spare_file {
+    uint64_t id;                    /* file name: the id in decimal */
+};
+
+struct keg_ssd_spare {
+    char             *dir;          /* <parent>/<pid>.<n> */
+    int               dirfd;        /* O_DIRECTORY, flock()ed */
+    unsigned          max;
+    uint64_t          max_file;
+    pthread_mutex_t   mu;
+    struct spare_file *files;       /* stack of pooled files; protected by mu */
+    unsigned          n;            /* protected by mu */
+    unsigned          busy;         /* retires between reserve and push; protected by mu */
+    uint64_t          next;         /* protected by mu */
+};
+
+/* Removes every file in the open directory dfd (not recursive). */
+static void spare_empty_dir(int dfd)
+{
+    int dup_fd = dup(dfd);
+    DIR *d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
+    struct dirent *de;
+
+    if (!d) {
+        if (dup_fd >= 0)
+            close(dup_fd);
+        return;
+    }
+    while ((de = readdir(d)) != NULL) {
+        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
+            unlinkat(dfd, de->d_name, 0);
+    }
+    closedir(d);
+}
+
+/* Removes the pools under parent whose lock is free (their process is gone). */
+static void spare_sweep(int pfd)
+{
+    int dup_fd = dup(pfd);
+    DIR *d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
+    struct dirent *de;
+    time_t now = time(NULL);
+
+    if (!d) {
+        if (dup_fd >= 0)
+            close(dup_fd);
+        return;
+    }
+    while ((de = readdir(d)) != NULL) {
+        size_t len = strlen(de->d_name);
+        struct stat st;
+        int dfd;
+
+        if (de->d_name[0] == '.')
+            continue;
+        dfd = openat(pfd, de->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+        if (dfd < 0)
+            continue;
+        /* A ".new" directory is being set up by a live process until it is
+         * locked and renamed: only an old one is a leftover. */
+        if (len > strlen(SPARE_NEW_SUFFIX) &&
+            strcmp(de->d_name + len - strlen(SPARE_NEW_SUFFIX), SPARE_NEW_SUFFIX) == 0 &&
+            (fstat(dfd, &st) < 0 || now - st.st_mtime < SPARE_STALE_NEW_S)) {
+            close(dfd);
+            continue;
+        }
+        if (flock(dfd, LOCK_EX | LOCK_NB) == 0) {
+            spare_empty_dir(dfd);
+            unlinkat(pfd, de->d_name, AT_REMOVEDIR);
+        }
+        close(dfd);
+    }
+    closedir(d);
+}
+
+int keg_ssd_spare_open(const char *parent, unsigned max, uint64_t max_file,
+                       struct keg_ssd_spare **out)
+{
+    struct keg_ssd_spare *sp = NULL;
+    char name[64], tmp[80];
+    int pfd = -1, rc;
+
+    *out = NULL;
+    rc = keg_ssd_mkdirs(parent);
+    if (rc < 0)
+        return rc;
+    pfd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (pfd < 0)
+        return -errno;
+    spare_sweep(pfd);
+    sp = keg_calloc(1, sizeof(*sp));
+    if (sp)
+        sp->files = keg_calloc(max ? max : 1, sizeof(*sp->files));
+    if (!sp || !sp->files) {
+        rc = -ENOMEM;
+        goto fail;
+    }
+    sp->dirfd = -1;
+    for (unsigned n = 0;; n++) {
+        snprintf(name, sizeof(name), "%ld.%u", (long)getpid(), n);
+        snprintf(tmp, sizeof(tmp), "%s" SPARE_NEW_SUFFIX, name);
+        if (mkdirat(pfd, tmp, 0700) == 0)
+            break;
+        if (errno != EEXIST || n > 1000) {
+            rc = -errno;
+            goto fail;
+        }
+    }
+    sp->dirfd = openat(pfd, tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    if (sp->dirfd < 0 || flock(sp->dirfd, LOCK_EX | LOCK_NB) < 0 ||
+        renameat2(pfd, tmp, pfd, name, RENAME_NOREPLACE) < 0) {
+        rc = -errno;
+        unlinkat(pfd, tmp, AT_REMOVEDIR);
+        goto fail;
+    }
+    sp->dir = keg_asprintf("%s/%s", parent, name);
+    if (!sp->dir) {
+        rc = -ENOMEM;
+        unlinkat(pfd, name, AT_REMOVEDIR);
+        goto fail;
+    }
+    sp->max = max;
+    sp->max_file = max_file;
+    pthread_mutex_init(&sp->mu, NULL);
+    close(pfd);
+    *out = sp;
+    return 0;
+fail:
+    if (sp) {
+        if (sp->dirfd >= 0)
+            close(sp->dirfd);
+        keg_free(sp->files);
+        keg_free(sp);
+    }
+    close(pfd);
+    return rc;
+}
+
+void keg_ssd_spare_close(struct keg_ssd_spare *sp)
+{
+    if (!sp)
+        return;
+    spare_empty_dir(sp->dirfd);
+    rmdir(sp->dir);
+    close(sp->dirfd);
+    pthread_mutex_destroy(&sp->mu);
+    keg_free(sp->files);
+    keg_free(sp->dir);
+    keg_free(sp);
+}
+
+int keg_ssd_spare_retire(struct keg_ssd_spare *sp, int dirfd, const char *path, uint64_t size)
+{
+    char name[24];
+    uint64_t id = 0;
+    int pooled = 0;
+
+    if (sp && size <= sp->max_file) {
+        pthread_mutex_lock(&sp->mu);
+        if (sp->n + sp->busy < sp->max) {
+            id = sp->next++;
+            sp->busy++;
+            pooled = 1;
+        }
+        pthread_mutex_unlock(&sp->mu);
+    }
+    if (pooled) {
+        snprintf(name, sizeof(name), "%llu", (unsigned long long)id);
+        pooled = renameat(dirfd, path, sp->dirfd, name) == 0;
+        if (pooled) {
+            /* emptied after the move, so a crash never leaves an empty file
+             * under a cache or staging name */
+            char *pp = keg_asprintf("%s/%s", sp->dir, name);
+            if (!pp || truncate(pp, 0) < 0) {
+                unlinkat(sp->dirfd, name, 0);
+                pooled = 0;
+                size = UINT64_MAX;  /* gone already */
+            }
+            keg_free(pp);
+        }
+        pthread_mutex_lock(&sp->mu);
+        sp->busy--;
+        if (pooled)
+            sp->files[sp->n++] = (struct spare_file){id};
+        pthread_mutex_unlock(&sp->mu);
+        if (pooled || size == UINT64_MAX)
+            return 0;
+    }
+    return unlinkat(dirfd, path, 0) == 0 ? 0 : -errno;
+}
+
+int keg_ssd_spare_take(struct keg_ssd_spare *sp, int dirfd, const char *dst)
+{
+    struct spare_file f;
+    char name[24];
+    int fd, moved, keep, err;
+
+    if (!sp)
+        return -ENOENT;
+    pthread_mutex_lock(&sp->mu);
+    if (sp->n == 0) {
+        pthread_mutex_unlock(&sp->mu);
+        return -ENOENT;
+    }
+    f = sp->files[--sp->n];
+    sp->busy++;                 /* its slot stays reserved until it is moved */
+    pthread_mutex_unlock(&sp->mu);
+    snprintf(name, sizeof(name), "%llu", (unsigned long long)f.id);
+    moved = renameat2(sp->dirfd, name, dirfd, dst, RENAME_NOREPLACE) == 0;
+    err = errno;
+    /* not moved but still there (dst's directory does not exist yet): keep it */
+    keep = !moved && faccessat(sp->dirfd, name, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
+    pthread_mutex_lock(&sp->mu);
+    sp->busy--;
+    if (keep)
+        sp->files[sp->n++] = f;
+    pthread_mutex_unlock(&sp->mu);
+    if (!moved)
+        return keep ? -err : -EIO;
+    fd = openat(dirfd, dst, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) {
+        err = errno;
+        unlinkat(dirfd, dst, 0);
+        return err == ENOENT ? -EIO : -err;
+    }
+    return fd;
+}
+
+unsigned keg_ssd_spare_count(struct keg_ssd_spare *sp)
+{
+    unsigned n;
+    if (!sp)
+        return 0;
+    pthread_mutex_lock(&sp->mu);
+    n = sp->n;
+    pthread_mutex_unlock(&sp->mu);
+    return n;
+}
+
+int keg_ssd_file_fit(int fd, uint64_t len)
+{
+    struct stat st;
+    if (fstat(fd, &st) < 0)
+        return -errno;
+    if ((uint64_t)st.st_size > len && ftruncate(fd, (off_t)len) < 0)
+        return -errno;
+    return 0;
 }

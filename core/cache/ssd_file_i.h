@@ -35,4 +35,42 @@ int keg_ssd_file_read(int dirfd, const char *path, uint64_t max, uint8_t **out, 
 ssize_t keg_ssd_copy_range(const uint8_t *obj, uint64_t olen, uint64_t off, void *buf,
                            size_t len);
 
+/* Spare files: emptied files kept for reuse, so that writing a cache or
+ * staging file renames a spare instead of allocating a new inode and removing
+ * one deletes nothing.  On filesystems that scan for reusable inodes (ext4
+ * without a journal skips every inode freed in the last seconds) creating
+ * files under churn costs more than the data they hold.
+ *
+ * A pool is a directory <parent>/<pid>.<n> holding empty files named by a
+ * counter, flock()ed while its process uses it; a pool whose lock is free
+ * belongs to a dead process and is removed by the next keg_ssd_spare_open()
+ * on the same parent.  LOCKS: each pool has its own mutex; file operations
+ * run outside it. */
+struct keg_ssd_spare;
+
+/* Opens a pool of at most max files, taking files of at most max_file bytes
+ * (larger ones are unlinked: their blocks cost more than their inode), under
+ * parent (created), removing the pools of dead processes there.
+ * OWNERSHIP: caller closes it.  Returns 0 or -errno. */
+int  keg_ssd_spare_open(const char *parent, unsigned max, uint64_t max_file,
+                        struct keg_ssd_spare **out);
+/* Removes the pool's files and directory.  NULL is a no-op. */
+void keg_ssd_spare_close(struct keg_ssd_spare *sp);
+/* Retires the file at path (relative to dirfd), size bytes: moved into the
+ * pool and emptied, or unlinked when the pool is full or NULL, the file is
+ * larger than max_file, or the move fails.  A reader that still has the file
+ * open sees it shrink (or, once reused, change), as the format's CRCs catch.
+ * Returns 0, or -errno of the unlink (-ENOENT: there was no file). */
+int  keg_ssd_spare_retire(struct keg_ssd_spare *sp, int dirfd, const char *path, uint64_t size);
+/* Moves a pooled file to dst (relative to dirfd; dst must not exist) and
+ * opens it for writing at offset 0.  The caller writes the new image and
+ * calls keg_ssd_file_fit() before closing.  Returns an fd, -ENOENT (pool
+ * empty or NULL) or -errno. */
+int  keg_ssd_spare_take(struct keg_ssd_spare *sp, int dirfd, const char *dst);
+/* Cuts a reused file to the len bytes just written (no-op if it is not longer).
+ * Returns 0 or -errno. */
+int  keg_ssd_file_fit(int fd, uint64_t len);
+/* Files in the pool now (for tests and stats). */
+unsigned keg_ssd_spare_count(struct keg_ssd_spare *sp);
+
 #endif

@@ -104,6 +104,7 @@ struct wb {
     uint64_t        max_staging;
     unsigned        drain_ms, retries, backoff_ms, park_ms;
     int             inner_durable; /* bottom store has KEG_OBJ_CAP_DURABLE */
+    struct keg_ssd_spare *spare;   /* spare files of the cache below (BORROWED), or NULL */
     unsigned        nworkers;
     pthread_t      *threads;
     unsigned        nthreads;      /* started */
@@ -283,7 +284,9 @@ static int wb_stage_file(struct wb *wb, const char *key, const char *name, const
     int fd, rc;
 
     snprintf(tmp, sizeof(tmp), KEGC_TMP_PREFIX "%s.XXXXXX", name);
-    /* mkostempat does not exist: make the name relative to the slot by hand. */
+    /* mkostempat does not exist: make the name relative to the slot by hand.
+     * A spare file of the cache below is reused when there is one. */
+    fd = -1;
     for (int attempt = 0;; attempt++) {
         static const char az[] = "abcdefghijklmnopqrstuvwxyz0123456789";
         uint64_t r = (uint64_t)keg_mono_ns() ^ ((uint64_t)(uintptr_t)&tmp << 7) ^
@@ -291,6 +294,11 @@ static int wb_stage_file(struct wb *wb, const char *key, const char *name, const
         char *x = tmp + strlen(tmp) - 6;
         for (int i = 0; i < 6; i++, r /= 36)
             x[i] = az[r % 36];
+        if (attempt == 0 && wb->spare) {
+            fd = keg_ssd_spare_take(wb->spare, wb->dirfd, tmp);
+            if (fd >= 0)
+                break;
+        }
         fd = openat(wb->dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
         if (fd >= 0 || errno != EEXIST || attempt > 100)
             break;
@@ -298,6 +306,8 @@ static int wb_stage_file(struct wb *wb, const char *key, const char *name, const
     if (fd < 0)
         return errno == EDQUOT ? -ENOSPC : -errno;
     rc = keg_ssd_file_write(fd, KEGC_KIND_STAGED, key, obj, len);
+    if (rc == 0)
+        rc = keg_ssd_file_fit(fd, KEGC_HDR + strlen(key) + (uint64_t)len);
     if (rc == -EDQUOT)
         rc = -ENOSPC;
     return keg_ssd_file_publish(wb->dirfd, fd, tmp, name, rc);
@@ -1165,6 +1175,7 @@ int keg_wb_create(const struct keg_wb_conf *conf, struct keg_obj *inner, struct 
     wb->backoff_ms = conf->backoff_ms ? conf->backoff_ms : 100;
     wb->park_ms = conf->park_ms ? conf->park_ms : 60000;
     wb->inner_durable = wb_bottom_durable(inner);
+    wb->spare = keg_cache_ssd_spare(inner);
     wb->nbuckets = 256;
     wb->ht = keg_calloc(wb->nbuckets, sizeof(*wb->ht));
     wb->threads = keg_calloc(wb->nworkers, sizeof(*wb->threads));

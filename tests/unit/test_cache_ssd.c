@@ -27,6 +27,7 @@
 /* raw byte i of test block id (make_block) */
 #define TEST_BLOCK_BYTE(id, i) ((uint8_t)((id) * 31 + (i) * 7 + ((i) >> 9)))
 #include "test_store_helpers.h"
+#include "cache/ssd_file_i.h"
 
 /*---------------------------------------------------------------------------
  * Fixtures
@@ -514,6 +515,162 @@ static void test_stack_cache(void **state)
     assert_null(o);
 }
 
+/* Inode of the cache file of test block id, 0 if it has none. */
+static ino_t cache_ino(struct fx *fx, uint64_t id, uint32_t blen)
+{
+    uint8_t *enc = malloc(KEG_BLOCK_HDR + blen);
+    char key[128], name[KEGC_NAME_MAX + 1], path[512];
+    struct stat st;
+
+    make_block(id, blen, enc, KEG_BLOCK_HDR + blen, key, sizeof(key));
+    free(enc);
+    assert_int_equal(kegc_escape(key, name), 0);
+    snprintf(path, sizeof(path), "%s/blocks/%02x/%s", fx->cache,
+             (unsigned)(keg_crc32c(0, key, strlen(key)) & 0xff), name);
+    return stat(path, &st) == 0 ? st.st_ino : 0;
+}
+
+/* Regular files directly in dir (not recursive). */
+static unsigned nfiles(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    unsigned n = 0;
+    if (!d)
+        return 0;
+    while ((de = readdir(d)) != NULL)
+        n += de->d_type == DT_REG;
+    closedir(d);
+    return n;
+}
+
+/* Evicted and deleted files go to the pool of spare files, emptied (the
+ * budget holds on disk); new cache files reuse them (no new inode); the
+ * pool's directory goes at close; a dead process's pool is removed at open. */
+static void test_spare_files(void **state)
+{
+    struct fx *fx = *state;
+    const uint32_t blen = 3000;
+    const uint64_t fsize = KEGC_HDR + KEG_BLOCK_HDR + blen + 30;
+    const uint64_t budget = 4 * fsize;
+    char spare[160], dead[200], deadf[220], key[128];
+    uint8_t enc[KEG_BLOCK_HDR + 3000];
+    struct keg_ssd_spare *sp;
+    struct keg_obj *o;
+    unsigned pooled;
+    ino_t inos[5];
+    struct stat st;
+    DIR *d;
+    struct dirent *de;
+    int fd;
+
+    /* a pool left by a process that died: unlocked, not ".new" */
+    snprintf(spare, sizeof(spare), "%s/spare", fx->cache);
+    snprintf(dead, sizeof(dead), "%s/999999.0", spare);
+    snprintf(deadf, sizeof(deadf), "%s/7", dead);
+    assert_int_equal(keg_ssd_mkdirs(dead), 0);
+    fd = open(deadf, O_WRONLY | O_CREAT, 0600);
+    assert_true(fd >= 0);
+    close(fd);
+
+    o = open_cache(fx, "file", budget);
+    assert_int_equal(stat(dead, &st), -1);                 /* swept */
+    sp = keg_cache_ssd_spare(o);
+    assert_non_null(sp);
+    assert_null(keg_cache_ssd_spare(o->inner));            /* not a cache layer */
+    for (uint64_t id = 1; id <= 12; id++) {
+        put_block(o, id, blen);
+        if (id <= 5)
+            inos[id - 1] = cache_ino(fx, id, blen);
+        assert_true(du(fx->cache) <= budget);              /* pooled files are empty */
+    }
+    /* 8 evictions, but blocks 6..12 live in the inodes of evicted ones: the
+     * only new inodes were those of blocks 1..5 */
+    for (uint64_t id = 6; id <= 12; id++) {
+        ino_t ino = cache_ino(fx, id, blen);
+        int known = 0;
+        if (id <= 8)
+            continue;                                      /* evicted by now */
+        for (int i = 0; i < 5; i++)
+            known |= ino == inos[i];
+        assert_true(ino != 0 && known);
+    }
+    pooled = keg_ssd_spare_count(sp);
+    assert_true(pooled <= 1);
+    for (uint64_t id = 9; id <= 12; id++)
+        check_block(o, id, blen);
+    /* a delete pools the file; the next store takes a spare */
+    make_block(12, blen, enc, sizeof(enc), key, sizeof(key));
+    assert_int_equal(keg_obj_del(o, key), 0);
+    assert_int_equal(keg_ssd_spare_count(sp), pooled + 1);
+    put_block(o, 13, blen);
+    assert_int_equal(keg_ssd_spare_count(sp), pooled);
+    check_block(o, 13, blen);
+    assert_true(du(fx->cache) <= budget);
+    /* one live pool directory holding the pooled files */
+    d = opendir(spare);
+    assert_non_null(d);
+    while ((de = readdir(d)) != NULL) {
+        char p[600];
+        if (de->d_name[0] == '.')
+            continue;
+        snprintf(p, sizeof(p), "%s/%s", spare, de->d_name);
+        assert_int_equal(nfiles(p), pooled);
+    }
+    closedir(d);
+    keg_obj_close(o);
+    d = opendir(spare);
+    assert_non_null(d);
+    while ((de = readdir(d)) != NULL)
+        assert_true(de->d_name[0] == '.');                 /* nothing left */
+    closedir(d);
+
+    /* reopened: the blocks that were cached are still served, unchanged */
+    o = open_cache(fx, "file", budget);
+    check_block(o, 13, blen);
+    check_block(o, 11, blen);
+    keg_obj_close(o);
+}
+
+/* The pool alone: bounded, larger files unlinked, take fails on an empty pool,
+ * a taken file is opened for writing and fits the new length. */
+static void test_spare_pool_bounds(void **state)
+{
+    struct fx *fx = *state;
+    char dir[160], f[200], g[200];
+    struct keg_ssd_spare *sp = NULL;
+    struct stat st;
+    int fd;
+
+    snprintf(dir, sizeof(dir), "%s/p", fx->root);
+    assert_int_equal(keg_ssd_spare_open(dir, 2, 100, &sp), 0);
+    assert_int_equal(keg_ssd_spare_take(sp, AT_FDCWD, "/nonexistent/x"), -ENOENT);
+    for (int i = 0; i < 4; i++) {
+        snprintf(f, sizeof(f), "%s/f%d", fx->root, i);
+        fd = open(f, O_WRONLY | O_CREAT, 0600);
+        assert_true(fd >= 0);
+        assert_int_equal(write(fd, "0123456789", 10), 10);
+        close(fd);
+        assert_int_equal(keg_ssd_spare_retire(sp, AT_FDCWD, f, i == 0 ? 1000 : 10), 0);
+        assert_int_equal(stat(f, &st), -1);                /* moved or unlinked */
+    }
+    assert_int_equal(keg_ssd_spare_count(sp), 2);          /* f0 too big, f3 over max */
+    assert_int_equal(keg_ssd_spare_retire(sp, AT_FDCWD, f, 10), -ENOENT);
+    snprintf(g, sizeof(g), "%s/g", fx->root);
+    fd = keg_ssd_spare_take(sp, AT_FDCWD, g);
+    assert_true(fd >= 0);
+    assert_int_equal(fstat(fd, &st), 0);
+    assert_int_equal(st.st_size, 0);                       /* emptied when pooled */
+    assert_int_equal(write(fd, "abcdef", 6), 6);
+    assert_int_equal(keg_ssd_file_fit(fd, 4), 0);
+    assert_int_equal(fstat(fd, &st), 0);
+    assert_int_equal(st.st_size, 4);
+    close(fd);
+    assert_int_equal(keg_ssd_spare_count(sp), 1);
+    keg_ssd_spare_close(sp);
+    keg_ssd_spare_close(NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -523,6 +680,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_corrupt_refetch, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_store_corruption_not_cached, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_eviction_budget, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_spare_files, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_spare_pool_bounds, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_single_flight, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_passthrough_and_del, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_open_cleans_up, fx_setup, fx_teardown),
