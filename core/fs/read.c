@@ -160,6 +160,21 @@ static uint64_t bc_limit(const struct fs_bcache *bc)
     return limit;
 }
 
+int keg_fs_mem_stats(struct keg_fs *fs, struct keg_fs_mem_stats *st)
+{
+    struct fs_bcache *bc = fs->bc;
+    memset(st, 0, sizeof(*st));
+    st->budget = fs->buffer_size;
+    st->write_bytes = atomic_load_explicit(&fs->wbytes, memory_order_relaxed);
+    if (bc) {
+        st->read_bytes = fs_bcache_used(bc);
+        st->read_limit = bc_limit(bc);
+        st->read_floor = bc->floor;
+        st->read_cap = bc->cap;
+    }
+    return 0;
+}
+
 /* 1 while writers hold all of the budget but the floor. */
 static int bc_pressed(const struct fs_bcache *bc)
 {

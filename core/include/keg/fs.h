@@ -187,6 +187,20 @@ int keg_fs_flock(struct keg_fs *fs, struct keg_fh *fh, uint64_t owner, int op);
  * INTERRUPT): they return -EINTR.  No effect if none is waiting. */
 void keg_fs_interrupt(struct keg_fs *fs, uint64_t owner);
 
+/* Memory of the mount's data path (`kegfs stats`): one budget, buffer_size,
+ * shared by the write buffers (first) and the decoded-block read cache. */
+struct keg_fs_mem_stats {
+    uint64_t budget;        /* keg_fs_conf.buffer_size */
+    uint64_t write_bytes;   /* write buffers, including those being uploaded */
+    uint64_t read_bytes;    /* decoded blocks held by the read cache */
+    uint64_t read_limit;    /* what the read cache may hold now: budget - write_bytes,
+                             * at least read_floor, at most read_cap */
+    uint64_t read_floor;    /* the read cache's share never drops below this */
+    uint64_t read_cap;      /* optional cap of the read share (block_cache_size; 0: none) */
+};
+/* A snapshot (the figures move independently).  Returns 0. */
+int keg_fs_mem_stats(struct keg_fs *fs, struct keg_fs_mem_stats *st);
+
 /* Inspection for `kegfs info`: calls cb for every slice reference of every
  * chunk of ino (after flushing buffered data of this mount). */
 typedef int keg_fs_info_cb(void *arg, uint32_t indx, const struct keg_slice *s);
