@@ -128,6 +128,12 @@ struct mnt_live {
     uint64_t cache_shared, cache_corrupt, cache_evictions;
     uint64_t open_files, open_dirs;       /* handles the kernel holds (this worker's) */
     uint64_t restarts;                    /* crashed workers the supervisor replaced */
+    /* memory (keg_fs_mem_stats; mem_budget 0: a mounter that does not report it) */
+    uint64_t mem_budget, mem_write_bytes, mem_read_bytes, mem_read_limit, mem_read_floor;
+    uint64_t mem_read_cap;
+    /* seconds the writeback has had work (staged or uploading objects) without a
+     * break, as the stats thread saw it; 0: idle */
+    uint64_t upload_busy_sec;
     char     phase[16];                   /* "serving", "draining" */
 };
 /* Start the thread that rewrites the stats file every second.  BORROWS fs (until
@@ -139,6 +145,15 @@ void mnt_stats_stop(void);
 /* Returns 0, -ENOENT (no running mounter), -errno. */
 int  mnt_stats_read(const char *abs_mp, struct mnt_live *l);
 void mnt_stats_remove(const char *abs_mp);
+/* The drain estimate of l's uploads, into buf: "drains in ~Ns", "drains in more
+ * than a day", or "drain time: unknown (...)" while the rate means nothing yet
+ * (its ~MNT_RATE_WINDOW_SEC window still holds idle time from before the
+ * uploads began, unless MNT_RATE_MIN_BYTES went through it) or is 0; "" when
+ * nothing is staged.  Returns buf. */
+#define MNT_RATE_WINDOW_SEC 5          /* upload_rate_bps averages ~5 s (keg/stack.h) */
+#define MNT_RATE_MIN_BYTES  (1u << 20)
+#define MNT_DRAIN_MAX_SEC   86400
+const char *mnt_stats_drain(const struct mnt_live *l, char *buf, size_t size);
 /* Lines "<indent>key: ..." describing l. */
 void mnt_stats_print(FILE *out, const struct mnt_live *l, const char *indent);
 /* The FUSE layer counts open handles: +1/-1. */

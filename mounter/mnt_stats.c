@@ -3,14 +3,23 @@
  *
  * DESIGN
  * The mounter (the FUSE worker process) runs one thread that, every second, takes
- * keg_stack_stats() of its object stack plus its own counters (open files and
- * directories) and writes them as "key=value" lines to
+ * keg_stack_stats() of its object stack, keg_fs_mem_stats() (the --buffer-size
+ * budget, read cache and write buffers) and its own counters (open files and
+ * directories, how long the writeback has had work) and writes them as "key=value" lines to
  * "<run_dir>/mounts/<hash>.stats" (temp file + rename, so a reader never sees half
  * a file), next to the state file of the mount point (mnt_util.c).  The file holds no
  * secrets.  `kegfs stats` and `kegfs status` read it; `kegfs umount` reads it to say
  * why the mounter is still running (uploading staged objects).  The file is removed
  * when the mounter stops; a file whose pid is dead is stale and is removed by the
  * next mount (mnt_state_prune).
+ *
+ * The drain estimate (staged bytes / upload rate) is only as good as the rate, an
+ * average over ~5 s that includes the idle time before the first upload of a busy
+ * period: one small object uploaded after an idle spell gives a few B/s and an
+ * estimate of weeks.  So the writer also publishes how long the writeback has had
+ * work without a break (upload_busy_sec), and mnt_stats_drain() prints an estimate
+ * only once that covers the rate's window or 1 MiB went through it, and caps it at
+ * a day.
  *
  * The writer's state (one mounter per process):
  *   stopped --mnt_stats_start--> running --mnt_stats_stop--> stopped
@@ -58,7 +67,9 @@ static const struct {
     F(uploaded_bytes), F(uploaded_objects), F(upload_errors), F(upload_rate_bps),
     F(waiting_puts), F(max_staging), F(cache_bytes), F(cache_objects), F(cache_budget),
     F(cache_hits), F(cache_misses), F(cache_shared), F(cache_corrupt), F(cache_evictions),
-    F(open_files), F(open_dirs), F(restarts),
+    F(open_files), F(open_dirs), F(restarts), F(mem_budget), F(mem_write_bytes),
+    F(mem_read_bytes), F(mem_read_limit), F(mem_read_floor), F(mem_read_cap),
+    F(upload_busy_sec),
 };
 #undef F
 #define NFIELDS (sizeof(fields) / sizeof(fields[0]))
@@ -152,8 +163,17 @@ static struct {
     char          *path;        /* OWNERSHIP: keg_free at stop */
     uint64_t       started;     /* unix seconds */
     uint64_t       restarts;    /* workers restarted by the supervisor before this one */
+    int64_t        busy_since;  /* CLOCK_MONOTONIC s + 1 when the writeback got work, 0: idle
+                                   (stats thread only) */
     pthread_t      thread;
 } w;
+
+static int64_t mono_sec(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec;
+}
 
 static void collect(struct mnt_live *l)
 {
@@ -185,6 +205,22 @@ static void collect(struct mnt_live *l)
     l->cache_shared = s.cache_shared;
     l->cache_corrupt = s.cache_corrupt;
     l->cache_evictions = s.cache_evictions;
+    if (s.staged_objects == 0 && s.uploading == 0) {
+        w.busy_since = 0;
+    } else {
+        int64_t now = mono_sec();
+        if (w.busy_since == 0)
+            w.busy_since = now + 1;
+        l->upload_busy_sec = (uint64_t)(now + 1 - w.busy_since);
+    }
+    struct keg_fs_mem_stats m;
+    keg_fs_mem_stats(w.fs, &m);
+    l->mem_budget = m.budget;
+    l->mem_write_bytes = m.write_bytes;
+    l->mem_read_bytes = m.read_bytes;
+    l->mem_read_limit = m.read_limit;
+    l->mem_read_floor = m.read_floor;
+    l->mem_read_cap = m.read_cap;
     int64_t f = __atomic_load_n(&open_files_n, __ATOMIC_RELAXED);
     int64_t d = __atomic_load_n(&open_dirs_n, __ATOMIC_RELAXED);
     l->open_files = f > 0 ? (uint64_t)f : 0;
@@ -229,6 +265,7 @@ int mnt_stats_start(const char *abs_mp, struct keg_fs *fs, uint64_t restarts)
     w.stop = 0;
     w.started = (uint64_t)time(NULL);
     w.restarts = restarts;
+    w.busy_since = 0;
     snprintf(w.phase, sizeof(w.phase), "serving");
     w.path = stats_path(abs_mp);
     if (!w.path) {
@@ -282,9 +319,31 @@ static const char *ratio(uint64_t a, uint64_t b, char *buf, size_t size)
     return buf;
 }
 
+const char *mnt_stats_drain(const struct mnt_live *l, char *buf, size_t size)
+{
+    uint64_t window_bytes = l->upload_rate_bps * MNT_RATE_WINDOW_SEC;
+    if (l->staged_bytes == 0) {
+        buf[0] = '\0';
+    } else if (l->upload_busy_sec < MNT_RATE_WINDOW_SEC && window_bytes < MNT_RATE_MIN_BYTES) {
+        /* the rate's window still holds idle time before the uploads began */
+        snprintf(buf, size, "drain time: unknown (rate not measured yet)");
+    } else if (l->upload_rate_bps == 0) {
+        snprintf(buf, size, "drain time: unknown (no upload finished in the last ~%us)",
+                 (unsigned)MNT_RATE_WINDOW_SEC);
+    } else {
+        uint64_t sec = l->staged_bytes / l->upload_rate_bps +
+                       (l->staged_bytes % l->upload_rate_bps != 0);
+        if (sec > MNT_DRAIN_MAX_SEC)
+            snprintf(buf, size, "drains in more than a day");
+        else
+            snprintf(buf, size, "drains in ~%llus", (unsigned long long)sec);
+    }
+    return buf;
+}
+
 void mnt_stats_print(FILE *out, const struct mnt_live *l, const char *in)
 {
-    char a[32], b[32], c[32];
+    char a[32], b[32], c[64];
     time_t now = time(NULL);
     long age = (long)(now - (time_t)l->time);
     fprintf(out, "%smounter:   pid %llu, %s, up %llus, updated %lds ago%s", in,
@@ -307,13 +366,21 @@ void mnt_stats_print(FILE *out, const struct mnt_live *l, const char *in)
                 mnt_fmt_size(l->upload_rate_bps, a, sizeof(a)),
                 mnt_fmt_size(l->uploaded_bytes, b, sizeof(b)),
                 (unsigned long long)l->uploaded_objects, (unsigned long long)l->upload_errors);
-        if (l->staged_bytes && l->upload_rate_bps)
-            fprintf(out, "; drains in ~%llus",
-                    (unsigned long long)((l->staged_bytes + l->upload_rate_bps - 1) /
-                                         l->upload_rate_bps));
+        if (l->staged_bytes)
+            fprintf(out, "; %s", mnt_stats_drain(l, c, sizeof(c)));
         fputc('\n', out);
     } else {
         fprintf(out, "%swriteback: off\n", in);
+    }
+    if (l->mem_budget) {
+        fprintf(out, "%smemory:    budget %s; read cache %s", in,
+                mnt_fmt_size(l->mem_budget, a, sizeof(a)),
+                mnt_fmt_size(l->mem_read_bytes, b, sizeof(b)));
+        fprintf(out, " (may hold %s now, floor %s", mnt_fmt_size(l->mem_read_limit, a, sizeof(a)),
+                mnt_fmt_size(l->mem_read_floor, b, sizeof(b)));
+        if (l->mem_read_cap)
+            fprintf(out, ", cap %s", mnt_fmt_size(l->mem_read_cap, a, sizeof(a)));
+        fprintf(out, "); write buffers %s\n", mnt_fmt_size(l->mem_write_bytes, a, sizeof(a)));
     }
     if (l->has_cache) {
         fprintf(out, "%scache:     %s of %s in %llu objects; %llu hits, %llu misses (%s hit), "
@@ -338,8 +405,9 @@ static void usage(FILE *out)
         "Usage: kegfs stats [OPTIONS] MOUNTPOINT\n"
         "\n"
         "Show the live figures of the mounter serving MOUNTPOINT: open files, writeback\n"
-        "(staged bytes and objects, uploads in flight, upload rate, drain estimate) and\n"
-        "the SSD cache (bytes, hits, misses).  The mounter updates them every second.\n"
+        "(staged bytes and objects, uploads in flight, upload rate, drain estimate), the\n"
+        "memory budget (--buffer-size: read cache and write buffers) and the SSD cache\n"
+        "(bytes, hits, misses).  The mounter updates them every second.\n"
         "\n"
         "Options:\n"
         "  -w, --watch              refresh every second until interrupted\n"
