@@ -16,6 +16,9 @@
  * the chunks of huge purged files).  Scripts are loaded with SCRIPT LOAD at open and
  * reloaded when a server answers NOSCRIPT (restart, SCRIPT FLUSH, failover),
  * after which the call is repeated once: NOSCRIPT means the script did not run.
+ * Each script carries only the Lua helpers it uses (mr_build_scripts).  Inode
+ * numbers: once a caller takes them in batches, the mknod script reserves the
+ * next batch in the same call, so creating files needs no alloc_ids request.
  *
  * Connections: a pool of at most MR_POOL_MAX blocking hiredis contexts
  * (mutex + condvar), each with a connect and a command timeout.  A context
@@ -28,7 +31,9 @@
  * up to spin= microseconds (default MR_SPIN_US) before it blocks in read():
  * on a VM whose idle vCPUs halt, waking a thread blocked in read() costs more
  * than the whole loopback round trip (docs/redis.md).  At most ncpu/2 threads
- * (at least 1) spin at once; the rest block at once.
+ * (at least 1) spin at once; the rest block at once.  Both ways of waiting are
+ * timed and the faster is used (on busy CPUs a spinner only competes with the
+ * server), each 16th reply is waited for the other way (mr_spin_choose).
  *
  * Retries (bounded by MR_RETRY_MS in total, with exponential backoff) happen
  * only when the command certainly did not run: connecting failed, writing the
