@@ -5,9 +5,12 @@
  * (inode.c: visible segments, loaded once per open) gives the segments that
  * overlap the range; holes are zero-filled and data segments are served from
  * the blocks of their slice.  A block is fetched whole (one GET of the encoded
- * object), verified and decoded (keg_block_decode checks the CRC32C), and kept
- * in an LRU cache of decoded blocks with a byte budget, so 128 KiB sequential
- * reads of a 4 MiB block cost one GET.  Corruption, a missing object or any
+ * object), verified and decoded (the CRC32C of the raw bytes is checked on
+ * every fetch), and kept in an LRU cache of decoded blocks with a byte budget,
+ * so 128 KiB sequential reads of a 4 MiB block cost one GET.  A block of codec
+ * none is verified in place (keg_block_decode_inplace) and its entry keeps the
+ * fetched buffer (base) with data pointing past the header: one allocation and
+ * no copy; only compressed blocks are decoded into a second buffer.  Corruption, a missing object or any
  * store failure becomes -EIO and an ERROR log line naming the object key:
  * never wrong bytes.  Before that, a transient store error is retried with
  * backoff (fs_retry_*, file.c; bounded by io_retry_ms) and a block failing
@@ -84,7 +87,8 @@ struct bc_ent {
     int            err;
     uint32_t       refs;
     int            hashed;
-    uint8_t       *data;
+    uint8_t       *base;            /* the allocation (keg_free) */
+    uint8_t       *data;            /* the len raw bytes, inside base */
 };
 
 struct fs_bcache {
@@ -128,7 +132,7 @@ void fs_bcache_free(struct fs_bcache *bc)
         struct bc_ent *e = bc->h[i];
         while (e) {
             struct bc_ent *next = e->hnext;
-            keg_free(e->data);
+            keg_free(e->base);
             keg_free(e);
             e = next;
         }
@@ -223,7 +227,7 @@ static void bc_evict(struct fs_bcache *bc)
             lru_unlink(e);
             hash_unlink(bc, e);
             atomic_fetch_sub_explicit(&bc->used, e->len, memory_order_relaxed);
-            keg_free(e->data);
+            keg_free(e->base);
             keg_free(e);
         }
         e = prev;
@@ -246,7 +250,7 @@ static void bc_put(struct fs_bcache *bc, struct bc_ent *e)
     KEG_ASSERT(e->refs > 0);
     e->refs--;
     if (e->refs == 0 && !e->hashed) {
-        keg_free(e->data);
+        keg_free(e->base);
         keg_free(e);
     } else if (e->refs == 0) {
         bc_evict(bc);
@@ -254,27 +258,32 @@ static void bc_put(struct fs_bcache *bc, struct bc_ent *e)
     pthread_mutex_unlock(&bc->mu);
 }
 
-/* Fetch, verify and decode block indx (blen bytes) of slice id.
- * OWNERSHIP: *out is keg_malloc'ed (caller frees). */
+/* Fetch, verify and decode block indx (blen bytes) of slice id.  A block of
+ * codec none (the default) is verified where it was fetched and kept there:
+ * its raw bytes are the payload, KEG_BLOCK_HDR bytes into the buffer.  A
+ * compressed one is decoded into a second buffer and the fetched one freed.
+ * OWNERSHIP: *base is keg_malloc'ed (caller frees); *data points at the blen
+ * raw bytes inside it.  Both NULL on failure. */
 static int block_fetch(struct keg_fs *fs, uint64_t id, uint32_t indx, uint32_t blen,
-                       uint8_t **out)
+                       uint8_t **base, uint8_t **data)
 {
     char key[256];
     size_t cap = keg_block_bound(KEG_CODEC_NONE, blen);
     uint8_t *enc = NULL;
-    uint8_t *raw = NULL;
+    uint8_t *raw = NULL;        /* decoded copy, compressed blocks only */
     struct fs_retry r;
     unsigned bad = 0;           /* reads that failed verification */
+    int decoded = 0;            /* the good read was decoded into raw */
     ssize_t n;
     int rc = 0;
 
-    *out = NULL;
+    *base = NULL;
+    *data = NULL;
     cap = KEG_MAX(cap, keg_block_bound(KEG_CODEC_LZ4, blen));
     cap = KEG_MAX(cap, keg_block_bound(KEG_CODEC_ZSTD, blen));
     keg_block_key(key, sizeof(key), fs->fmt.name, id, indx, blen);
     enc = keg_malloc(cap);
-    raw = keg_malloc(blen ? blen : 1);
-    if (!enc || !raw) {
+    if (!enc) {
         rc = -ENOMEM;
         goto out;
     }
@@ -286,7 +295,18 @@ static int block_fetch(struct keg_fs *fs, uint64_t id, uint32_t indx, uint32_t b
             goto out;
         }
         if (n >= 0) {
-            n = keg_block_decode(enc, (size_t)n, raw, blen);
+            size_t olen = (size_t)n;
+            n = keg_block_decode_inplace(enc, olen, blen);
+            decoded = n == -ENOTSUP;
+            if (decoded) {
+                if (!raw)
+                    raw = keg_malloc(blen ? blen : 1);
+                if (!raw) {
+                    rc = -ENOMEM;
+                    goto out;
+                }
+                n = keg_block_decode(enc, olen, raw, blen);
+            }
             if (n == (ssize_t)blen)
                 break;
             /* A torn or damaged transfer reads differently next time; a block
@@ -310,8 +330,14 @@ static int block_fetch(struct keg_fs *fs, uint64_t id, uint32_t indx, uint32_t b
     }
     if (r.attempt > 0)
         KEG_DEBUG("block %s read after %u failed attempts", key, r.attempt);
-    *out = raw;
-    raw = NULL;
+    if (decoded) {
+        *base = *data = raw;
+        raw = NULL;
+    } else {
+        *base = enc;
+        *data = enc + KEG_BLOCK_HDR;
+        enc = NULL;
+    }
 out:
     keg_free(enc);
     keg_free(raw);
@@ -328,7 +354,7 @@ static int bc_get_mode(struct keg_fs *fs, uint64_t id, uint32_t indx, uint32_t b
     struct fs_bcache *bc = fs->bc;
     size_t h = bc_hash(id, indx);
     struct bc_ent *e;
-    uint8_t *data = NULL;
+    uint8_t *base = NULL, *data = NULL;
     int rc;
 
     *out = NULL;
@@ -382,10 +408,11 @@ static int bc_get_mode(struct keg_fs *fs, uint64_t id, uint32_t indx, uint32_t b
     bc->h[h] = e;
     pthread_mutex_unlock(&bc->mu);
 
-    rc = block_fetch(fs, id, indx, blen, &data);
+    rc = block_fetch(fs, id, indx, blen, &base, &data);
 
     pthread_mutex_lock(&bc->mu);
     if (rc == 0) {
+        e->base = base;
         e->data = data;
         e->state = BC_READY;
         atomic_fetch_add_explicit(&bc->used, blen, memory_order_relaxed);

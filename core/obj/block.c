@@ -8,7 +8,10 @@
  * if it does not shrink the data, the block is stored as codec none.  So an
  * encoded block is never larger than KEG_BLOCK_HDR + raw length, whatever the codec.
  * Decoding trusts nothing in the object: every length is checked before use and
- * the decompressors are given exact output capacities.
+ * the decompressors are given exact output capacities.  A block of codec none
+ * (incompressible data, or compression off) can be verified in place
+ * (keg_block_decode_inplace): its payload is the raw data, so the reader keeps
+ * the fetched buffer instead of copying it.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -118,26 +121,42 @@ int keg_block_encode(int codec, const void *raw, size_t raw_len, void *out, size
     return 0;
 }
 
-/* Returns the raw length, or -EIO for any inconsistency. */
-ssize_t keg_block_decode(const void *obj, size_t obj_len, void *raw, size_t raw_cap)
+/* Checks the header of obj[0..obj_len) against raw_cap.  On success sets the
+ * codec byte, the raw length and its CRC32C.  Returns 0 or -EIO. */
+static int block_hdr_check(const void *obj, size_t obj_len, size_t raw_cap, int *codec,
+                           uint32_t *raw_len, uint32_t *crc)
 {
     const unsigned char *h = obj;
-    const unsigned char *payload;
-    size_t plen;
-    uint32_t raw_len, crc;
 
+    *codec = -1;
+    *raw_len = 0;
+    *crc = 0;
     if (!obj || obj_len < KEG_BLOCK_HDR)
         return -EIO;
     if (get_le32(h) != BLOCK_MAGIC || h[4] != BLOCK_VERSION || get_le16(h + 6) != 0)
         return -EIO;
-    raw_len = get_le32(h + 8);
-    crc = get_le32(h + 12);
-    if (raw_len > raw_cap)
+    if (get_le32(h + 8) > raw_cap)
         return -EIO;
-    payload = h + KEG_BLOCK_HDR;
+    *codec = h[5];
+    *raw_len = get_le32(h + 8);
+    *crc = get_le32(h + 12);
+    return 0;
+}
+
+/* Returns the raw length, or -EIO for any inconsistency. */
+ssize_t keg_block_decode(const void *obj, size_t obj_len, void *raw, size_t raw_cap)
+{
+    const unsigned char *payload;
+    size_t plen;
+    uint32_t raw_len, crc;
+    int codec;
+
+    if (block_hdr_check(obj, obj_len, raw_cap, &codec, &raw_len, &crc) < 0)
+        return -EIO;
+    payload = (const unsigned char *)obj + KEG_BLOCK_HDR;
     plen = obj_len - KEG_BLOCK_HDR;
 
-    switch (h[5]) {
+    switch (codec) {
     case KEG_CODEC_NONE:
         if (plen != raw_len)
             return -EIO;
@@ -171,6 +190,25 @@ ssize_t keg_block_decode(const void *obj, size_t obj_len, void *raw, size_t raw_
         return -EIO;
     }
     if (keg_crc32c(0, raw, raw_len) != crc)
+        return -EIO;
+    return (ssize_t)raw_len;
+}
+
+/* Codec none: the payload is the raw data, so it is verified where it lies
+ * (same checks as keg_block_decode, no copy).  A compressed codec is -ENOTSUP
+ * once the header is otherwise sound: the caller decodes into another buffer. */
+ssize_t keg_block_decode_inplace(const void *obj, size_t obj_len, size_t raw_cap)
+{
+    uint32_t raw_len, crc;
+    int codec;
+
+    if (block_hdr_check(obj, obj_len, raw_cap, &codec, &raw_len, &crc) < 0)
+        return -EIO;
+    if (codec == KEG_CODEC_LZ4 || codec == KEG_CODEC_ZSTD)
+        return -ENOTSUP;
+    if (codec != KEG_CODEC_NONE || obj_len - KEG_BLOCK_HDR != raw_len)
+        return -EIO;
+    if (keg_crc32c(0, (const unsigned char *)obj + KEG_BLOCK_HDR, raw_len) != crc)
         return -EIO;
     return (ssize_t)raw_len;
 }

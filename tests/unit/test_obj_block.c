@@ -1,4 +1,5 @@
-/* test_obj_block.c -- block objects: codec round trips, corruption, keys. */
+/* test_obj_block.c -- block objects: codec round trips, corruption, in-place verification,
+ * keys. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -236,6 +237,113 @@ static void test_corruption(void **state)
     free(txt);
 }
 
+/* In-place verification (keg_block_decode_inplace) of a damaged codec-none
+ * object: -EIO, or -ENOTSUP when the flip turned the codec byte into a
+ * compressed codec -- and then the decoder the caller falls back to fails. */
+static void inplace_bad(const unsigned char *obj, size_t olen, size_t raw_cap)
+{
+    ssize_t r = keg_block_decode_inplace(obj, olen, raw_cap);
+    if (r == -ENOTSUP) {
+        unsigned char *out = malloc(raw_cap + 1);
+        assert_non_null(out);
+        assert_int_equal(keg_block_decode(obj, olen, out, raw_cap), -EIO);
+        free(out);
+        return;
+    }
+    assert_int_equal(r, -EIO);
+}
+
+static void test_decode_inplace(void **state)
+{
+    unsigned char *rnd = malloc(4u << 20), *txt = malloc(4u << 20);
+    (void)state;
+    assert_non_null(rnd);
+    assert_non_null(txt);
+    fill_random(rnd, 4u << 20, 9);
+    fill_text(txt, 4u << 20);
+
+    /* Good codec-none blocks: the raw length, the payload is the data. */
+    for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
+        size_t n = sizes[s], olen;
+        unsigned char *obj;
+        encode_ok(KEG_CODEC_NONE, rnd, n, &obj, &olen);
+        assert_int_equal(keg_block_decode_inplace(obj, olen, n), (ssize_t)n);
+        assert_int_equal(keg_block_decode_inplace(obj, olen, n + 1), (ssize_t)n);
+        if (n) {
+            assert_memory_equal(obj + KEG_BLOCK_HDR, rnd, n);
+            assert_int_equal(keg_block_decode_inplace(obj, olen, n - 1), -EIO);
+        }
+        free(obj);
+    }
+
+    /* Bad CRC: every bit flip of a small block (every 3rd bit), every
+     * truncation, one extra byte. */
+    {
+        size_t n = 1000, olen;
+        unsigned char *obj, *bad;
+        encode_ok(KEG_CODEC_NONE, rnd, n, &obj, &olen);
+        bad = malloc(olen + 1);
+        assert_non_null(bad);
+        for (size_t i = 0; i < olen; i++) {
+            for (int bit = 0; bit < 8; bit += 3) {
+                memcpy(bad, obj, olen);
+                bad[i] ^= (unsigned char)(1u << bit);
+                inplace_bad(bad, olen, n + 64);
+            }
+        }
+        for (size_t l = 0; l < olen; l++)
+            assert_int_equal(keg_block_decode_inplace(obj, l, n + 64), -EIO);
+        memcpy(bad, obj, olen);
+        bad[olen] = 0;
+        assert_int_equal(keg_block_decode_inplace(bad, olen + 1, n + 64), -EIO);
+
+        /* Bad header: magic, version, reserved, unknown codec, lying length. */
+        static const struct { size_t at; unsigned char v; } hdr_bad[] = {
+            {0, 'X'}, {4, 2}, {6, 1}, {7, 1}, {5, 3}, {5, 0xff}, {8, 0xe9}, {9, 0x04}, {11, 0xff},
+        };
+        for (size_t k = 0; k < sizeof(hdr_bad) / sizeof(hdr_bad[0]); k++) {
+            memcpy(bad, obj, olen);
+            bad[hdr_bad[k].at] = hdr_bad[k].v;
+            assert_int_equal(keg_block_decode_inplace(bad, olen, n + 64), -EIO);
+        }
+        /* the CRC field itself */
+        memcpy(bad, obj, olen);
+        bad[12] ^= 1;
+        assert_int_equal(keg_block_decode_inplace(bad, olen, n + 64), -EIO);
+        free(bad);
+        free(obj);
+    }
+
+    /* Compressed blocks are refused (-ENOTSUP) once their header is sound, and
+     * still decode with keg_block_decode; a bad header is -EIO as before. */
+    for (int c = KEG_CODEC_LZ4; c <= KEG_CODEC_ZSTD; c++) {
+        size_t n = 64 << 10, olen;
+        unsigned char *obj, *out = malloc(n);
+        assert_non_null(out);
+        encode_ok(c, txt, n, &obj, &olen);
+        assert_int_equal(obj[5], c);
+        assert_int_equal(keg_block_decode_inplace(obj, olen, n), -ENOTSUP);
+        assert_int_equal(keg_block_decode(obj, olen, out, n), (ssize_t)n);
+        assert_memory_equal(out, txt, n);
+        assert_int_equal(keg_block_decode_inplace(obj, olen, n - 1), -EIO);
+        obj[0] ^= 1;
+        assert_int_equal(keg_block_decode_inplace(obj, olen, n), -EIO);
+        /* a compressed block relabelled as codec none fails the length or CRC */
+        obj[0] ^= 1;
+        obj[5] = KEG_CODEC_NONE;
+        assert_int_equal(keg_block_decode_inplace(obj, olen, n), -EIO);
+        free(obj);
+        free(out);
+    }
+
+    /* Garbage and empty inputs. */
+    assert_int_equal(keg_block_decode_inplace(NULL, 0, 16), -EIO);
+    assert_int_equal(keg_block_decode_inplace("", 0, 16), -EIO);
+    assert_int_equal(keg_block_decode_inplace(rnd, 4096, 1u << 30), -EIO);
+    free(rnd);
+    free(txt);
+}
+
 static void test_keys(void **state)
 {
     char buf[256];
@@ -300,6 +408,7 @@ int main(void)
         cmocka_unit_test(test_header_layout),
         cmocka_unit_test(test_encode_errors),
         cmocka_unit_test(test_corruption),
+        cmocka_unit_test(test_decode_inplace),
         cmocka_unit_test(test_keys),
     };
     return cmocka_run_group_tests_name("obj_block", tests, NULL, NULL);

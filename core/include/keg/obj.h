@@ -192,6 +192,12 @@ int keg_block_encode(int codec, const void *raw, size_t raw_len, void *out, size
  * Returns the raw length, or -EIO (bad magic, CRC mismatch, truncated,
  * undecodable: the caller logs the key). */
 ssize_t keg_block_decode(const void *obj, size_t obj_len, void *raw, size_t raw_cap);
+/* Verify an object of codec none where it lies: the raw bytes are the payload,
+ * at obj + KEG_BLOCK_HDR (no second buffer, no copy).  Same checks as
+ * keg_block_decode (header, length <= raw_cap, CRC32C of the raw bytes).
+ * Returns the raw length, -EIO, or -ENOTSUP for a sound header of a compressed
+ * codec (lz4, zstd: decode it with keg_block_decode into another buffer). */
+ssize_t keg_block_decode_inplace(const void *obj, size_t obj_len, size_t raw_cap);
 
 /* Object key of block `indx` (of length blen) of slice id in volume vol:
  * "<vol>/chunks/<id/1e6>/<id/1e3>/<id>_<indx>_<blen>".  Returns snprintf's. */
