@@ -8,11 +8,15 @@
  * specified in docs/internals/SSD-FORMAT.md.  Other objects pass through.
  *
  *   get   indexed -> read the file, verify its CRCs and key -> serve the range.
+ *         A get of the whole object (what the fs asks for) reads the header
+ *         and key, then the object straight into the caller's buffer, and
+ *         checks the object CRC there: no copy of the file in memory.
  *         A file that fails verification is deleted, logged and refetched; a
  *         vanished file (another mounter sharing the directory evicted it) is
  *         a miss.  Not indexed -> single-flight fill: the first thread fetches
  *         the WHOLE object from inner (size known from the key: at most
- *         16 + blen bytes), checks it decodes (keg_block_decode), writes it
+ *         16 + blen bytes), checks it decodes (keg_block_decode_inplace, or
+ *         keg_block_decode for a compressed block), writes it
  *         (temp + rename, no fsync: a cache) and indexes it; threads that miss
  *         the same key meanwhile wait for that one fetch and copy from its
  *         buffer.  An object that does not decode is fetched once more, then
@@ -382,30 +386,45 @@ static void cs_forget(struct cache_ssd *cs, const char *key, const char *name, i
  * get
  *-------------------------------------------------------------------------*/
 
-/* Serves [off, off+len) from the cache file.  Returns bytes, or -ENOENT (no
- * file: a miss), -EIO (failed verification: caller deletes and refetches),
- * or another -errno (treated as a miss). */
-static ssize_t cs_read_hit(struct cache_ssd *cs, const char *key, const char *name, uint64_t off,
-                           void *buf, size_t len)
+/* Serves [off, off+len) from the cache file.  olen is the object length the
+ * index holds.  A get of the whole object (the fs reads whole blocks) is read
+ * straight into buf and verified there; a partial range reads the whole file
+ * into memory, verifies it and copies the range.  Returns bytes, or -ENOENT
+ * (no file: a miss), -EIO (failed verification: caller deletes and refetches;
+ * buf may then hold bad bytes, which the refetch overwrites before any
+ * success is returned), or another -errno (treated as a miss). */
+static ssize_t cs_read_hit(struct cache_ssd *cs, const char *key, const char *name, uint64_t olen,
+                           uint64_t off, void *buf, size_t len)
 {
     uint8_t *f = NULL;
     const uint8_t *obj;
-    uint64_t olen;
     size_t flen;
     ssize_t rc;
     char *path = cs_path(cs, key, "", name);
 
     if (!path)
         return -ENOMEM;
+    if (off == 0 && len >= olen) {
+        uint64_t got;
+        rc = keg_ssd_file_read_obj(AT_FDCWD, path, KEGC_KIND_CACHE, key, buf, len, &got);
+        if (rc == 0) {
+            rc = (ssize_t)got;
+            goto out;
+        }
+        if (rc != -EMSGSIZE)    /* larger than the index says: the range path below */
+            goto bad;
+    }
     /* a file larger than any cache file can be is -EIO: corrupt, deleted by the caller */
     rc = keg_ssd_file_read(AT_FDCWD, path, CS_FILE_MAX, &f, &flen);
     if (rc == 0) {
         rc = kegc_check(f, flen, KEGC_KIND_CACHE, key, &obj, &olen);
         if (rc == 0)
             rc = keg_ssd_copy_range(obj, olen, off, buf, len);
-        else
-            KEG_ERR("cached block %s (%s) is corrupt: deleted, fetching it again", key, path);
     }
+bad:
+    if (rc == -EIO)
+        KEG_ERR("cached block %s (%s) is corrupt: deleted, fetching it again", key, path);
+out:
     keg_free(f);
     keg_free(path);
     return rc;
@@ -420,14 +439,15 @@ static ssize_t cs_fetch(struct keg_obj *o, const char *key, uint32_t blen, uint8
                         int *valid)
 {
     size_t cap = KEG_BLOCK_HDR + (size_t)blen + 1;
-    uint8_t *buf = keg_malloc(cap), *raw = keg_malloc(blen ? blen : 1);
+    uint8_t *buf = keg_malloc(cap), *raw = NULL;    /* raw: compressed blocks only */
     ssize_t n = -ENOMEM;
 
     *data = NULL;
     *valid = 0;
-    if (!buf || !raw)
+    if (!buf)
         goto out;
     for (int attempt = 0; attempt < 2; attempt++) {
+        ssize_t d;
         n = keg_obj_get(o->inner, key, 0, buf, cap);
         if (n < 0)
             goto out;
@@ -435,7 +455,17 @@ static ssize_t cs_fetch(struct keg_obj *o, const char *key, uint32_t blen, uint8
             *valid = -1;
             goto out;
         }
-        if (keg_block_decode(buf, (size_t)n, raw, blen) == (ssize_t)blen) {
+        d = keg_block_decode_inplace(buf, (size_t)n, blen);
+        if (d == -ENOTSUP) {
+            if (!raw)
+                raw = keg_malloc(blen ? blen : 1);
+            if (!raw) {
+                n = -ENOMEM;
+                goto out;
+            }
+            d = keg_block_decode(buf, (size_t)n, raw, blen);
+        }
+        if (d == (ssize_t)blen) {
             *valid = 1;
             break;
         }
@@ -475,10 +505,11 @@ static ssize_t cs_get(struct keg_obj *o, const char *key, uint64_t off, void *bu
     pthread_mutex_lock(&cs->mu);
     if (cs_find(cs, key)) {
         struct cs_ent *e = cs_find(cs, key);
+        uint64_t olen = e->olen;
         lru_unlink(e);
         lru_push_front(cs, e);
         pthread_mutex_unlock(&cs->mu);
-        rc = cs_read_hit(cs, key, name, off, buf, len);
+        rc = cs_read_hit(cs, key, name, olen, off, buf, len);
         if (rc >= 0) {
             pthread_mutex_lock(&cs->mu);
             cs->st.hits++;

@@ -30,6 +30,18 @@ int keg_ssd_file_publish(int dirfd, int fd, const char *tmp, const char *name, i
  * Returns 0, -EIO (the file is larger than max bytes) or -errno (-ENOENT: no file). */
 int keg_ssd_file_read(int dirfd, const char *path, uint64_t max, uint8_t **out, size_t *len);
 
+/* Reads the object of the file path (relative to dirfd, which may be AT_FDCWD)
+ * straight into buf (capacity cap): the header and key are read and verified
+ * first (as kegc_check: magic, version, kind, key, header CRC, length against
+ * the file size), then the object bytes in pieces, each added to the object
+ * CRC32C while still in the CPU cache.  No copy of the file is allocated.
+ * *olen is the object length on success, else 0.
+ * Returns 0; -EMSGSIZE: the header is sound but the object is longer than cap
+ * (buf untouched); -EIO: corrupt, truncated, another key or kind (buf may hold
+ * any bytes: the caller must not serve them); -ENOENT: no file; or -errno. */
+int keg_ssd_file_read_obj(int dirfd, const char *path, int kind, const char *key, void *buf,
+                          size_t cap, uint64_t *olen);
+
 /* Copies [off, off+len) of the object obj[0..olen) into buf.  Returns the bytes copied
  * (0 at or past the end). */
 ssize_t keg_ssd_copy_range(const uint8_t *obj, uint64_t olen, uint64_t off, void *buf,

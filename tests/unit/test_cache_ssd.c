@@ -1,5 +1,6 @@
 /* test_cache_ssd.c -- the SSD cache layer: hits after remount without the store, verification
- * and refetch, eviction within the byte budget, single-flight misses, pass-through, del. */
+ * and refetch, whole-object reads into the caller's buffer, eviction within the byte budget,
+ * single-flight misses, pass-through, del. */
 #define _GNU_SOURCE 1
 #include <dirent.h>
 #include <errno.h>
@@ -249,6 +250,211 @@ static void test_corrupt_refetch(void **state)
     check_block(o, 4, 4096);
     assert_int_equal(atomic_load(&cnt_of(o)->gets), 1);
     keg_obj_close(o);
+}
+
+/* Flips one byte of the file at path at offset at. */
+static void flip_byte(const char *path, off_t at)
+{
+    unsigned char c;
+    int fd = open(path, O_RDWR);
+    assert_true(fd >= 0);
+    assert_int_equal(pread(fd, &c, 1, at), 1);
+    c ^= 0x40;
+    assert_int_equal(pwrite(fd, &c, 1, at), 1);
+    close(fd);
+}
+
+/* A get of the whole object (off 0, len >= object length: what the fs asks for)
+ * is read straight into the caller's buffer: no allocation but the path, the
+ * exact bytes, also for a 4 MiB block read in pieces; a partial range still
+ * takes the copying path and gets exactly its bytes. */
+static void test_whole_get_in_place(void **state)
+{
+    struct fx *fx = *state;
+    const uint32_t blen = 4u << 20;
+    size_t cap = KEG_BLOCK_HDR + blen;
+    struct keg_obj *o = open_cache(fx, "mem", 64 << 20);
+    struct keg_cache_ssd_stats st;
+    uint8_t *want = malloc(cap), *got = malloc(cap + 64);
+    char key[128];
+    size_t olen = make_block(11, blen, want, cap, key, sizeof(key));
+
+    put_block(o, 11, blen);
+    /* exactly the object's length, then a larger buffer */
+    memset(got, 0xEE, cap + 64);
+    assert_int_equal(keg_obj_get(o, key, 0, got, olen), (ssize_t)olen);
+    assert_memory_equal(got, want, olen);
+    memset(got, 0xEE, cap + 64);
+    assert_int_equal(keg_obj_get(o, key, 0, got, cap + 64), (ssize_t)olen);
+    assert_memory_equal(got, want, olen);
+    assert_int_equal(got[olen], 0xEE);             /* nothing past the object */
+    /* The whole-object path allocates only the file's path: failing the
+     * second allocation from here on does not turn the hit into a miss. */
+    keg_mem_fail_at(2);
+    memset(got, 0xEE, cap + 64);
+    assert_int_equal(keg_obj_get(o, key, 0, got, cap), (ssize_t)olen);
+    keg_mem_fail_at(0);
+    assert_memory_equal(got, want, olen);
+    /* partial ranges: one byte short, from offset 1, in the middle, past the end */
+    memset(got, 0xEE, cap + 64);
+    assert_int_equal(keg_obj_get(o, key, 0, got, olen - 1), (ssize_t)olen - 1);
+    assert_memory_equal(got, want, olen - 1);
+    assert_int_equal(got[olen - 1], 0xEE);
+    assert_int_equal(keg_obj_get(o, key, 1, got, cap), (ssize_t)olen - 1);
+    assert_memory_equal(got, want + 1, olen - 1);
+    assert_int_equal(keg_obj_get(o, key, 3000000, got, 12345), 12345);
+    assert_memory_equal(got, want + 3000000, 12345);
+    assert_int_equal(keg_obj_get(o, key, olen, got, 10), 0);
+    assert_int_equal(atomic_load(&cnt_of(o)->gets), 0);
+    assert_int_equal(keg_cache_ssd_stats(o, &st), 0);
+    assert_int_equal(st.hits, 7);
+    assert_int_equal(st.misses, 0);
+    assert_int_equal(st.corrupt, 0);
+    keg_obj_close(o);
+    free(want);
+    free(got);
+}
+
+/* A cache file that fails verification on a whole-object get (bad bytes already
+ * read into the caller's buffer) is deleted, counted and refetched: the caller
+ * gets the store's bytes, or an error when the store has none -- never the bad
+ * bytes with a success. */
+static void test_whole_get_corrupt(void **state)
+{
+    struct fx *fx = *state;
+    const uint32_t blen = 1u << 20;
+    size_t cap = KEG_BLOCK_HDR + blen;
+    struct keg_obj *o = open_cache(fx, "mem", 64 << 20);
+    struct keg_cache_ssd_stats st;
+    uint8_t *want = malloc(cap), *got = malloc(cap + 64);
+    char key[128], path[512];
+    size_t olen = make_block(12, blen, want, cap, key, sizeof(key));
+    off_t obj_at = KEGC_HDR + (off_t)strlen(key);
+    struct stat sb;
+
+    put_block(o, 12, blen);
+    cache_path(fx, key, path, sizeof(path));
+
+    /* a byte in the last piece of the object */
+    flip_byte(path, obj_at + (off_t)olen - 10);
+    memset(got, 0xEE, cap + 64);
+    assert_int_equal(keg_obj_get(o, key, 0, got, cap + 64), (ssize_t)olen);
+    assert_memory_equal(got, want, olen);
+    assert_int_equal(atomic_load(&cnt_of(o)->gets), 1);
+    assert_int_equal(keg_cache_ssd_stats(o, &st), 0);
+    assert_int_equal(st.corrupt, 1);
+    assert_int_equal(st.objects, 1);               /* cached again, good this time */
+    assert_int_equal(keg_obj_get(o, key, 0, got, cap), (ssize_t)olen);
+    assert_memory_equal(got, want, olen);
+    assert_int_equal(atomic_load(&cnt_of(o)->gets), 1);
+
+    /* the header (key length byte, covered by the header CRC) */
+    flip_byte(path, 7);
+    assert_int_equal(keg_obj_get(o, key, 0, got, cap), (ssize_t)olen);
+    assert_memory_equal(got, want, olen);
+    assert_int_equal(atomic_load(&cnt_of(o)->gets), 2);
+    /* the key bytes */
+    flip_byte(path, KEGC_HDR + 1);
+    assert_int_equal(keg_obj_get(o, key, 0, got, cap), (ssize_t)olen);
+    assert_memory_equal(got, want, olen);
+    assert_int_equal(atomic_load(&cnt_of(o)->gets), 3);
+    /* one byte appended: the size no longer matches the header */
+    {
+        int fd = open(path, O_WRONLY | O_APPEND);
+        assert_true(fd >= 0);
+        assert_int_equal(write(fd, "x", 1), 1);
+        close(fd);
+    }
+    assert_int_equal(keg_obj_get(o, key, 0, got, cap), (ssize_t)olen);
+    assert_memory_equal(got, want, olen);
+    assert_int_equal(atomic_load(&cnt_of(o)->gets), 4);
+    assert_int_equal(keg_cache_ssd_stats(o, &st), 0);
+    assert_int_equal(st.corrupt, 4);
+    keg_obj_close(o);
+
+    /* After a remount over an EMPTY store, a corrupt file cannot be refetched:
+     * the get fails (-ENOENT from the store) instead of returning the bad bytes
+     * it read into the buffer, and the file is gone. */
+    o = open_cache(fx, "mem", 64 << 20);
+    flip_byte(path, obj_at + 5);
+    assert_int_equal(keg_obj_get(o, key, 0, got, cap), -ENOENT);
+    assert_int_equal(stat(path, &sb), -1);
+    assert_int_equal(keg_cache_ssd_stats(o, &st), 0);
+    assert_int_equal(st.corrupt, 1);
+    assert_int_equal(st.objects, 0);
+    keg_obj_close(o);
+    free(want);
+    free(got);
+}
+
+/* A cache file holding a longer (valid) object than the index says: the
+ * whole-object read finds it does not fit the buffer and the range path
+ * serves the buffer's worth from it. */
+static void test_whole_get_larger_than_index(void **state)
+{
+    struct fx *fx = *state;
+    struct keg_obj *o = open_cache(fx, "mem", 64 << 20);
+    uint8_t enc[KEG_BLOCK_HDR + 1000], big[KEG_BLOCK_HDR + 1200], got[KEG_BLOCK_HDR + 1200];
+    char key[128], path[512];
+    size_t olen = make_block(13, 1000, enc, sizeof(enc), key, sizeof(key));
+    int fd;
+
+    put_block(o, 13, 1000);
+    cache_path(fx, key, path, sizeof(path));
+    for (size_t i = 0; i < sizeof(big); i++)
+        big[i] = (uint8_t)(i * 13);
+    fd = open(path, O_WRONLY | O_TRUNC);
+    assert_true(fd >= 0);
+    assert_int_equal(keg_ssd_file_write(fd, KEGC_KIND_CACHE, key, big, sizeof(big)), 0);
+    close(fd);
+    assert_int_equal(keg_obj_get(o, key, 0, got, olen + 50), (ssize_t)olen + 50);
+    assert_memory_equal(got, big, olen + 50);
+    assert_int_equal(atomic_load(&cnt_of(o)->gets), 0);
+    keg_obj_close(o);
+}
+
+/* keg_ssd_file_read_obj on its own: results and errors. */
+static void test_file_read_obj(void **state)
+{
+    struct fx *fx = *state;
+    char path[160];
+    uint8_t obj[3000], got[3000];
+    uint64_t olen = 1;
+    int fd;
+
+    for (size_t i = 0; i < sizeof(obj); i++)
+        obj[i] = (uint8_t)(i * 7 + 1);
+    mkdir(fx->cache, 0700);
+    snprintf(path, sizeof(path), "%s/f", fx->cache);
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(keg_ssd_file_write(fd, KEGC_KIND_STAGED, "a/key", obj, sizeof(obj)), 0);
+    close(fd);
+    assert_int_equal(keg_ssd_file_read_obj(AT_FDCWD, path, KEGC_KIND_STAGED, "a/key", got,
+                                           sizeof(got), &olen), 0);
+    assert_int_equal(olen, sizeof(obj));
+    assert_memory_equal(got, obj, sizeof(obj));
+    /* too small a buffer: -EMSGSIZE, buffer untouched */
+    memset(got, 0xEE, sizeof(got));
+    assert_int_equal(keg_ssd_file_read_obj(AT_FDCWD, path, KEGC_KIND_STAGED, "a/key", got,
+                                           sizeof(got) - 1, &olen), -EMSGSIZE);
+    assert_int_equal(olen, 0);
+    assert_int_equal(got[0], 0xEE);
+    /* another kind, another key (same length), no file */
+    assert_int_equal(keg_ssd_file_read_obj(AT_FDCWD, path, KEGC_KIND_CACHE, "a/key", got,
+                                           sizeof(got), &olen), -EIO);
+    assert_int_equal(keg_ssd_file_read_obj(AT_FDCWD, path, KEGC_KIND_STAGED, "a/kez", got,
+                                           sizeof(got), &olen), -EIO);
+    assert_int_equal(keg_ssd_file_read_obj(AT_FDCWD, "/nonexistent/x", KEGC_KIND_STAGED, "a/key",
+                                           got, sizeof(got), &olen), -ENOENT);
+    /* a damaged object byte, then a short file */
+    flip_byte(path, KEGC_HDR + 5 + 2999);
+    assert_int_equal(keg_ssd_file_read_obj(AT_FDCWD, path, KEGC_KIND_STAGED, "a/key", got,
+                                           sizeof(got), &olen), -EIO);
+    assert_int_equal(olen, 0);
+    assert_int_equal(truncate(path, KEGC_HDR + 3), 0);
+    assert_int_equal(keg_ssd_file_read_obj(AT_FDCWD, path, KEGC_KIND_STAGED, "a/key", got,
+                                           sizeof(got), &olen), -EIO);
 }
 
 /* A block that is corrupt in the store is fetched again, then served but never cached. */
@@ -678,6 +884,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_hit_after_remount, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_fill_and_range, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_corrupt_refetch, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_whole_get_in_place, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_whole_get_corrupt, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_whole_get_larger_than_index, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_file_read_obj, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_store_corruption_not_cached, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_eviction_budget, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_spare_files, fx_setup, fx_teardown),
