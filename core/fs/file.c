@@ -69,6 +69,52 @@
  * Buffered slices
  *--------------------------------------------------------------------------*/
 
+/* A write whose first piece in a block is at least this long (or half a
+ * block) gets a whole block buffer at once (sequential writers) instead of
+ * a growing one; blocks at least as long are encoded into one too. */
+#define FS_BIGBUF_MIN_WRITE (128u << 10)
+
+uint8_t *fs_bigbuf_get(struct keg_fs *fs)
+{
+    uint8_t *p = NULL;
+
+    pthread_mutex_lock(&fs->bigbuf_mu);
+    if (fs->nbigbuf > 0)
+        p = fs->bigbuf[--fs->nbigbuf];
+    pthread_mutex_unlock(&fs->bigbuf_mu);
+    return p ? p : keg_malloc(fs->bigbuf_size);
+}
+
+void fs_bigbuf_put(struct keg_fs *fs, uint8_t *p)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&fs->bigbuf_mu);
+    if (fs->nbigbuf < sizeof(fs->bigbuf) / sizeof(fs->bigbuf[0])) {
+        fs->bigbuf[fs->nbigbuf++] = p;
+        p = NULL;
+    }
+    pthread_mutex_unlock(&fs->bigbuf_mu);
+    keg_free(p);
+}
+
+void fs_bigbuf_drop(struct keg_fs *fs)
+{
+    pthread_mutex_lock(&fs->bigbuf_mu);
+    while (fs->nbigbuf > 0)
+        keg_free(fs->bigbuf[--fs->nbigbuf]);
+    pthread_mutex_unlock(&fs->bigbuf_mu);
+}
+
+/* Frees a write-block buffer, keeping a whole-block one for reuse. */
+static void wbuf_free(struct keg_fs *fs, uint8_t *p, uint32_t big)
+{
+    if (big)
+        fs_bigbuf_put(fs, p);
+    else
+        keg_free(p);
+}
+
 static int ws_new(struct keg_fs *fs, uint32_t indx, uint32_t pos, struct fs_wslice **out)
 {
     struct fs_wslice *ws;
@@ -102,7 +148,7 @@ static void ws_free(struct keg_fs *fs, struct fs_inode *ip, struct fs_wslice *ws
         if (ws->blk[i].p) {
             atomic_fetch_sub(&fs->wbytes, ws->blk[i].cap);
             ip->wbytes -= ws->blk[i].cap;
-            keg_free(ws->blk[i].p);
+            wbuf_free(fs, ws->blk[i].p, ws->blk[i].big);
         }
     }
     keg_free(ws->blk);
@@ -123,6 +169,17 @@ static int ws_put(struct keg_fs *fs, struct fs_inode *ip, struct fs_wslice *ws, 
         uint32_t bo = o % bs;
         uint32_t l = KEG_MIN(n - done, bs - bo);
         struct fs_wblock *b = &ws->blk[i];
+        if (b->cap == 0 && l >= KEG_MIN(FS_BIGBUF_MIN_WRITE, bs / 2) && fs->bigbuf_size >= bs) {
+            uint8_t *np = fs_bigbuf_get(fs);
+            if (!np)
+                return -ENOMEM;
+            atomic_fetch_add(&fs->wbytes, bs);
+            ip->wbytes += bs;
+            fs_bcache_trim(fs->bc);     /* the read cache makes room (one budget) */
+            b->p = np;
+            b->cap = bs;
+            b->big = 1;
+        }
         if (b->cap < bo + l) {
             uint32_t ncap = b->cap ? b->cap : 16384;
             while (ncap < bo + l)
@@ -233,9 +290,11 @@ int fs_put_block(struct keg_fs *fs, uint64_t id, uint32_t indx, const uint8_t *r
     size_t olen = 0;
     struct fs_retry r;
     uint8_t *enc;
+    uint32_t big;
     int rc;
 
-    enc = keg_malloc(cap);
+    big = cap <= fs->bigbuf_size && blen >= KEG_MIN(FS_BIGBUF_MIN_WRITE, fs->bs / 2);
+    enc = big ? fs_bigbuf_get(fs) : keg_malloc(cap);
     if (!enc)
         return -ENOMEM;
     rc = keg_block_encode(fs->codec, raw, blen, enc, cap, &olen);
@@ -257,7 +316,7 @@ int fs_put_block(struct keg_fs *fs, uint64_t id, uint32_t indx, const uint8_t *r
         KEG_DEBUG("upload of %s succeeded after %u failed attempts", key, r.attempt);
     }
 out:
-    keg_free(enc);
+    wbuf_free(fs, enc, big);
     return rc;
 }
 
@@ -274,6 +333,7 @@ struct fs_upjob {
     uint32_t         indx;
     uint32_t         blen;
     uint32_t         cap;       /* bytes charged to fs->wbytes */
+    uint32_t         big;       /* p is a whole-block buffer */
     uint8_t         *p;
 };
 
@@ -283,7 +343,7 @@ static void up_run(struct fs_job *j)
     struct keg_fs *fs = u->fs;
     int rc = fs_put_block(fs, u->id, u->indx, u->p, u->blen);
 
-    keg_free(u->p);
+    wbuf_free(fs, u->p, u->big);
     pthread_mutex_lock(&fs->up_mu);
     if (rc < 0 && u->ip->up_err == 0)
         u->ip->up_err = rc;
@@ -335,9 +395,10 @@ static int ws_upload(struct keg_fs *fs, struct fs_inode *ip, struct fs_wslice *w
             return rc;
         atomic_fetch_sub(&fs->wbytes, b->cap);
         ip->wbytes -= b->cap;
-        keg_free(b->p);
+        wbuf_free(fs, b->p, b->big);
         b->p = NULL;
         b->cap = 0;
+        b->big = 0;
         return 0;
     }
     u->job.fn = up_run;
@@ -347,10 +408,12 @@ static int ws_upload(struct keg_fs *fs, struct fs_inode *ip, struct fs_wslice *w
     u->indx = i;
     u->blen = blen;
     u->cap = b->cap;
+    u->big = b->big;
     u->p = b->p;
     ip->wbytes -= b->cap;       /* still in fs->wbytes until the upload ends */
     b->p = NULL;
     b->cap = 0;
+    b->big = 0;
     pthread_mutex_lock(&fs->up_mu);
     ip->up_pending++;
     fs->up_inflight++;
@@ -370,9 +433,10 @@ static int ws_upload_here(struct keg_fs *fs, struct fs_inode *ip, struct fs_wsli
 
     atomic_fetch_sub(&fs->wbytes, b->cap);
     ip->wbytes -= b->cap;
-    keg_free(b->p);
+    wbuf_free(fs, b->p, b->big);
     b->p = NULL;
     b->cap = 0;
+    b->big = 0;
     return rc;
 }
 

@@ -393,6 +393,7 @@ static void fs_init_locks(struct keg_fs *fs)
     pthread_mutex_init(&fs->bg_mu, NULL);
     pthread_mutex_init(&fs->up_mu, NULL);
     pthread_mutex_init(&fs->cmp_mu, NULL);
+    pthread_mutex_init(&fs->bigbuf_mu, NULL);
     pthread_cond_init(&fs->up_cv, NULL);
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);   /* all waits use fs_deadline() */
@@ -417,6 +418,8 @@ static void fs_destroy_locks(struct keg_fs *fs)
     pthread_cond_destroy(&fs->cmp_cv);
     fs_pool_destroy(&fs->up_pool);
     fs_pool_destroy(&fs->fetch_pool);
+    fs_bigbuf_drop(fs);
+    pthread_mutex_destroy(&fs->bigbuf_mu);
     fs_trash_free(fs);
 }
 
@@ -488,6 +491,7 @@ int keg_fs_new(const struct keg_fs_conf *conf, struct keg_fs **out)
         rc = -EINVAL;
         goto fail2;
     }
+    fs->bigbuf_size = keg_block_bound(fs->codec, fs->bs);
     /* one budget for the read cache and the write buffers (read.c DESIGN) */
     rc = fs_bcache_new(fs->buffer_size, conf->block_cache_size, &fs->wbytes, &fs->bc);
     if (rc < 0)

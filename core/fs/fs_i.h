@@ -113,6 +113,7 @@ struct fs_chunk {
 struct fs_wblock {
     uint8_t *p;                 /* NULL once handed to an upload (or before first write) */
     uint32_t cap;               /* allocated bytes of p (grows up to bs) */
+    uint32_t big;               /* p is a whole-block buffer (fs_bigbuf_get) */
 };
 
 /* A slice being written: chunk bytes [pos, pos+len) of chunk indx, all written. */
@@ -343,6 +344,12 @@ struct keg_fs {
     pthread_cond_t    up_cv;        /* an upload finished */
     uint32_t          up_inflight;  /* uploads queued or running, all inodes */
 
+    /* whole-block buffers kept for reuse (file.c fs_bigbuf_get) */
+    pthread_mutex_t   bigbuf_mu;    /* protects the two fields below */
+    uint8_t          *bigbuf[4];
+    unsigned          nbigbuf;
+    size_t            bigbuf_size;  /* keg_block_bound(codec, bs); 0 until known */
+
     /* block fetches: read-ahead and parallel reads (read.c) */
     struct fs_pool    fetch_pool;
 
@@ -398,6 +405,13 @@ int  fs_put_block(struct keg_fs *fs, uint64_t id, uint32_t indx, const uint8_t *
 /* Wait for ip's uploads; returns (and clears) the first upload error.
  * LOCKS: takes fs->up_mu; may be called with ip->mu held. */
 int  fs_up_wait(struct keg_fs *fs, struct fs_inode *ip);
+/* Whole-block buffers (fs->bigbuf_size bytes), reused instead of being
+ * mapped, faulted in, zeroed and unmapped for every block (at most 4 idle).
+ * OWNERSHIP: caller returns it with fs_bigbuf_put.  LOCKS: fs->bigbuf_mu. */
+uint8_t *fs_bigbuf_get(struct keg_fs *fs);
+void     fs_bigbuf_put(struct keg_fs *fs, uint8_t *p);
+/* Frees the idle buffers (teardown). */
+void     fs_bigbuf_drop(struct keg_fs *fs);
 
 /* Retries of block I/O against transient object-store errors (file.c).
  * Usage: fs_retry_begin(), then after each failed attempt
