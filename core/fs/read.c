@@ -53,7 +53,9 @@
  * under heavy writing: with no cache at all, each 128 KiB read of a 4 MiB
  * block would fetch and decode the whole block again.  So the mounter's
  * block memory is bounded by budget + floor + referenced entries (blocks
- * being copied right now) + blocks being fetched.  While the read share is
+ * being copied right now) + blocks being fetched + BC_SPARE_MAX idle buffers:
+ * evicted blocks' buffers are kept for the next fetches (a fresh one costs a
+ * page fault and a page clear per 4 KiB) unless writers press the budget.  While the read share is
  * down to the floor, read-ahead and parallel fetches are not queued: they
  * would only evict the blocks readers are about to copy.
  */
@@ -74,6 +76,7 @@
 #define FS_FETCH_MAX_JOBS 64    /* blocks queued by one read */
 #define FS_FETCH_CORRUPT_RETRIES 2  /* re-reads of a block that failed verification */
 #define BC_FLOOR_DIV 8          /* the read share never drops below budget / 8 */
+#define BC_SPARE_MAX 4          /* idle block buffers kept for the next fetch */
 
 enum { BC_LOADING, BC_READY, BC_FAILED };
 
@@ -87,7 +90,8 @@ struct bc_ent {
     int            err;
     uint32_t       refs;
     int            hashed;
-    uint8_t       *base;            /* the allocation (keg_free) */
+    uint8_t       *base;            /* the allocation (bc_buf_release) */
+    size_t         base_size;       /* its bytes */
     uint8_t       *data;            /* the len raw bytes, inside base */
 };
 
@@ -101,6 +105,9 @@ struct fs_bcache {
     _Atomic uint64_t used;          /* written under mu; read anywhere */
     struct bc_ent   lru;            /* sentinel */
     struct bc_ent  *h[BC_BUCKETS];
+    uint8_t        *spare[BC_SPARE_MAX];    /* idle buffers of spare_size bytes */
+    unsigned        nspare;
+    size_t          spare_size;
 };
 
 int fs_bcache_new(uint64_t budget, uint64_t cap, const _Atomic uint64_t *wbytes,
@@ -137,6 +144,8 @@ void fs_bcache_free(struct fs_bcache *bc)
             e = next;
         }
     }
+    for (unsigned i = 0; i < bc->nspare; i++)
+        keg_free(bc->spare[i]);
     pthread_mutex_destroy(&bc->mu);
     pthread_cond_destroy(&bc->cv);
     keg_free(bc);
@@ -185,6 +194,50 @@ static int bc_pressed(const struct fs_bcache *bc)
     return bc_wbytes(bc) + bc->floor >= bc->budget;
 }
 
+/* A buffer of size bytes for a fetch: an idle one of that size, else a new one.
+ * A fresh allocation of a block is a fresh mmap (the mounter lowers the mmap
+ * threshold to bound its RSS), so every fetch into it pays a page fault and a
+ * page clear per 4 KiB; a reused one is mapped already.
+ * OWNERSHIP: caller releases it with bc_buf_release (or keg_free).
+ * LOCKS: takes bc->mu. */
+static uint8_t *bc_buf_take(struct fs_bcache *bc, size_t size)
+{
+    uint8_t *buf = NULL;
+
+    pthread_mutex_lock(&bc->mu);
+    if (bc->nspare > 0 && bc->spare_size == size)
+        buf = bc->spare[--bc->nspare];
+    pthread_mutex_unlock(&bc->mu);
+    return buf ? buf : keg_malloc(size);
+}
+
+/* Frees buf (size bytes), or keeps it for the next fetch: at most BC_SPARE_MAX
+ * buffers, all of one size (that of the first one kept: the common full block),
+ * and none while writers hold the budget (bc_pressed).  TAKES: buf (NULL is a
+ * no-op).  LOCKS: caller holds bc->mu. */
+static void bc_buf_release_locked(struct fs_bcache *bc, uint8_t *buf, size_t size)
+{
+    if (!buf)
+        return;
+    if (bc->nspare < BC_SPARE_MAX && (bc->nspare == 0 || bc->spare_size == size) &&
+        !bc_pressed(bc)) {
+        bc->spare_size = size;
+        bc->spare[bc->nspare++] = buf;
+        return;
+    }
+    keg_free(buf);
+}
+
+/* bc_buf_release_locked without the lock held.  LOCKS: takes bc->mu. */
+static void bc_buf_release(struct fs_bcache *bc, uint8_t *buf, size_t size)
+{
+    if (!buf)
+        return;
+    pthread_mutex_lock(&bc->mu);
+    bc_buf_release_locked(bc, buf, size);
+    pthread_mutex_unlock(&bc->mu);
+}
+
 static size_t bc_hash(uint64_t id, uint32_t indx)
 {
     uint64_t x = (id * 0x9E3779B97F4A7C15ULL) ^ ((uint64_t)indx * 0xC2B2AE3D27D4EB4FULL);
@@ -221,13 +274,18 @@ static void bc_evict(struct fs_bcache *bc)
 {
     uint64_t limit = bc_limit(bc);
     struct bc_ent *e = bc->lru.lprev;
+
+    if (bc->nspare > 0 && bc_pressed(bc)) {
+        while (bc->nspare > 0)      /* writers need the memory more */
+            keg_free(bc->spare[--bc->nspare]);
+    }
     while (atomic_load_explicit(&bc->used, memory_order_relaxed) > limit && e != &bc->lru) {
         struct bc_ent *prev = e->lprev;
         if (e->refs == 0) {
             lru_unlink(e);
             hash_unlink(bc, e);
             atomic_fetch_sub_explicit(&bc->used, e->len, memory_order_relaxed);
-            keg_free(e->base);
+            bc_buf_release_locked(bc, e->base, e->base_size);
             keg_free(e);
         }
         e = prev;
@@ -250,7 +308,7 @@ static void bc_put(struct fs_bcache *bc, struct bc_ent *e)
     KEG_ASSERT(e->refs > 0);
     e->refs--;
     if (e->refs == 0 && !e->hashed) {
-        keg_free(e->base);
+        bc_buf_release_locked(bc, e->base, e->base_size);
         keg_free(e);
     } else if (e->refs == 0) {
         bc_evict(bc);
@@ -262,10 +320,10 @@ static void bc_put(struct fs_bcache *bc, struct bc_ent *e)
  * codec none (the default) is verified where it was fetched and kept there:
  * its raw bytes are the payload, KEG_BLOCK_HDR bytes into the buffer.  A
  * compressed one is decoded into a second buffer and the fetched one freed.
- * OWNERSHIP: *base is keg_malloc'ed (caller frees); *data points at the blen
- * raw bytes inside it.  Both NULL on failure. */
+ * OWNERSHIP: *base (*base_size bytes) is the caller's (bc_buf_release);
+ * *data points at the blen raw bytes inside it.  NULL and 0 on failure. */
 static int block_fetch(struct keg_fs *fs, uint64_t id, uint32_t indx, uint32_t blen,
-                       uint8_t **base, uint8_t **data)
+                       uint8_t **base, size_t *base_size, uint8_t **data)
 {
     char key[256];
     size_t cap = keg_block_bound(KEG_CODEC_NONE, blen);
@@ -278,11 +336,12 @@ static int block_fetch(struct keg_fs *fs, uint64_t id, uint32_t indx, uint32_t b
     int rc = 0;
 
     *base = NULL;
+    *base_size = 0;
     *data = NULL;
     cap = KEG_MAX(cap, keg_block_bound(KEG_CODEC_LZ4, blen));
     cap = KEG_MAX(cap, keg_block_bound(KEG_CODEC_ZSTD, blen));
     keg_block_key(key, sizeof(key), fs->fmt.name, id, indx, blen);
-    enc = keg_malloc(cap);
+    enc = bc_buf_take(fs->bc, cap);
     if (!enc) {
         rc = -ENOMEM;
         goto out;
@@ -332,14 +391,16 @@ static int block_fetch(struct keg_fs *fs, uint64_t id, uint32_t indx, uint32_t b
         KEG_DEBUG("block %s read after %u failed attempts", key, r.attempt);
     if (decoded) {
         *base = *data = raw;
+        *base_size = blen ? blen : 1;
         raw = NULL;
     } else {
         *base = enc;
+        *base_size = cap;
         *data = enc + KEG_BLOCK_HDR;
         enc = NULL;
     }
 out:
-    keg_free(enc);
+    bc_buf_release(fs->bc, enc, cap);
     keg_free(raw);
     return rc;
 }
@@ -355,6 +416,7 @@ static int bc_get_mode(struct keg_fs *fs, uint64_t id, uint32_t indx, uint32_t b
     size_t h = bc_hash(id, indx);
     struct bc_ent *e;
     uint8_t *base = NULL, *data = NULL;
+    size_t base_size = 0;
     int rc;
 
     *out = NULL;
@@ -408,11 +470,12 @@ static int bc_get_mode(struct keg_fs *fs, uint64_t id, uint32_t indx, uint32_t b
     bc->h[h] = e;
     pthread_mutex_unlock(&bc->mu);
 
-    rc = block_fetch(fs, id, indx, blen, &base, &data);
+    rc = block_fetch(fs, id, indx, blen, &base, &base_size, &data);
 
     pthread_mutex_lock(&bc->mu);
     if (rc == 0) {
         e->base = base;
+        e->base_size = base_size;
         e->data = data;
         e->state = BC_READY;
         atomic_fetch_add_explicit(&bc->used, blen, memory_order_relaxed);
