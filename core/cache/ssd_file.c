@@ -184,9 +184,8 @@ int keg_ssd_file_read_obj(int dirfd, const char *path, int kind, const char *key
         rc = -EMSGSIZE;
         goto out;
     }
-    /* the whole object is wanted: start reading all of it from the device now */
-    if (len > SSD_READ_PIECE)
-        posix_fadvise(fd, (off_t)(KEGC_HDR + klen), (off_t)len, POSIX_FADV_WILLNEED);
+    /* (no posix_fadvise(WILLNEED) first: the kernel's own read-ahead of the
+     * sequential preads was faster, measured on the mount) */
     crc = 0;
     for (at = 0; at < len; at += SSD_READ_PIECE) {
         size_t n = (size_t)KEG_MIN((uint64_t)SSD_READ_PIECE, len - at);
