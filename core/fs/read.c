@@ -10,9 +10,9 @@
  * so 128 KiB sequential reads of a 4 MiB block cost one GET.  A block of codec
  * none is verified in place (keg_block_decode_inplace) and its entry keeps the
  * fetched buffer (base) with data pointing past the header: one allocation and
- * no copy; only compressed blocks are decoded into a second buffer.  Corruption, a missing object or any
- * store failure becomes -EIO and an ERROR log line naming the object key:
- * never wrong bytes.  Before that, a transient store error is retried with
+ * no copy; only compressed blocks are decoded into a second buffer.
+ * Corruption, a missing object or any store failure becomes -EIO and an
+ * ERROR log line naming the object key: never wrong bytes.  Before that, a transient store error is retried with
  * backoff (fs_retry_*, file.c; bounded by io_retry_ms) and a block failing
  * verification is read again up to FS_FETCH_CORRUPT_RETRIES times (a torn
  * transfer); a missing object is not retried here (see below).
