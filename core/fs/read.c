@@ -12,10 +12,11 @@
  * fetched buffer (base) with data pointing past the header: one allocation and
  * no copy; only compressed blocks are decoded into a second buffer.
  * Corruption, a missing object or any store failure becomes -EIO and an
- * ERROR log line naming the object key: never wrong bytes.  Before that, a transient store error is retried with
- * backoff (fs_retry_*, file.c; bounded by io_retry_ms) and a block failing
- * verification is read again up to FS_FETCH_CORRUPT_RETRIES times (a torn
- * transfer); a missing object is not retried here (see below).
+ * ERROR log line naming the object key: never wrong bytes.  Before that, a
+ * transient store error is retried with backoff (fs_retry_*, file.c; bounded
+ * by io_retry_ms) and a block failing verification is read again up to
+ * FS_FETCH_CORRUPT_RETRIES times (a torn transfer); a missing object is not
+ * retried here (see below).
  *
  * Read-ahead: every handle remembers where its next sequential read would
  * start.  A read that starts within 256 KiB of there doubles the handle's
@@ -55,9 +56,9 @@
  * block memory is bounded by budget + floor + referenced entries (blocks
  * being copied right now) + blocks being fetched + BC_SPARE_MAX idle buffers:
  * evicted blocks' buffers are kept for the next fetches (a fresh one costs a
- * page fault and a page clear per 4 KiB) unless writers press the budget.  While the read share is
- * down to the floor, read-ahead and parallel fetches are not queued: they
- * would only evict the blocks readers are about to copy.
+ * page fault and a page clear per 4 KiB) unless writers press the budget.
+ * While the read share is down to the floor, read-ahead and parallel fetches
+ * are not queued: they would only evict the blocks readers are about to copy.
  */
 #include <fcntl.h>
 #include <string.h>
