@@ -354,6 +354,16 @@ out:
     keg_free(path);
 }
 
+/* Fills of key in progress must not index what they fetched (it is stale).
+ * LOCKS: caller holds cs->mu. */
+static void cs_cancel_fills(struct cache_ssd *cs, const char *key)
+{
+    for (struct cs_fill *f = cs->fills; f; f = f->next) {
+        if (strcmp(f->key, key) == 0)
+            f->cancelled = 1;
+    }
+}
+
 /* Drops the index entry of key (if any) and, when unlink_file, its file.
  * LOCKS: takes cs->mu. */
 static void cs_forget(struct cache_ssd *cs, const char *key, const char *name, int unlink_file)
@@ -367,10 +377,7 @@ static void cs_forget(struct cache_ssd *cs, const char *key, const char *name, i
         cs_remove(cs, e);
         fsize = e->fsize;
     }
-    for (struct cs_fill *f = cs->fills; f; f = f->next) {
-        if (strcmp(f->key, key) == 0)
-            f->cancelled = 1;
-    }
+    cs_cancel_fills(cs, key);
     pthread_mutex_unlock(&cs->mu);
     keg_free(e);
     if (unlink_file) {
@@ -587,27 +594,6 @@ serve:
  * put, del, head
  *-------------------------------------------------------------------------*/
 
-static int cs_put(struct keg_obj *o, const char *key, const void *buf, size_t len)
-{
-    struct cache_ssd *cs = o->priv;
-    char name[KEGC_NAME_MAX + 1];
-    uint32_t blen;
-    int rc = keg_obj_put(o->inner, key, buf, len);
-
-    if (rc < 0 || !kegc_is_block(key, &blen) || kegc_escape(key, name) < 0)
-        return rc;
-    /* A fill that fetched the previous object must not cache it over this one. */
-    pthread_mutex_lock(&cs->mu);
-    for (struct cs_fill *f = cs->fills; f; f = f->next) {
-        if (strcmp(f->key, key) == 0)
-            f->cancelled = 1;
-    }
-    pthread_mutex_unlock(&cs->mu);
-    if (len <= KEG_BLOCK_HDR + (size_t)blen)
-        cs_store(cs, NULL, key, name, buf, len);
-    return 0;
-}
-
 /* Takes over the caller's SSD file of key (any kind) as the cache file: take()
  * moves it to a temp name in the cache directory, the header is rewritten as
  * kind "cached", then it is renamed into place and indexed.  Returns 1 if the
@@ -691,8 +677,9 @@ out:
     return taken;
 }
 
-/* put() whose caller holds the object in an SSD file: the cache adopts that
- * file instead of writing its own copy (see keg_obj_ops.put_file). */
+/* put(), and put_file() whose caller holds the object in an SSD file: the
+ * cache adopts that file (take != NULL) instead of writing its own copy (see
+ * keg_obj_ops.put_file).  Returns 1 if the file was taken, 0, or -errno. */
 static int cs_put_file(struct keg_obj *o, const char *key, const void *buf, size_t len,
                        keg_obj_take_fn *take, void *arg)
 {
@@ -704,17 +691,20 @@ static int cs_put_file(struct keg_obj *o, const char *key, const void *buf, size
     if (rc < 0 || !kegc_is_block(key, &blen) || kegc_escape(key, name) < 0)
         return rc;
     pthread_mutex_lock(&cs->mu);
-    for (struct cs_fill *f = cs->fills; f; f = f->next) {
-        if (strcmp(f->key, key) == 0)
-            f->cancelled = 1;
-    }
+    cs_cancel_fills(cs, key);     /* a fill of the previous object must not cache it */
     pthread_mutex_unlock(&cs->mu);
     if (len > KEG_BLOCK_HDR + (size_t)blen)
         return 0;
-    if (cs_adopt(cs, key, name, len, take, arg))
+    if (take && cs_adopt(cs, key, name, len, take, arg))
         return 1;
     cs_store(cs, NULL, key, name, buf, len);
     return 0;
+}
+
+static int cs_put(struct keg_obj *o, const char *key, const void *buf, size_t len)
+{
+    int rc = cs_put_file(o, key, buf, len, NULL, NULL);
+    return rc < 0 ? rc : 0;
 }
 
 static int cs_del(struct keg_obj *o, const char *key)

@@ -237,18 +237,26 @@ struct keg_ssd_spare {
     uint64_t          next;         /* protected by mu */
 };
 
+/* A stream over the directory open as fd (which stays open), or NULL.
+ * OWNERSHIP: caller closedir()s it. */
+static DIR *spare_opendir(int fd)
+{
+    int dup_fd = dup(fd);
+    DIR *d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
+
+    if (!d && dup_fd >= 0)
+        close(dup_fd);
+    return d;
+}
+
 /* Removes every file in the open directory dfd (not recursive). */
 static void spare_empty_dir(int dfd)
 {
-    int dup_fd = dup(dfd);
-    DIR *d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
+    DIR *d = spare_opendir(dfd);
     struct dirent *de;
 
-    if (!d) {
-        if (dup_fd >= 0)
-            close(dup_fd);
+    if (!d)
         return;
-    }
     while ((de = readdir(d)) != NULL) {
         if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
             unlinkat(dfd, de->d_name, 0);
@@ -259,16 +267,12 @@ static void spare_empty_dir(int dfd)
 /* Removes the pools under parent whose lock is free (their process is gone). */
 static void spare_sweep(int pfd)
 {
-    int dup_fd = dup(pfd);
-    DIR *d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
+    DIR *d = spare_opendir(pfd);
     struct dirent *de;
     time_t now = time(NULL);
 
-    if (!d) {
-        if (dup_fd >= 0)
-            close(dup_fd);
+    if (!d)
         return;
-    }
     while ((de = readdir(d)) != NULL) {
         size_t len = strlen(de->d_name);
         struct stat st;
