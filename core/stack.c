@@ -168,6 +168,7 @@ int keg_stack_open(const struct keg_format *f, const struct keg_stack_conf *sc,
             wc.workers = sc->upload_workers;
             wc.max_staging = sc->max_staging;
             wc.drain_ms = sc->drain_ms;
+            wc.upload_delay_ms = sc->upload_delay_ms;
             rc = keg_wb_create(&wc, top, &top);         /* TAKES top */
         }
         keg_free(dir);

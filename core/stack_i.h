@@ -55,6 +55,8 @@ struct keg_wb_conf {
     unsigned    retries;      /* attempts on a transient error before parking (0: 6) */
     unsigned    backoff_ms;   /* first retry delay, doubled per attempt, max 5 s (0: 100) */
     unsigned    park_ms;      /* a parked (failing) object is retried after this (0: 60000) */
+    unsigned    upload_delay_ms; /* a new object is uploaded no sooner than this (0: at once);
+                                  * ignored while puts wait for room and during drain/close */
 };
 
 struct keg_wb_stats {

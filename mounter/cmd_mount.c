@@ -64,7 +64,7 @@ enum {
     OPT_CACHE_SIZE, OPT_CONFIG, OPT_BACKGROUND, OPT_FUSE_OPTS, OPT_NO_ALLOW_OTHER,
     OPT_MEM_CACHE_SIZE, OPT_CACHE_DIR, OPT_WRITEBACK, OPT_UPLOAD_WORKERS, OPT_MAX_STAGING,
     OPT_DRAIN_TIMEOUT, OPT_SESSION_TIMEOUT, OPT_HEARTBEAT, OPT_NO_SUPERVISOR, OPT_MISSING_WAIT,
-    OPT_INSECURE, OPT_CA_FILE, OPT_S3_CONCURRENCY, OPT_S3_RETRY_DEADLINE,
+    OPT_INSECURE, OPT_CA_FILE, OPT_S3_CONCURRENCY, OPT_S3_RETRY_DEADLINE, OPT_UPLOAD_DELAY,
 };
 
 struct mount_opts {
@@ -79,6 +79,7 @@ struct mount_opts {
     uint64_t upload_workers;   /* 0: stack default */
     uint64_t max_staging;      /* bytes, 0: stack default */
     double   drain_timeout;    /* seconds the unmount waits for staged uploads */
+    double   upload_delay;     /* seconds a new staged object waits before upload */
     double   session_timeout;  /* seconds; 0: core default */
     double   missing_wait;     /* seconds a read waits for a block not uploaded yet */
     double   heartbeat;        /* seconds; 0: core default */
@@ -116,6 +117,7 @@ static const struct option longopts[] = {
     {"upload-workers", required_argument, NULL, OPT_UPLOAD_WORKERS},
     {"max-staging", required_argument, NULL, OPT_MAX_STAGING},
     {"drain-timeout", required_argument, NULL, OPT_DRAIN_TIMEOUT},
+    {"upload-delay", required_argument, NULL, OPT_UPLOAD_DELAY},
     {"session-timeout", required_argument, NULL, OPT_SESSION_TIMEOUT},
     {"heartbeat", required_argument, NULL, OPT_HEARTBEAT},
     {"missing-block-wait", required_argument, NULL, OPT_MISSING_WAIT},
@@ -157,6 +159,9 @@ static void usage(FILE *out)
         "                           background (close returns before the upload)\n"
         "      --upload-workers N   writeback upload threads (default 4)\n"
         "      --max-staging SIZE   staged bytes before writes wait (default 1G)\n"
+        "      --upload-delay SEC   upload a staged block no sooner than SEC after it was\n"
+        "                           written (default 0); blocks deleted or rewritten by then\n"
+        "                           are never uploaded (needs --writeback, at most 3600)\n"
         "      --drain-timeout SEC  at unmount, wait this long for staged uploads (default 30)\n"
         "      --session-timeout SEC a session silent this long is stale (default 60)\n"
         "      --heartbeat SEC      session heartbeat period (default 10)\n"
@@ -267,6 +272,11 @@ static int apply_opt(struct mount_opts *o, int id, const char *name, const char 
             rc = -ERANGE;
         break;
     case OPT_DRAIN_TIMEOUT: rc = mnt_parse_seconds(v, &o->drain_timeout); break;
+    case OPT_UPLOAD_DELAY:
+        rc = mnt_parse_seconds(v, &o->upload_delay);
+        if (!rc && o->upload_delay > 3600)
+            rc = -ERANGE;
+        break;
     case OPT_MISSING_WAIT: rc = mnt_parse_seconds(v, &o->missing_wait); break;
     case OPT_SESSION_TIMEOUT:
         rc = mnt_parse_seconds(v, &o->session_timeout);
@@ -676,15 +686,17 @@ static int check_cache_opts(struct mount_opts *o)
     if (!o->cache_dir) {
         const char *need = o->writeback ? "--writeback" : o->cache_size ? "--cache-size" :
                            o->max_staging ? "--max-staging" :
-                           o->upload_workers ? "--upload-workers" : NULL;
+                           o->upload_workers ? "--upload-workers" :
+                           o->upload_delay > 0 ? "--upload-delay" : NULL;
         if (need) {
             mnt_error("%s needs --cache-dir", need);
             return 2;
         }
         return 0;
     }
-    if (!o->writeback && (o->max_staging || o->upload_workers)) {
-        mnt_error("%s needs --writeback", o->max_staging ? "--max-staging" : "--upload-workers");
+    if (!o->writeback && (o->max_staging || o->upload_workers || o->upload_delay > 0)) {
+        mnt_error("%s needs --writeback", o->max_staging ? "--max-staging" :
+                  o->upload_workers ? "--upload-workers" : "--upload-delay");
         return 2;
     }
     if (o->cache_dir[0] != '/') {
@@ -900,6 +912,7 @@ static int run_session(struct mount_opts *o, const char *url, const char *abs_mp
     sc.upload_workers = (unsigned)o->upload_workers;
     sc.max_staging = o->max_staging;
     sc.drain_ms = drain_ms(o);
+    sc.upload_delay_ms = (unsigned)(o->upload_delay * 1000 + 0.5);
     sc.insecure = o->insecure;
     sc.ca_file = o->ca_file;
     sc.concurrency = (unsigned)o->s3_concurrency;

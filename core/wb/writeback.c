@@ -93,6 +93,7 @@ struct wb_ent {
     unsigned       gen;            /* bumped by each put of the key */
     int            last_err;       /* last upload error (-errno), 0 if none */
     int64_t        retry_at;       /* PARKED: monotonic ns of the next attempt */
+    int64_t        due;            /* QUEUED: not uploaded before (upload delay), ns */
     uint64_t       size;           /* object bytes */
     char           key[];
 };
@@ -128,6 +129,8 @@ struct wb {
     int64_t         rate_sec[WB_RATE_SLOTS];    /* protected by mu */
     uint64_t        rate_bytes[WB_RATE_SLOTS];  /* protected by mu */
     int             stop;          /* protected by mu */
+    int64_t         delay_ns;      /* upload delay of a new object */
+    unsigned        hurry;         /* drains/closes waiting: no delay; protected by mu */
 };
 
 /*---------------------------------------------------------------------------
@@ -466,10 +469,15 @@ static struct wb_ent *wb_pick(struct wb *wb)
     }
     if (wb->ready.next != &wb->ready) {
         struct wb_ent *e = wb->ready.next;
-        list_del(e);
-        e->state = WB_UPLOADING;
-        wb->uploading++;
-        return e;
+        /* FIFO by first put, so the head is due first.  Puts waiting for
+         * room, drains and close do not wait for the delay. */
+        if (e->due <= now || wb->hurry || wb->waiting_puts) {
+            list_del(e);
+            e->state = WB_UPLOADING;
+            wb->uploading++;
+            return e;
+        }
+        next = KEG_MIN(next, e->due);
     }
     if (next == INT64_MAX) {
         pthread_cond_wait(&wb->work_cv, &wb->mu);
@@ -576,6 +584,7 @@ static int wb_reserve(struct wb *wb, const char *key, size_t len)
             return -EIO;
         }
         wb->waiting_puts++;
+        pthread_cond_broadcast(&wb->work_cv);      /* delayed objects may go now */
         wb_deadline(&ts, KEG_MIN(deadline, keg_mono_ns() + 1000000000LL));
         pthread_cond_timedwait(&wb->done_cv, &wb->mu, &ts);
         wb->waiting_puts--;
@@ -642,6 +651,7 @@ static int wb_put(struct keg_obj *o, const char *key, const void *buf, size_t le
     } else {
         e = ne;
         e->state = WB_QUEUED;
+        e->due = wb->delay_ns ? keg_mono_ns() + wb->delay_ns : 0;
         wb_hash_add(wb, e);
         list_add_tail(&wb->ready, e);
         wb->unsynced++;
@@ -890,10 +900,13 @@ static void wb_wait_idle(struct wb *wb, int64_t deadline)
     struct timespec ts;
     wb_deadline(&ts, deadline);
     wb_kick_parked(wb);
+    wb->hurry++;                    /* queued objects go now, whatever their delay */
+    pthread_cond_broadcast(&wb->work_cv);
     while ((wb->ready.next != &wb->ready || wb->uploading || wb->reserving ||
             (wb->nparked && wb->parked.next->retry_at == 0)) &&
            keg_mono_ns() < deadline)
         pthread_cond_timedwait(&wb->done_cv, &wb->mu, &ts);
+    wb->hurry--;
 }
 
 int keg_wb_drain(struct keg_obj *o, unsigned timeout_ms, uint64_t *remaining)
@@ -1174,6 +1187,7 @@ int keg_wb_create(const struct keg_wb_conf *conf, struct keg_obj *inner, struct 
     wb->retries = conf->retries ? conf->retries : 6;
     wb->backoff_ms = conf->backoff_ms ? conf->backoff_ms : 100;
     wb->park_ms = conf->park_ms ? conf->park_ms : 60000;
+    wb->delay_ns = (int64_t)conf->upload_delay_ms * 1000000LL;
     wb->inner_durable = wb_bottom_durable(inner);
     wb->spare = keg_cache_ssd_spare(inner);
     wb->nbuckets = 256;

@@ -868,11 +868,56 @@ static void test_cache_adopts_unsynced(void **state)
     keg_obj_close(o);
 }
 
+/* With an upload delay, a new object stays staged for that long; one deleted
+ * before is never uploaded; drain and puts waiting for room do not wait for
+ * the delay. */
+static void test_upload_delay(void **state)
+{
+    struct fx *fx = *state;
+    struct keg_obj *o = open_wb(fx, "mem", (struct keg_wb_conf){.workers = 2,
+                                                                 .upload_delay_ms = 1500});
+    uint8_t enc[KEG_BLOCK_HDR + 3000];
+    char key[128];
+    int64_t t0;
+
+    for (uint64_t id = 1; id <= 4; id++)
+        put_block(o, id, 3000);
+    ms_sleep(300);
+    assert_int_equal(atomic_load(&cnt_of(o)->puts), 0);    /* none uploaded yet */
+    assert_int_equal(wbst(o).staged_objects, 4);
+    make_block(2, 3000, enc, sizeof(enc), key, sizeof(key));
+    assert_int_equal(keg_obj_del(o, key), 0);                /* gone before its upload */
+    assert_false(has_block(o, 2, 3000));
+    ms_sleep(1600);                                          /* past the delay */
+    assert_int_equal(atomic_load(&cnt_of(o)->puts), 3);
+    assert_int_equal(wbst(o).staged_objects, 0);
+    assert_true(has_block(o, 1, 3000) && has_block(o, 3, 3000) && has_block(o, 4, 3000));
+
+    /* a drain uploads at once */
+    put_block(o, 5, 3000);
+    t0 = now_ms();
+    assert_int_equal(keg_wb_drain(o, 10000, NULL), 0);
+    assert_true(now_ms() - t0 < 1000);
+    assert_int_equal(atomic_load(&cnt_of(o)->puts), 4);
+    keg_obj_close(o);
+
+    /* a put that waits for room makes delayed objects go */
+    o = open_wb(fx, "mem", (struct keg_wb_conf){.workers = 1, .upload_delay_ms = 60000,
+                                                  .max_staging = 2 * (KEG_BLOCK_HDR + 3000)});
+    t0 = now_ms();
+    for (uint64_t id = 10; id <= 15; id++)
+        put_block(o, id, 3000);
+    assert_true(now_ms() - t0 < 5000);
+    assert_true(atomic_load(&cnt_of(o)->puts) >= 4);
+    keg_obj_close(o);
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
     const struct CMUnitTest tests[] = {
         T(test_put_returns_before_upload),
+        T(test_upload_delay),
         T(test_cache_adopts_staged_file),
         T(test_cache_adopts_unsynced),
         T(test_crash_recovery),

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# upload_delay.sh -- --upload-delay: a staged block is not uploaded before the delay; a
+# file written and deleted within the delay never reaches the store; `kegfs umount`
+# does not wait for the delay (it drains at once); the option needs --writeback.
+# timeout: 90
+. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../obj_lib.sh"
+need_kegfs
+need_objstore
+
+blocks() { obj_keys | wc -l; }
+
+expect_fail 'needs --writeback' "$KEGFS" mount --cache-dir "$WORK/c0" --upload-delay 5 \
+  "$META" "$MNT"
+expect_fail 'upload-delay' "$KEGFS" mount --writeback --cache-dir "$WORK/c0" \
+  --upload-delay 4000 "$META" "$MNT"
+
+mt_umount
+mkdir -p "$WORK/cache"
+mt_mount --writeback --cache-dir "$WORK/cache" --upload-delay 4
+n0=$(blocks)
+
+# written and closed: staged, not uploaded during the delay
+head -c 300000 /dev/urandom > "$WORK/keep" || fail "source"
+cp "$WORK/keep" "$MNT/keep" || fail "write keep"
+# written and deleted within the delay: never uploaded
+head -c 200000 /dev/urandom > "$MNT/tmp" || fail "write tmp"
+rm "$MNT/tmp" || fail "rm tmp"
+sleep 1.5
+[ "$(blocks)" = "$n0" ] || fail "$(( $(blocks) - n0 )) objects uploaded within the 4 s delay"
+cmp "$WORK/keep" "$MNT/keep" || fail "keep reads back wrong while staged"
+
+# after the delay: exactly keep's block was uploaded
+up() { [ "$(blocks)" -gt "$n0" ]; }
+wait_for 10 up || fail "nothing uploaded 10 s after the delay started"
+sleep 2
+[ "$(blocks)" = $((n0 + 1)) ] || fail "$(( $(blocks) - n0 )) objects uploaded, expected 1 (tmp must never be)"
+note "after the delay: 1 object uploaded; the deleted file's block never was"
+
+# unmount drains at once, without waiting for the delay
+head -c 100000 /dev/urandom > "$MNT/late" || fail "write late"
+t0=$(date +%s%N)
+mt_umount
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+[ "$(blocks)" = $((n0 + 2)) ] || fail "umount left $(( n0 + 2 - $(blocks) )) objects staged"
+note "umount with a staged block drained it in $ms ms"
+[ "$ms" -lt 3500 ] || fail "umount took $ms ms: it waited for the 4 s delay"
+mt_mount
+[ "$(stat -c %s "$MNT/late")" = 100000 ] || fail "late has the wrong size after remount"
+cmp "$WORK/keep" "$MNT/keep" || fail "keep reads back wrong after remount"
+exit 0
