@@ -374,6 +374,25 @@ static int wb_sleep(struct wb *wb, unsigned ms)
     return stop;
 }
 
+/* A worker's read buffer for staged objects, kept between uploads. */
+struct wb_buf {
+    uint8_t *p;
+    size_t   cap;
+};
+
+/* Objects up to this size are read into the worker's buffer. */
+#define WB_BUF_MAX ((uint64_t)KEG_BLOCK_HDR + KEG_BLOCK_SIZE_MAX + 64)
+
+static int wb_buf_grow(struct wb_buf *b, uint64_t size)
+{
+    uint8_t *np = keg_realloc(b->p, (size_t)size);
+    if (!np)
+        return -ENOMEM;
+    b->p = np;
+    b->cap = (size_t)size;
+    return 0;
+}
+
 /* take() of keg_obj_put_file: hands the staging file of an entry being
  * uploaded to the layer below (the SSD cache adopts it instead of writing a
  * copy), unless the key was put again or deleted meanwhile.  Under wb->mu, like
@@ -404,7 +423,8 @@ static int wb_take(void *arg, const char *dst)
 /* Uploads one staged object, retrying transient errors.  With may_take the
  * layer below may take the staging file over (*taken = 1: it is gone).
  * Returns 0, -ENOENT (its file is gone), -EBADMSG (corrupt, quarantined) or the last -errno. */
-static int wb_upload(struct wb *wb, struct wb_ent *e, unsigned gen, int may_take, int *taken)
+static int wb_upload(struct wb *wb, struct wb_ent *e, unsigned gen, uint64_t size,
+                     struct wb_buf *wbuf, int may_take, int *taken)
 {
     const char *key = e->key;
     char name[KEGC_NAME_MAX + 1];
@@ -418,7 +438,16 @@ static int wb_upload(struct wb *wb, struct wb_ent *e, unsigned gen, int may_take
     *taken = 0;
     if (kegc_escape(key, name) < 0)
         return -ENAMETOOLONG;
-    rc = wb_read_staged(wb, key, name, &file, &obj, &olen);
+    /* Into the worker's own buffer (no fresh 4 MiB mapping per upload); a file
+     * that grew since the entry's size was read goes the allocating way. */
+    rc = -EMSGSIZE;
+    if (size <= WB_BUF_MAX && (wbuf->cap >= size || wb_buf_grow(wbuf, size) == 0)) {
+        rc = keg_ssd_file_read_obj(wb->dirfd, name, KEGC_KIND_STAGED, key, wbuf->p, wbuf->cap,
+                                   &olen);
+        obj = wbuf->p;
+    }
+    if (rc == -EMSGSIZE)
+        rc = wb_read_staged(wb, key, name, &file, &obj, &olen);
     if (rc == -EIO) {
         wb_quarantine(wb, key, name);
         return -EBADMSG;
@@ -492,22 +521,25 @@ static struct wb_ent *wb_pick(struct wb *wb)
 static void *wb_worker(void *arg)
 {
     struct wb *wb = arg;
+    struct wb_buf wbuf = {NULL, 0};
 
     pthread_mutex_lock(&wb->mu);
     while (!wb->stop) {
         struct wb_ent *e = wb_pick(wb);
         unsigned gen;
+        uint64_t size;
         int may_take, taken, rc;
 
         if (!e)
             continue;
         gen = e->gen;
+        size = e->size;
         /* An fsync'ed object must stay in its fsync'ed staging file until a
          * store that is not durable by itself has been synced: no hand-over. */
         may_take = wb->inner_durable || !e->synced;
         pthread_mutex_unlock(&wb->mu);
         /* e stays valid: an UPLOADING entry is freed only here. */
-        rc = wb_upload(wb, e, gen, may_take, &taken);
+        rc = wb_upload(wb, e, gen, size, &wbuf, may_take, &taken);
         if (rc == 0 && !wb->inner_durable) {
             int synced;
             pthread_mutex_lock(&wb->mu);
@@ -555,6 +587,7 @@ static void *wb_worker(void *arg)
         pthread_cond_broadcast(&wb->done_cv);
     }
     pthread_mutex_unlock(&wb->mu);
+    keg_free(wbuf.p);
     return NULL;
 }
 
