@@ -718,6 +718,9 @@ static ssize_t wb_get(struct keg_obj *o, const char *key, uint64_t off, void *bu
         keg_free(file);
         return n;
     }
+    if (rc == -EIO && faccessat(wb->dirfd, name, F_OK, AT_SYMLINK_NOFOLLOW) < 0 &&
+        errno == ENOENT)
+        rc = -ENOENT;   /* uploaded and handed to the cache while we read it */
     if (rc == -EIO)
         KEG_ERR("staged object %s/%s is corrupt; trying the store", wb->dir, name);
     /* -ENOENT: the uploader just finished and removed it; it is in inner now. */
