@@ -169,6 +169,7 @@ int keg_stack_open(const struct keg_format *f, const struct keg_stack_conf *sc,
             wc.max_staging = sc->max_staging;
             wc.drain_ms = sc->drain_ms;
             wc.upload_delay_ms = sc->upload_delay_ms;
+            wc.keys_write_once = 1;     /* core/fs writes each block key once */
             rc = keg_wb_create(&wc, top, &top);         /* TAKES top */
         }
         keg_free(dir);

@@ -57,6 +57,8 @@ struct keg_wb_conf {
     unsigned    park_ms;      /* a parked (failing) object is retried after this (0: 60000) */
     unsigned    upload_delay_ms; /* a new object is uploaded no sooner than this (0: at once);
                                   * ignored while puts wait for room and during drain/close */
+    int         keys_write_once; /* every key is put once (block keys of core/fs): a key
+                                  * deleted before any upload attempt needs no store del */
 };
 
 struct keg_wb_stats {
@@ -71,6 +73,7 @@ struct keg_wb_stats {
     uint64_t rate_bps;        /* upload rate, bytes/s, decaying average over ~5 s */
     uint64_t waiting_puts;    /* puts blocked by max_staging right now */
     uint64_t max_staging;
+    uint64_t skipped_uploads; /* objects deleted while staged, never uploaded (since open) */
 };
 
 /* Opens the writeback layer over inner: recovers what is staged and starts

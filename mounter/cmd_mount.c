@@ -59,6 +59,10 @@
 
 #define MNT_FUSE_SUPER_MAGIC 0x65735546
 
+/* --upload-delay when --writeback is given without it: rewrites and deletions
+ * within a second (compaction of small writes, temporary files) cost no upload. */
+#define MNT_UPLOAD_DELAY_DEFAULT 1.0
+
 enum {
     OPT_ATTR_CACHE = 0x3001, OPT_ENTRY_CACHE, OPT_DIR_ENTRY_CACHE, OPT_READ_ONLY, OPT_BUFFER_SIZE,
     OPT_CACHE_SIZE, OPT_CONFIG, OPT_BACKGROUND, OPT_FUSE_OPTS, OPT_NO_ALLOW_OTHER,
@@ -79,7 +83,8 @@ struct mount_opts {
     uint64_t upload_workers;   /* 0: stack default */
     uint64_t max_staging;      /* bytes, 0: stack default */
     double   drain_timeout;    /* seconds the unmount waits for staged uploads */
-    double   upload_delay;     /* seconds a new staged object waits before upload */
+    double   upload_delay;     /* seconds a new staged object waits before upload;
+                                * < 0: not given (MNT_UPLOAD_DELAY_DEFAULT with --writeback) */
     double   session_timeout;  /* seconds; 0: core default */
     double   missing_wait;     /* seconds a read waits for a block not uploaded yet */
     double   heartbeat;        /* seconds; 0: core default */
@@ -160,7 +165,7 @@ static void usage(FILE *out)
         "      --upload-workers N   writeback upload threads (default 4)\n"
         "      --max-staging SIZE   staged bytes before writes wait (default 1G)\n"
         "      --upload-delay SEC   upload a staged block no sooner than SEC after it was\n"
-        "                           written (default 0); blocks deleted or rewritten by then\n"
+        "                           written (default 1); blocks deleted or rewritten by then\n"
         "                           are never uploaded (needs --writeback, at most 3600)\n"
         "      --drain-timeout SEC  at unmount, wait this long for staged uploads (default 30)\n"
         "      --session-timeout SEC a session silent this long is stale (default 60)\n"
@@ -912,7 +917,8 @@ static int run_session(struct mount_opts *o, const char *url, const char *abs_mp
     sc.upload_workers = (unsigned)o->upload_workers;
     sc.max_staging = o->max_staging;
     sc.drain_ms = drain_ms(o);
-    sc.upload_delay_ms = (unsigned)(o->upload_delay * 1000 + 0.5);
+    sc.upload_delay_ms = (unsigned)((o->upload_delay < 0 ? MNT_UPLOAD_DELAY_DEFAULT
+                                                          : o->upload_delay) * 1000 + 0.5);
     sc.insecure = o->insecure;
     sc.ca_file = o->ca_file;
     sc.concurrency = (unsigned)o->s3_concurrency;
@@ -1241,6 +1247,7 @@ int mnt_cmd_mount(int argc, char **argv)
     memset(&o, 0, sizeof(o));
     o.attr_cache = o.entry_cache = o.dir_entry_cache = 1.0;
     o.drain_timeout = 30.0;
+    o.upload_delay = -1;
     o.missing_wait = 10.0;
     if (keg_log_level == LOG_WARNING)
         keg_log_set_level(LOG_INFO);

@@ -94,6 +94,8 @@ struct wb_ent {
     int            last_err;       /* last upload error (-errno), 0 if none */
     int64_t        retry_at;       /* PARKED: monotonic ns of the next attempt */
     int64_t        due;            /* QUEUED: not uploaded before (upload delay), ns */
+    int            local_only;     /* put here and never handed to a worker: the store
+                                    * cannot have it (with write-once keys) */
     uint64_t       size;           /* object bytes */
     char           key[];
 };
@@ -126,10 +128,12 @@ struct wb {
     uint64_t        reserving;     /* puts writing a staging file; protected by mu */
     uint64_t        waiting_puts;  /* protected by mu */
     uint64_t        uploaded_bytes, uploaded_objects, upload_errors; /* protected by mu */
+    uint64_t        skipped_uploads; /* deleted before any upload; protected by mu */
     int64_t         rate_sec[WB_RATE_SLOTS];    /* protected by mu */
     uint64_t        rate_bytes[WB_RATE_SLOTS];  /* protected by mu */
     int             stop;          /* protected by mu */
     int64_t         delay_ns;      /* upload delay of a new object */
+    int             write_once;    /* conf->keys_write_once */
     unsigned        hurry;         /* drains/closes waiting: no delay; protected by mu */
 };
 
@@ -503,6 +507,7 @@ static struct wb_ent *wb_pick(struct wb *wb)
         if (e->due <= now || wb->hurry || wb->waiting_puts) {
             list_del(e);
             e->state = WB_UPLOADING;
+            e->local_only = 0;
             wb->uploading++;
             return e;
         }
@@ -685,6 +690,7 @@ static int wb_put(struct keg_obj *o, const char *key, const void *buf, size_t le
         e = ne;
         e->state = WB_QUEUED;
         e->due = wb->delay_ns ? keg_mono_ns() + wb->delay_ns : 0;
+        e->local_only = 1;
         wb_hash_add(wb, e);
         list_add_tail(&wb->ready, e);
         wb->unsynced++;
@@ -735,6 +741,7 @@ static int wb_del(struct keg_obj *o, const char *key)
     struct wb *wb = o->priv;
     char name[KEGC_NAME_MAX + 1];
     struct wb_ent *e;
+    int never_uploaded = 0;
 
     if (kegc_escape(key, name) == 0) {
         pthread_mutex_lock(&wb->mu);
@@ -744,13 +751,18 @@ static int wb_del(struct keg_obj *o, const char *key)
             while (wb_find(wb, key) == e)
                 pthread_cond_wait(&wb->done_cv, &wb->mu);
         } else if (e) {
+            never_uploaded = wb->write_once && e->local_only;
             unlinkat(wb->dirfd, name, 0);
             wb_forget(wb, e);
             keg_free(e);
+            if (never_uploaded)
+                wb->skipped_uploads++;
         }
         pthread_mutex_unlock(&wb->mu);
     }
-    return keg_obj_del(o->inner, key);
+    /* A write-once key put here and deleted before any upload attempt is not
+     * in the store (nor in the cache below, which only keeps uploaded objects). */
+    return never_uploaded ? 0 : keg_obj_del(o->inner, key);
 }
 
 static int wb_head(struct keg_obj *o, const char *key, uint64_t *size)
@@ -986,6 +998,7 @@ int keg_wb_stats(struct keg_obj *o, struct keg_wb_stats *st)
     st->rate_bps = wb_rate(wb);
     st->waiting_puts = wb->waiting_puts;
     st->max_staging = wb->max_staging;
+    st->skipped_uploads = wb->skipped_uploads;
     pthread_mutex_unlock(&wb->mu);
     return 0;
 }
@@ -1224,6 +1237,7 @@ int keg_wb_create(const struct keg_wb_conf *conf, struct keg_obj *inner, struct 
     wb->backoff_ms = conf->backoff_ms ? conf->backoff_ms : 100;
     wb->park_ms = conf->park_ms ? conf->park_ms : 60000;
     wb->delay_ns = (int64_t)conf->upload_delay_ms * 1000000LL;
+    wb->write_once = conf->keys_write_once;
     wb->inner_durable = wb_bottom_durable(inner);
     wb->spare = keg_cache_ssd_spare(inner);
     wb->nbuckets = 256;

@@ -888,6 +888,7 @@ static void test_upload_delay(void **state)
     make_block(2, 3000, enc, sizeof(enc), key, sizeof(key));
     assert_int_equal(keg_obj_del(o, key), 0);                /* gone before its upload */
     assert_false(has_block(o, 2, 3000));
+    assert_int_equal(atomic_load(&cnt_of(o)->dels), 1);     /* keys may be re-put: del sent */
     ms_sleep(1600);                                          /* past the delay */
     assert_int_equal(atomic_load(&cnt_of(o)->puts), 3);
     assert_int_equal(wbst(o).staged_objects, 0);
@@ -899,6 +900,26 @@ static void test_upload_delay(void **state)
     assert_int_equal(keg_wb_drain(o, 10000, NULL), 0);
     assert_true(now_ms() - t0 < 1000);
     assert_int_equal(atomic_load(&cnt_of(o)->puts), 4);
+    keg_obj_close(o);
+
+    /* write-once keys (core/fs blocks): a key deleted before any upload attempt
+     * costs the store nothing; one deleted after its upload is deleted there */
+    o = open_wb(fx, "mem", (struct keg_wb_conf){.workers = 1, .upload_delay_ms = 60000,
+                                                  .keys_write_once = 1});
+    put_block(o, 20, 3000);
+    put_block(o, 21, 3000);
+    make_block(20, 3000, enc, sizeof(enc), key, sizeof(key));
+    assert_int_equal(keg_obj_del(o, key), 0);
+    assert_int_equal(atomic_load(&cnt_of(o)->dels), 0);
+    assert_int_equal(atomic_load(&cnt_of(o)->puts), 0);
+    assert_int_equal(wbst(o).skipped_uploads, 1);
+    assert_int_equal(keg_wb_drain(o, 10000, NULL), 0);      /* 21 uploaded */
+    make_block(21, 3000, enc, sizeof(enc), key, sizeof(key));
+    assert_int_equal(keg_obj_del(o, key), 0);
+    assert_int_equal(atomic_load(&cnt_of(o)->dels), 1);
+    assert_int_equal(atomic_load(&cnt_of(o)->puts), 1);
+    assert_false(has_block(o, 20, 3000));
+    assert_false(has_block(o, 21, 3000));
     keg_obj_close(o);
 
     /* a put that waits for room makes delayed objects go */
