@@ -20,6 +20,8 @@
 # repetitions are printed as a table with ratios to the passthrough, then the goals:
 #   s3wb >= 0.5x passthrough ops/s on each small-file workload, with 100% success
 #   s3wb sequential write and read >= 0.7x passthrough
+# After each target's run and cleanup the script waits $KEG_BENCH_SETTLE seconds (default 10)
+# so that deferred deletions finish before the next target is measured.
 # DIR is $KEG_BENCH_DIR (default /tmp/bench-run; emptied first).  Raw results in
 # DIR/results.txt, mounter logs in DIR/*.log.
 # Exit: 0 all goals met, 1 a goal missed or a run failed, 2 setup error / usage.
@@ -38,6 +40,7 @@ case "$1" in -h|--help) usage ;; esac
 BUILD=$(cd "$1" 2>/dev/null && pwd) || { echo "run.sh: no build dir '$1'" >&2; exit 2; }
 shift
 REPS=3
+SETTLE=${KEG_BENCH_SETTLE:-10}
 N=2000
 MIB=1024
 TARGETS=pt,s3wb,sqlite
@@ -231,6 +234,10 @@ run_one() {   # run_one TARGET REP
   out=$("$SQ" read "$dir/big" "$MIB" "$r") || FAILED_RUNS=$((FAILED_RUNS + 1))
   echo "$t $r $out" >> "$RES"
   rm -rf "$dir"
+  # Let the deferred work of this cleanup (the deletion queue's object deletes, a
+  # gateway's own cleanup) finish before the next measurement instead of in it.
+  sync
+  sleep "$SETTLE"
 }
 
 for r in $(seq "$REPS"); do
