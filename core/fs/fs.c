@@ -491,9 +491,13 @@ int keg_fs_new(const struct keg_fs_conf *conf, struct keg_fs **out)
         rc = -EINVAL;
         goto fail2;
     }
-    fs->bigbuf_size = keg_block_bound(fs->codec, fs->bs);
+    /* whole-block buffers fit a block encoded with any codec: the size of a
+     * fetch (read.c block_fetch), at least bs for the writers */
+    fs->bigbuf_size = KEG_MAX(keg_block_bound(KEG_CODEC_NONE, fs->bs),
+                              KEG_MAX(keg_block_bound(KEG_CODEC_LZ4, fs->bs),
+                                      keg_block_bound(KEG_CODEC_ZSTD, fs->bs)));
     /* one budget for the read cache and the write buffers (read.c DESIGN) */
-    rc = fs_bcache_new(fs->buffer_size, conf->block_cache_size, &fs->wbytes, &fs->bc);
+    rc = fs_bcache_new(fs->buffer_size, conf->block_cache_size, fs, &fs->bc);
     if (rc < 0)
         goto fail2;
 

@@ -213,12 +213,12 @@ void fs_attr_merge(struct keg_fs *fs, struct keg_attr *a, uint64_t token);
  *--------------------------------------------------------------------------*/
 
 struct fs_bcache;
-/* A cache sharing budget bytes with the write buffers counted in *wbytes
- * (fs->wbytes; NULL: none): it holds at most budget - *wbytes, never less
- * than budget / 8, and at most cap bytes when cap != 0 (read.c DESIGN).
- * BORROWS: wbytes for the cache's life.  OWNERSHIP: fs_bcache_free(). */
-int  fs_bcache_new(uint64_t budget, uint64_t cap, const _Atomic uint64_t *wbytes,
-                   struct fs_bcache **out);
+/* A cache sharing budget bytes with fs's write buffers (fs->wbytes; fs NULL:
+ * none): it holds at most budget - wbytes, never less than budget / 8, and at
+ * most cap bytes when cap != 0 (read.c DESIGN); its fetches use fs's
+ * whole-block buffers (fs_bigbuf_get).  BORROWS: fs for the cache's life.
+ * OWNERSHIP: fs_bcache_free(). */
+int  fs_bcache_new(uint64_t budget, uint64_t cap, struct keg_fs *fs, struct fs_bcache **out);
 void fs_bcache_free(struct fs_bcache *bc);
 /* Evict unreferenced blocks until the read share fits next to the write
  * buffers.  Call after wbytes grew; costs two atomic loads while
@@ -344,11 +344,12 @@ struct keg_fs {
     pthread_cond_t    up_cv;        /* an upload finished */
     uint32_t          up_inflight;  /* uploads queued or running, all inodes */
 
-    /* whole-block buffers kept for reuse (file.c fs_bigbuf_get) */
+    /* whole-block buffers kept for reuse by writers, encoding and block
+     * fetches (file.c fs_bigbuf_get, read.c bc_buf_take) */
     pthread_mutex_t   bigbuf_mu;    /* protects the two fields below */
     uint8_t          *bigbuf[4];
     unsigned          nbigbuf;
-    size_t            bigbuf_size;  /* keg_block_bound(codec, bs); 0 until known */
+    size_t            bigbuf_size;  /* largest encoded block of bs bytes; 0 until known */
 
     /* block fetches: read-ahead and parallel reads (read.c) */
     struct fs_pool    fetch_pool;

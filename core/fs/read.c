@@ -54,9 +54,11 @@
  * under heavy writing: with no cache at all, each 128 KiB read of a 4 MiB
  * block would fetch and decode the whole block again.  So the mounter's
  * block memory is bounded by budget + floor + referenced entries (blocks
- * being copied right now) + blocks being fetched + BC_SPARE_MAX idle buffers:
- * evicted blocks' buffers are kept for the next fetches (a fresh one costs a
- * page fault and a page clear per 4 KiB) unless writers press the budget.
+ * being copied right now) + blocks being fetched + the fs's idle whole-block
+ * buffers (fs_bigbuf_get, at most 4, shared with the writers): evicted
+ * blocks' buffers go back there for the next fetches (a fresh one costs a
+ * page fault and a page clear per 4 KiB), and the idle ones are freed while
+ * writers press the budget.
  * While the read share is down to the floor, read-ahead and parallel fetches
  * are not queued: they would only evict the blocks readers are about to copy.
  */
@@ -77,7 +79,6 @@
 #define FS_FETCH_MAX_JOBS 64    /* blocks queued by one read */
 #define FS_FETCH_CORRUPT_RETRIES 2  /* re-reads of a block that failed verification */
 #define BC_FLOOR_DIV 8          /* the read share never drops below budget / 8 */
-#define BC_SPARE_MAX 4          /* idle block buffers kept for the next fetch */
 
 enum { BC_LOADING, BC_READY, BC_FAILED };
 
@@ -106,13 +107,10 @@ struct fs_bcache {
     _Atomic uint64_t used;          /* written under mu; read anywhere */
     struct bc_ent   lru;            /* sentinel */
     struct bc_ent  *h[BC_BUCKETS];
-    uint8_t        *spare[BC_SPARE_MAX];    /* idle buffers of spare_size bytes */
-    unsigned        nspare;
-    size_t          spare_size;
+    struct keg_fs  *fs;             /* its whole-block buffers (fs_bigbuf_get), or NULL */
 };
 
-int fs_bcache_new(uint64_t budget, uint64_t cap, const _Atomic uint64_t *wbytes,
-                  struct fs_bcache **out)
+int fs_bcache_new(uint64_t budget, uint64_t cap, struct keg_fs *fs, struct fs_bcache **out)
 {
     struct fs_bcache *bc = keg_calloc(1, sizeof(*bc));
     *out = NULL;
@@ -125,7 +123,8 @@ int fs_bcache_new(uint64_t budget, uint64_t cap, const _Atomic uint64_t *wbytes,
     bc->floor = budget / BC_FLOOR_DIV;
     if (cap && cap < bc->floor)
         bc->floor = cap;
-    bc->wbytes = wbytes;
+    bc->wbytes = fs ? &fs->wbytes : NULL;
+    bc->fs = fs;
     atomic_init(&bc->used, 0);
     bc->lru.lnext = bc->lru.lprev = &bc->lru;
     *out = bc;
@@ -145,8 +144,6 @@ void fs_bcache_free(struct fs_bcache *bc)
             e = next;
         }
     }
-    for (unsigned i = 0; i < bc->nspare; i++)
-        keg_free(bc->spare[i]);
     pthread_mutex_destroy(&bc->mu);
     pthread_cond_destroy(&bc->cv);
     keg_free(bc);
@@ -195,38 +192,28 @@ static int bc_pressed(const struct fs_bcache *bc)
     return bc_wbytes(bc) + bc->floor >= bc->budget;
 }
 
-/* A buffer of size bytes for a fetch: an idle one of that size, else a new one.
- * A fresh allocation of a block is a fresh mmap (the mounter lowers the mmap
- * threshold to bound its RSS), so every fetch into it pays a page fault and a
- * page clear per 4 KiB; a reused one is mapped already.
- * OWNERSHIP: caller releases it with bc_buf_release (or keg_free).
- * LOCKS: takes bc->mu. */
+/* A buffer of size bytes for a fetch.  A whole encoded block (the size of
+ * the fs's whole-block buffers) takes an idle one: a fresh allocation of a
+ * block is a fresh mmap (the mounter lowers the mmap threshold to bound its
+ * RSS), so every fetch into it would pay a page fault and a page clear per
+ * 4 KiB.  OWNERSHIP: caller releases it with bc_buf_release (or keg_free).
+ * LOCKS: may take fs->bigbuf_mu. */
 static uint8_t *bc_buf_take(struct fs_bcache *bc, size_t size)
 {
-    uint8_t *buf = NULL;
-
-    pthread_mutex_lock(&bc->mu);
-    if (bc->nspare > 0 && bc->spare_size == size)
-        buf = bc->spare[--bc->nspare];
-    pthread_mutex_unlock(&bc->mu);
-    return buf ? buf : keg_malloc(size);
+    if (bc->fs && size == bc->fs->bigbuf_size)
+        return fs_bigbuf_get(bc->fs);
+    return keg_malloc(size);
 }
 
-/* Frees buf (size bytes), or keeps it for the next fetch: at most BC_SPARE_MAX
- * buffers, all of one size (that of the first one kept: the common full block),
- * and none while writers hold the budget (bc_pressed).  TAKES: buf (NULL is a
- * no-op).  LOCKS: caller holds bc->mu. */
+/* Frees buf (size bytes), or gives a whole-block buffer back to the fs's idle
+ * ones unless writers hold the budget (bc_pressed).  TAKES: buf (NULL is a
+ * no-op).  LOCKS: caller holds bc->mu; may take fs->bigbuf_mu. */
 static void bc_buf_release_locked(struct fs_bcache *bc, uint8_t *buf, size_t size)
 {
-    if (!buf)
-        return;
-    if (bc->nspare < BC_SPARE_MAX && (bc->nspare == 0 || bc->spare_size == size) &&
-        !bc_pressed(bc)) {
-        bc->spare_size = size;
-        bc->spare[bc->nspare++] = buf;
-        return;
-    }
-    keg_free(buf);
+    if (bc->fs && size == bc->fs->bigbuf_size && !bc_pressed(bc))
+        fs_bigbuf_put(bc->fs, buf);
+    else
+        keg_free(buf);
 }
 
 /* bc_buf_release_locked without the lock held.  LOCKS: takes bc->mu. */
@@ -276,10 +263,8 @@ static void bc_evict(struct fs_bcache *bc)
     uint64_t limit = bc_limit(bc);
     struct bc_ent *e = bc->lru.lprev;
 
-    if (bc->nspare > 0 && bc_pressed(bc)) {
-        while (bc->nspare > 0)      /* writers need the memory more */
-            keg_free(bc->spare[--bc->nspare]);
-    }
+    if (bc->fs && bc_pressed(bc))
+        fs_bigbuf_drop(bc->fs);     /* writers need the memory more */
     while (atomic_load_explicit(&bc->used, memory_order_relaxed) > limit && e != &bc->lru) {
         struct bc_ent *prev = e->lprev;
         if (e->refs == 0) {
