@@ -1023,7 +1023,7 @@ static int run_session(struct mount_opts *o, const char *url, const char *abs_mp
     keg_fs_free(fs);      /* flushes open files, ends the session */
     fs = NULL;
     if (!w)
-        mnt_state_remove(abs_mp);    /* else the supervisor's */
+        mnt_state_remove(abs_mp, getpid());  /* else the supervisor's */
     KEG_INFO("volume %s unmounted from %s (%llu inodes still referenced by the kernel)",
              volname, abs_mp, (unsigned long long)mnt_inode_live());
     mnt_inode_clear();

@@ -102,7 +102,12 @@ int mnt_state_write(const char *abs_mp, pid_t pid, const char *meta_url,
                     unsigned drain_timeout);
 /* drain_timeout= of the state file, or 0.  */
 unsigned mnt_state_drain_timeout(const char *abs_mp);
-void mnt_state_remove(const char *abs_mp);
+/* Removes the state file of abs_mp if owner wrote it (owner 0: whoever did):
+ * a mounter that outlived its mount must not remove the file of the next
+ * mount at the same path. */
+void mnt_state_remove(const char *abs_mp, pid_t owner);
+/* Pid on the first line ("pid=N") of a state or stats file, or 0. */
+pid_t mnt_state_file_pid(const char *path);
 /* Remove the state files of mounters that no longer run (killed, crashed). */
 void mnt_state_prune(void);
 /* OWNERSHIP: caller keg_free()s *meta_url (may be NULL if not wanted).
@@ -144,7 +149,8 @@ void mnt_stats_phase(const char *phase);
 void mnt_stats_stop(void);
 /* Returns 0, -ENOENT (no running mounter), -errno. */
 int  mnt_stats_read(const char *abs_mp, struct mnt_live *l);
-void mnt_stats_remove(const char *abs_mp);
+/* Removes the stats file of abs_mp if owner (a worker's pid; 0: any) wrote it. */
+void mnt_stats_remove(const char *abs_mp, pid_t owner);
 /* The drain estimate of l's uploads, into buf: "drains in ~Ns", "drains in more
  * than a day", or "drain time: unknown (...)" while the rate means nothing yet
  * (its ~MNT_RATE_WINDOW_SEC window still holds idle time from before the

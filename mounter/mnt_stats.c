@@ -29,6 +29,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -143,11 +144,17 @@ int mnt_stats_read(const char *abs_mp, struct mnt_live *l)
     return l->pid ? 0 : -EINVAL;
 }
 
-void mnt_stats_remove(const char *abs_mp)
+static void mnt_stats_remove_path(const char *path, pid_t owner)
+{
+    if (owner == 0 || mnt_state_file_pid(path) == owner)
+        unlink(path);
+}
+
+void mnt_stats_remove(const char *abs_mp, pid_t owner)
 {
     char *path = stats_path(abs_mp);
     if (path)
-        unlink(path);
+        mnt_stats_remove_path(path, owner);
     keg_free(path);
 }
 
@@ -239,7 +246,13 @@ static void *stats_main(void *arg)
         pthread_mutex_lock(&st_mu);
         snprintf(l.phase, sizeof(l.phase), "%s", w.phase);
         pthread_mutex_unlock(&st_mu);
-        int rc = write_live(w.path, &l);
+        /* A mounter still draining after its mount went away leaves the file
+         * to a newer mount at the same path (one that names another, live pid);
+         * a serving mounter always writes it. */
+        int rc = 0;
+        pid_t owner = strcmp(l.phase, "draining") == 0 ? mnt_state_file_pid(w.path) : 0;
+        if (owner <= 0 || owner == getpid() || (kill(owner, 0) < 0 && errno == ESRCH))
+            rc = write_live(w.path, &l);
         if (rc && !warned) {
             KEG_WARN("cannot write the stats file %s: %s ('kegfs stats' will not work)",
                      w.path, strerror(-rc));
@@ -302,7 +315,7 @@ void mnt_stats_stop(void)
     pthread_cond_signal(&st_cv);
     pthread_mutex_unlock(&st_mu);
     pthread_join(w.thread, NULL);
-    unlink(w.path);
+    mnt_stats_remove_path(w.path, getpid());
     keg_free(w.path);
     w.path = NULL;
     w.running = 0;

@@ -39,6 +39,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -161,10 +162,19 @@ static void set_handlers(int on)
     sigaction(SIGHUP, &sa, NULL);
 }
 
-/* Detach the mount if it is still ours (a kegfs mount at abs_mp). */
-static void detach(const char *abs_mp)
+/* Detach the mount if it is still ours: fd is our /dev/fuse descriptor.
+ * Once our mount is gone (unmounted from outside), the kernel has aborted its
+ * connection and fd polls POLLERR: whatever is mounted at abs_mp now is a newer
+ * mount at the same path (a quick remount while we drained) and is left alone. */
+static void detach(const char *abs_mp, int fd)
 {
     char fstype[64];
+    struct pollfd pfd = {.fd = fd, .events = POLLIN};
+
+    if (fd >= 0 && poll(&pfd, 1, 0) == 1 && (pfd.revents & (POLLERR | POLLNVAL))) {
+        KEG_DEBUG("%s: our FUSE connection is gone, nothing to detach", abs_mp);
+        return;
+    }
     if (mnt_is_mountpoint(abs_mp, fstype, sizeof(fstype)) > 0 &&
         strncmp(fstype, "fuse.", 5) == 0 && umount2(abs_mp, MNT_DETACH) < 0)
         KEG_WARN("cannot detach %s: %s", abs_mp, strerror(errno));
@@ -198,6 +208,7 @@ int mnt_super_run(const struct mnt_super_conf *sc, int notify_fd)
     int mounted = 0;
     time_t crashes[MNT_SUPER_MAX_RESTARTS + 1];
     unsigned ncrash = 0;
+    pid_t last_worker = 0;
 
     memset(&w, 0, sizeof(w));
     fd = open("/dev/fuse", O_RDWR | O_CLOEXEC);
@@ -246,7 +257,7 @@ int mnt_super_run(const struct mnt_super_conf *sc, int notify_fd)
         pid_t pid = fork();
         if (pid < 0) {
             mnt_error("fork: %s", strerror(errno));
-            detach(sc->abs_mp);
+            detach(sc->abs_mp, fd);
             status = 1;
             break;
         }
@@ -262,12 +273,13 @@ int mnt_super_run(const struct mnt_super_conf *sc, int notify_fd)
             notify_fd = -1;
         }
         KEG_INFO("worker %u started, pid %d", w.epoch, (int)pid);
+        last_worker = pid;
         int st = 0;
         int detached = 0;
         for (;;) {
             if (stop_sig && !detached) {
                 KEG_INFO("signal %d: unmounting %s", (int)stop_sig, sc->abs_mp);
-                detach(sc->abs_mp);
+                detach(sc->abs_mp, fd);
                 detached = 1;
             }
             pid_t r = waitpid(pid, &st, 0);
@@ -282,13 +294,13 @@ int mnt_super_run(const struct mnt_super_conf *sc, int notify_fd)
         if (WIFEXITED(st)) {
             status = WEXITSTATUS(st);
             KEG_INFO("worker %d exited with status %d", (int)pid, status);
-            detach(sc->abs_mp);      /* after a signal the worker leaves the mount to us */
+            detach(sc->abs_mp, fd);      /* after a signal the worker leaves the mount to us */
             break;
         }
         int sig = WTERMSIG(st);
         if (stop_sig) {
             KEG_ERR("worker %d was killed by signal %d while unmounting", (int)pid, sig);
-            detach(sc->abs_mp);
+            detach(sc->abs_mp, fd);
             status = 1;
             break;
         }
@@ -300,7 +312,7 @@ int mnt_super_run(const struct mnt_super_conf *sc, int notify_fd)
             KEG_ERR("worker %d was killed by signal %d; %d crashes within %d s: giving up, "
                     "detaching %s", (int)pid, sig, MNT_SUPER_MAX_RESTARTS + 1,
                     MNT_SUPER_WINDOW_SEC, sc->abs_mp);
-            detach(sc->abs_mp);
+            detach(sc->abs_mp, fd);
             status = 1;
             break;
         }
@@ -309,8 +321,8 @@ int mnt_super_run(const struct mnt_super_conf *sc, int notify_fd)
         resend_pending(fd);
     }
     set_handlers(0);
-    mnt_stats_remove(sc->abs_mp);
-    mnt_state_remove(sc->abs_mp);
+    mnt_stats_remove(sc->abs_mp, last_worker);
+    mnt_state_remove(sc->abs_mp, getpid());
     close(fd);
     keg_free(init);
     return status;

@@ -329,8 +329,7 @@ static char *state_path(const char *abs_mp)
     return keg_asprintf("%s/mounts/%s", mnt_run_dir(), h);
 }
 
-/* Pid recorded in a state file, or 0. */
-static pid_t state_file_pid(const char *path)
+pid_t mnt_state_file_pid(const char *path)
 {
     char *text = NULL;
     uint64_t v = 0;
@@ -362,7 +361,7 @@ void mnt_state_prune(void)
         if (len == 22 && strcmp(de->d_name + 16, ".stats") == 0) {
             /* stats of a dead mounter: its pid is the first line too */
             char *sp = keg_asprintf("%s/%s", dir, de->d_name);
-            pid_t spid = sp ? state_file_pid(sp) : 0;
+            pid_t spid = sp ? mnt_state_file_pid(sp) : 0;
             if (sp && spid > 0 && kill(spid, 0) < 0 && errno == ESRCH)
                 unlink(sp);
             keg_free(sp);
@@ -373,7 +372,7 @@ void mnt_state_prune(void)
         char *path = keg_asprintf("%s/%s", dir, de->d_name);
         if (!path)
             break;
-        pid_t pid = state_file_pid(path);
+        pid_t pid = mnt_state_file_pid(path);
         if (pid > 0 && kill(pid, 0) < 0 && errno == ESRCH) {
             KEG_DEBUG("removing the state file of dead mounter %d: %s", (int)pid, path);
             unlink(path);
@@ -453,10 +452,10 @@ unsigned mnt_state_drain_timeout(const char *abs_mp)
     return (unsigned)v;
 }
 
-void mnt_state_remove(const char *abs_mp)
+void mnt_state_remove(const char *abs_mp, pid_t owner)
 {
     char *path = state_path(abs_mp);
-    if (path)
+    if (path && (owner == 0 || mnt_state_file_pid(path) == owner))
         unlink(path);
     keg_free(path);
 }

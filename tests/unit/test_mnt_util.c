@@ -152,9 +152,14 @@ static void test_state_file(void **state)
     assert_int_equal(mnt_state_read("/mnt/live", &pid, NULL), 0);
     assert_int_equal(pid, getpid());
     assert_int_equal(mnt_state_read("/mnt/dead", &pid, NULL), -ENOENT);
-    mnt_state_remove("/mnt/live");
+    /* only the mounter that wrote the file removes it (a newer mount at the
+     * same path keeps its own) */
+    mnt_state_remove("/mnt/live", dead);
+    assert_int_equal(mnt_state_read("/mnt/live", &pid, NULL), 0);
+    mnt_state_remove("/mnt/live", getpid());
+    assert_int_equal(mnt_state_read("/mnt/live", &pid, NULL), -ENOENT);
 
-    mnt_state_remove("/mnt/x");
+    mnt_state_remove("/mnt/x", 0);
     assert_int_equal(stat(path, &st), -1);
     assert_int_equal(mnt_state_read("/mnt/x", &pid, &url), -ENOENT);
     keg_free(path);
