@@ -123,7 +123,7 @@ static int write_repl(struct keg_fs *fs, const struct fs_seg *segs, size_t nseg,
         uint32_t blen = fs_block_len(fs->bs, size, i);
         rc = fill_range(fs, segs, nseg, lo + i * fs->bs, blen, raw);
         if (rc == 0)
-            rc = fs_put_block(fs, id, i, raw, blen);
+            rc = fs_put_block(fs, id, i, raw, blen, 0);
         if (rc < 0) {
             fs_delete_slice(fs, id, (uint32_t)KEG_MIN((uint64_t)(i + 1) * fs->bs, size));
             break;

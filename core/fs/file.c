@@ -74,6 +74,13 @@
  * a growing one; blocks at least as long are encoded into one too. */
 #define FS_BIGBUF_MIN_WRITE (128u << 10)
 
+/* A writer's whole-block buffer keeps FS_WB_HEAD bytes of room in front of
+ * the data (b->p = buffer + FS_WB_HEAD): an uncompressed block is then sealed
+ * where it lies (keg_block_seal writes the header into the room) and put
+ * without being copied into an encoding buffer.  fs->bigbuf_size is at least
+ * keg_block_bound(KEG_CODEC_NONE, bs) = FS_WB_HEAD + bs. */
+#define FS_WB_HEAD KEG_BLOCK_HDR
+
 uint8_t *fs_bigbuf_get(struct keg_fs *fs)
 {
     uint8_t *p = NULL;
@@ -106,11 +113,11 @@ void fs_bigbuf_drop(struct keg_fs *fs)
     pthread_mutex_unlock(&fs->bigbuf_mu);
 }
 
-/* Frees a write-block buffer, keeping a whole-block one for reuse. */
+/* Frees a write-block buffer (b->p), keeping a whole-block one for reuse. */
 static void wbuf_free(struct keg_fs *fs, uint8_t *p, uint32_t big)
 {
     if (big)
-        fs_bigbuf_put(fs, p);
+        fs_bigbuf_put(fs, p - FS_WB_HEAD);
     else
         keg_free(p);
 }
@@ -169,14 +176,15 @@ static int ws_put(struct keg_fs *fs, struct fs_inode *ip, struct fs_wslice *ws, 
         uint32_t bo = o % bs;
         uint32_t l = KEG_MIN(n - done, bs - bo);
         struct fs_wblock *b = &ws->blk[i];
-        if (b->cap == 0 && l >= KEG_MIN(FS_BIGBUF_MIN_WRITE, bs / 2) && fs->bigbuf_size >= bs) {
+        if (b->cap == 0 && l >= KEG_MIN(FS_BIGBUF_MIN_WRITE, bs / 2) &&
+            fs->bigbuf_size >= (size_t)bs + FS_WB_HEAD) {
             uint8_t *np = fs_bigbuf_get(fs);
             if (!np)
                 return -ENOMEM;
             atomic_fetch_add(&fs->wbytes, bs);
             ip->wbytes += bs;
             fs_bcache_trim(fs->bc);     /* the read cache makes room (one budget) */
-            b->p = np;
+            b->p = np + FS_WB_HEAD;
             b->cap = bs;
             b->big = 1;
         }
@@ -281,25 +289,32 @@ int fs_retry_again(struct fs_retry *r, int rc, const char *op, const char *key)
 }
 
 /* BORROWS: raw.  Returns 0 or -errno (logged); transient errors that outlast
- * the retries become -EIO. */
-int fs_put_block(struct keg_fs *fs, uint64_t id, uint32_t indx, const uint8_t *raw,
-                 uint32_t blen)
+ * the retries become -EIO.  With head, raw has FS_WB_HEAD bytes of room in
+ * front that an uncompressed block's header is written into. */
+int fs_put_block(struct keg_fs *fs, uint64_t id, uint32_t indx, uint8_t *raw, uint32_t blen,
+                 int head)
 {
     char key[256];
     size_t cap = keg_block_bound(fs->codec, blen);
     size_t olen = 0;
     struct fs_retry r;
-    uint8_t *enc;
-    uint32_t big;
-    int rc;
+    uint8_t *enc = NULL;
+    uint32_t big = 0;
+    int inplace = head && fs->codec == KEG_CODEC_NONE;
+    int rc = 0;
 
-    big = cap <= fs->bigbuf_size && blen >= KEG_MIN(FS_BIGBUF_MIN_WRITE, fs->bs / 2);
-    enc = big ? fs_bigbuf_get(fs) : keg_malloc(cap);
-    if (!enc)
-        return -ENOMEM;
-    rc = keg_block_encode(fs->codec, raw, blen, enc, cap, &olen);
-    if (rc < 0)
-        goto out;
+    if (inplace) {
+        enc = raw - FS_WB_HEAD;                 /* sealed in place, no copy */
+        olen = keg_block_seal(enc, blen);
+    } else {
+        big = cap <= fs->bigbuf_size && blen >= KEG_MIN(FS_BIGBUF_MIN_WRITE, fs->bs / 2);
+        enc = big ? fs_bigbuf_get(fs) : keg_malloc(cap);
+        if (!enc)
+            return -ENOMEM;
+        rc = keg_block_encode(fs->codec, raw, blen, enc, cap, &olen);
+        if (rc < 0)
+            goto out;
+    }
     keg_block_key(key, sizeof(key), fs->fmt.name, id, indx, blen);
     fs_retry_begin(fs, &r);
     for (;;) {
@@ -316,7 +331,12 @@ int fs_put_block(struct keg_fs *fs, uint64_t id, uint32_t indx, const uint8_t *r
         KEG_DEBUG("upload of %s succeeded after %u failed attempts", key, r.attempt);
     }
 out:
-    wbuf_free(fs, enc, big);
+    if (inplace)
+        ;                                       /* the caller's buffer */
+    else if (big)
+        fs_bigbuf_put(fs, enc);
+    else
+        keg_free(enc);
     return rc;
 }
 
@@ -341,7 +361,7 @@ static void up_run(struct fs_job *j)
 {
     struct fs_upjob *u = (struct fs_upjob *)j;
     struct keg_fs *fs = u->fs;
-    int rc = fs_put_block(fs, u->id, u->indx, u->p, u->blen);
+    int rc = fs_put_block(fs, u->id, u->indx, u->p, u->blen, u->big);
 
     wbuf_free(fs, u->p, u->big);
     pthread_mutex_lock(&fs->up_mu);
@@ -390,7 +410,7 @@ static int ws_upload(struct keg_fs *fs, struct fs_inode *ip, struct fs_wslice *w
     struct fs_wblock *b = &ws->blk[i];
 
     if (!u) {
-        int rc = fs_put_block(fs, ws->id, i, b->p, blen);
+        int rc = fs_put_block(fs, ws->id, i, b->p, blen, b->big);
         if (rc < 0)
             return rc;
         atomic_fetch_sub(&fs->wbytes, b->cap);
@@ -429,7 +449,7 @@ static int ws_upload_here(struct keg_fs *fs, struct fs_inode *ip, struct fs_wsli
                           uint32_t i, uint32_t blen)
 {
     struct fs_wblock *b = &ws->blk[i];
-    int rc = fs_put_block(fs, ws->id, i, b->p, blen);
+    int rc = fs_put_block(fs, ws->id, i, b->p, blen, b->big);
 
     atomic_fetch_sub(&fs->wbytes, b->cap);
     ip->wbytes -= b->cap;

@@ -399,10 +399,12 @@ int  fs_flush_inode(struct keg_fs *fs, struct fs_inode *ip, int report);
 /* Drop buffered data without committing (waits for its uploads first).
  * LOCKS: ip->mu held. */
 void fs_writer_drop(struct keg_fs *fs, struct fs_inode *ip, int delete_uploaded);
-/* Encode and put one block of file data (compaction uses it too).
- * BORROWS: raw.  Returns 0 or -errno (logged). */
-int  fs_put_block(struct keg_fs *fs, uint64_t id, uint32_t indx, const uint8_t *raw,
-                  uint32_t blen);
+/* Encode and put one block of file data (compaction uses it too).  head:
+ * raw is a writer's whole-block buffer, with room for the block header in
+ * front of it (an uncompressed block is put without a copy; the room is
+ * overwritten).  BORROWS: raw.  Returns 0 or -errno (logged). */
+int  fs_put_block(struct keg_fs *fs, uint64_t id, uint32_t indx, uint8_t *raw, uint32_t blen,
+                  int head);
 /* Wait for ip's uploads; returns (and clears) the first upload error.
  * LOCKS: takes fs->up_mu; may be called with ip->mu held. */
 int  fs_up_wait(struct keg_fs *fs, struct fs_inode *ip);

@@ -91,6 +91,16 @@ static size_t block_compress(int codec, const void *raw, size_t raw_len, void *d
     return 0;
 }
 
+static void block_hdr_put(unsigned char *o, int codec, size_t raw_len, uint32_t crc)
+{
+    put_le32(o, BLOCK_MAGIC);
+    o[4] = BLOCK_VERSION;
+    o[5] = (unsigned char)codec;
+    put_le16(o + 6, 0);
+    put_le32(o + 8, (uint32_t)raw_len);
+    put_le32(o + 12, crc);
+}
+
 /* Returns 0, or -EINVAL (unknown codec, raw_len over 4 GiB, out_cap too small). */
 int keg_block_encode(int codec, const void *raw, size_t raw_len, void *out, size_t out_cap,
                      size_t *out_len)
@@ -111,14 +121,19 @@ int keg_block_encode(int codec, const void *raw, size_t raw_len, void *out, size
         if (raw_len)
             memcpy(o + KEG_BLOCK_HDR, raw, raw_len);
     }
-    put_le32(o, BLOCK_MAGIC);
-    o[4] = BLOCK_VERSION;
-    o[5] = (unsigned char)codec;
-    put_le16(o + 6, 0);
-    put_le32(o + 8, (uint32_t)raw_len);
-    put_le32(o + 12, keg_crc32c(0, raw, raw_len));
+    block_hdr_put(o, codec, raw_len, keg_crc32c(0, raw, raw_len));
     *out_len = KEG_BLOCK_HDR + plen;
     return 0;
+}
+
+size_t keg_block_seal(void *obj, size_t raw_len)
+{
+    unsigned char *o = obj;
+
+    if (raw_len > UINT32_MAX)
+        return 0;
+    block_hdr_put(o, KEG_CODEC_NONE, raw_len, keg_crc32c(0, o + KEG_BLOCK_HDR, raw_len));
+    return KEG_BLOCK_HDR + raw_len;
 }
 
 /* Checks the header of obj[0..obj_len) against raw_cap.  On success sets the

@@ -6,6 +6,15 @@
  * choice is made once at run time (__builtin_cpu_supports), so one binary runs
  * on every x86-64 CPU.  The crc argument is the value returned for the previous
  * piece (0 to start): keg_crc32c(keg_crc32c(0, a, n), b, m) is the CRC of a||b.
+ *
+ * The crc32 instruction has a latency of three cycles but can start one per
+ * cycle, so one dependent chain leaves two thirds of it idle.  Long buffers
+ * are therefore cut into stripes of three equal lanes whose CRCs run side by
+ * side and are then joined: the CRC register is linear over GF(2), so the
+ * register after A||B is reg(A) * x^(8|B|) mod P xor reg0(B), where reg0 starts
+ * from zero.  Multiplying by the fixed x^(8 * LANE) mod P is 32 shift-and-xor
+ * steps, cheap next to a lane.  A 4 MiB block is checked about three times
+ * faster than with one chain.
  */
 #include <pthread.h>
 #include <string.h>
@@ -73,6 +82,31 @@ uint32_t keg_crc32c_sw(uint32_t crc, const void *buf, size_t len)
 }
 
 #ifdef CRC_HAVE_X86
+#define CRC_LANE 8192           /* bytes per lane of a three-lane stripe */
+
+/* a * b mod P, reflected representation (bit 31 is the x^0 coefficient). */
+static uint32_t gf2_mulmod(uint32_t a, uint32_t b)
+{
+    uint32_t prod = 0;
+    for (uint32_t m = 1u << 31; m; m >>= 1) {
+        if (a & m)
+            prod ^= b;
+        b = (b & 1) ? (b >> 1) ^ CRC32C_POLY : b >> 1;
+    }
+    return prod;
+}
+
+static uint32_t lane_shift;     /* x^(8 * CRC_LANE) mod P */
+static pthread_once_t shift_once = PTHREAD_ONCE_INIT;
+
+static void lane_shift_init(void)
+{
+    uint32_t x = 1u << 31;      /* x^0 */
+    for (uint32_t i = 0; i < 8u * CRC_LANE; i++)
+        x = (x & 1) ? (x >> 1) ^ CRC32C_POLY : x >> 1;
+    lane_shift = x;
+}
+
 int keg_crc32c_hw_available(void)
 {
     __builtin_cpu_init();
@@ -87,6 +121,24 @@ uint32_t keg_crc32c_hw(uint32_t crc, const void *buf, size_t len)
     while (len && ((uintptr_t)p & 7)) {
         c = _mm_crc32_u8((uint32_t)c, *p++);
         len--;
+    }
+    if (len >= 3 * CRC_LANE)
+        pthread_once(&shift_once, lane_shift_init);
+    while (len >= 3 * CRC_LANE) {
+        uint64_t b = 0, d = 0;
+        for (size_t i = 0; i < CRC_LANE; i += 8) {
+            uint64_t va, vb, vd;
+            memcpy(&va, p + i, 8);
+            memcpy(&vb, p + CRC_LANE + i, 8);
+            memcpy(&vd, p + 2 * CRC_LANE + i, 8);
+            c = _mm_crc32_u64(c, va);
+            b = _mm_crc32_u64(b, vb);
+            d = _mm_crc32_u64(d, vd);
+        }
+        c = gf2_mulmod(lane_shift, (uint32_t)c) ^ (uint32_t)b;
+        c = gf2_mulmod(lane_shift, (uint32_t)c) ^ (uint32_t)d;
+        p += 3 * CRC_LANE;
+        len -= 3 * CRC_LANE;
     }
     while (len >= 8) {
         uint64_t v;

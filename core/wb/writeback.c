@@ -864,6 +864,8 @@ static int wb_list(struct keg_obj *o, const char *prefix, keg_obj_list_cb *cb, v
     return rc;
 }
 
+#define WB_SYNC_BATCH 64         /* staged files fsync'ed together */
+
 struct wb_syncing {
     char    *key;
     unsigned gen;
@@ -899,20 +901,31 @@ static int wb_sync(struct keg_obj *o)
     }
     pthread_mutex_unlock(&wb->mu);
 
-    for (size_t i = 0; i < n && rc == 0; i++) {
-        char name[KEGC_NAME_MAX + 1];
-        int fd;
-        if (kegc_escape(v[i].key, name) < 0)
-            continue;
-        fd = openat(wb->dirfd, name, O_RDONLY | O_CLOEXEC);
-        if (fd < 0) {
-            if (errno != ENOENT)
-                rc = -errno;
-            continue;            /* uploaded or deleted meanwhile */
+    /* In batches: start the writeback of every file of the batch, then wait
+     * for each.  One fsync after the other would write one file at a time
+     * (a 1 GiB write is 256 staged blocks); started together, the disk gets
+     * them as one stream. */
+    for (size_t i = 0; i < n && rc == 0; i += WB_SYNC_BATCH) {
+        size_t m = KEG_MIN(n - i, (size_t)WB_SYNC_BATCH);
+        int fds[WB_SYNC_BATCH];
+        for (size_t k = 0; k < m; k++) {
+            char name[KEGC_NAME_MAX + 1];
+            fds[k] = -1;
+            if (kegc_escape(v[i + k].key, name) < 0)
+                continue;
+            fds[k] = openat(wb->dirfd, name, O_RDONLY | O_CLOEXEC);
+            if (fds[k] < 0 && errno != ENOENT && rc == 0)
+                rc = -errno;     /* ENOENT: uploaded or deleted meanwhile */
+            if (fds[k] >= 0)
+                (void)sync_file_range(fds[k], 0, 0, SYNC_FILE_RANGE_WRITE);
         }
-        if (fsync(fd) < 0)
-            rc = -errno;
-        close(fd);
+        for (size_t k = 0; k < m; k++) {
+            if (fds[k] < 0)
+                continue;
+            if (rc == 0 && fsync(fds[k]) < 0)
+                rc = -errno;
+            close(fds[k]);
+        }
     }
     if (rc == 0 && n && fsync(wb->dirfd) < 0)
         rc = -errno;

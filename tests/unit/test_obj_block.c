@@ -344,6 +344,29 @@ static void test_decode_inplace(void **state)
     free(txt);
 }
 
+/* keg_block_seal makes, in place, the very object keg_block_encode(NONE) makes. */
+static void test_seal_inplace(void **state)
+{
+    (void)state;
+    for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+        size_t n = sizes[k];
+        unsigned char *raw = malloc(n + 1), *obj, *buf = malloc(KEG_BLOCK_HDR + n + 1);
+        size_t olen;
+        assert_non_null(raw);
+        assert_non_null(buf);
+        fill_random(raw, n, 7 + n);
+        encode_ok(KEG_CODEC_NONE, raw, n, &obj, &olen);
+        memset(buf, 0xa5, KEG_BLOCK_HDR);               /* the room holds garbage */
+        memcpy(buf + KEG_BLOCK_HDR, raw, n);
+        assert_int_equal(keg_block_seal(buf, n), olen);
+        assert_memory_equal(buf, obj, olen);
+        assert_int_equal(keg_block_decode_inplace(buf, olen, n), (ssize_t)n);
+        free(obj);
+        free(buf);
+        free(raw);
+    }
+}
+
 static void test_keys(void **state)
 {
     char buf[256];
@@ -409,6 +432,7 @@ int main(void)
         cmocka_unit_test(test_encode_errors),
         cmocka_unit_test(test_corruption),
         cmocka_unit_test(test_decode_inplace),
+        cmocka_unit_test(test_seal_inplace),
         cmocka_unit_test(test_keys),
     };
     return cmocka_run_group_tests_name("obj_block", tests, NULL, NULL);

@@ -77,6 +77,18 @@ static void test_sw_hw_agree(void **state)
         assert_int_equal(keg_crc32c_hw(0x12345678u, buf + off, n),
                          keg_crc32c_sw(0x12345678u, buf + off, n));
     }
+    /* Lengths around the three-lane stripe (3 * 8 KiB) and several stripes,
+     * from a nonzero starting value and split at odd places. */
+    {
+        static const size_t lens[] = { 24575, 24576, 24577, 49152 + 13, 65536 };
+        for (size_t k = 0; k < sizeof(lens) / sizeof(lens[0]); k++) {
+            size_t l = lens[k];
+            uint32_t want = keg_crc32c_sw(0xdeadbeefu, buf + 3, l);
+            assert_int_equal(keg_crc32c_hw(0xdeadbeefu, buf + 3, l), want);
+            assert_int_equal(keg_crc32c_hw(keg_crc32c_hw(0xdeadbeefu, buf + 3, 1001),
+                                           buf + 3 + 1001, l - 1001), want);
+        }
+    }
     /* The dispatched function agrees with both. */
     assert_int_equal(keg_crc32c(0, buf, n), keg_crc32c_sw(0, buf, n));
     free(buf);

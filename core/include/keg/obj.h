@@ -188,6 +188,11 @@ size_t keg_block_bound(int codec, size_t raw_len);
 /* Encode raw into out (capacity keg_block_bound()).  *out_len = object size. */
 int keg_block_encode(int codec, const void *raw, size_t raw_len, void *out, size_t out_cap,
                      size_t *out_len);
+/* Seal an uncompressed block in place: obj holds KEG_BLOCK_HDR bytes of room
+ * followed by raw_len raw bytes; the header is written into the room.  The
+ * result is what keg_block_encode(KEG_CODEC_NONE) makes, without a copy.
+ * Returns the object size, or 0 if raw_len is over 4 GiB. */
+size_t keg_block_seal(void *obj, size_t raw_len);
 /* Verify and decode an object into raw (capacity raw_cap >= raw length).
  * Returns the raw length, or -EIO (bad magic, CRC mismatch, truncated,
  * undecodable: the caller logs the key). */
