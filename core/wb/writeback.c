@@ -81,6 +81,7 @@
 #define WB_RATE_SLOTS     8
 #define WB_RATE_WINDOW    5         /* seconds averaged by rate_bps */
 #define WB_BACKOFF_MAX_MS 5000
+#define WB_HOLD_MAX_NS (4 * 1000000000LL) /* longest extra hold in a burst of puts */
 
 enum wb_state { WB_QUEUED, WB_UPLOADING, WB_PARKED };
 
@@ -133,6 +134,7 @@ struct wb {
     uint64_t        rate_bytes[WB_RATE_SLOTS];  /* protected by mu */
     int             stop;          /* protected by mu */
     int64_t         delay_ns;      /* upload delay of a new object */
+    int64_t         last_put_ns;   /* monotonic time of the last staged put; protected by mu */
     int             write_once;    /* conf->keys_write_once */
     unsigned        hurry;         /* drains/closes waiting: no delay; protected by mu */
 };
@@ -481,6 +483,26 @@ static int wb_upload(struct wb *wb, struct wb_ent *e, unsigned gen, uint64_t siz
     return rc;
 }
 
+/* When e may be uploaded (monotonic ns), apart from drains and puts waiting
+ * for room.  With an upload delay D, an object waits D after its put, and
+ * while puts keep coming (the last one less than D ago) it waits for them to
+ * pause, but no longer than min(4 D, 4 s) past its own D, and not once the
+ * staging area is half full: the uploads, and the object store's work for
+ * them, keep out of the way of a burst of writes, as the kernel's background
+ * writeback of dirty pages does.  LOCKS: caller holds wb->mu. */
+static int64_t wb_due(const struct wb *wb, const struct wb_ent *e)
+{
+    int64_t quiet, hold;
+
+    if (!wb->delay_ns || e->due == 0)
+        return e->due;
+    if (wb->staged_bytes * 2 >= wb->max_staging)
+        return e->due;
+    quiet = wb->last_put_ns + wb->delay_ns;
+    hold = e->due + KEG_MIN(4 * wb->delay_ns, WB_HOLD_MAX_NS);
+    return KEG_MAX(e->due, KEG_MIN(quiet, hold));
+}
+
 /* Picks the next entry to upload (making due parked entries QUEUED first),
  * or NULL after waiting when there is none.  LOCKS: caller holds wb->mu. */
 static struct wb_ent *wb_pick(struct wb *wb)
@@ -504,14 +526,15 @@ static struct wb_ent *wb_pick(struct wb *wb)
         struct wb_ent *e = wb->ready.next;
         /* FIFO by first put, so the head is due first.  Puts waiting for
          * room, drains and close do not wait for the delay. */
-        if (e->due <= now || wb->hurry || wb->waiting_puts) {
+        int64_t go = wb_due(wb, e);
+        if (go <= now || wb->hurry || wb->waiting_puts) {
             list_del(e);
             e->state = WB_UPLOADING;
             e->local_only = 0;
             wb->uploading++;
             return e;
         }
-        next = KEG_MIN(next, e->due);
+        next = KEG_MIN(next, go);
     }
     if (next == INT64_MAX) {
         pthread_cond_wait(&wb->work_cv, &wb->mu);
@@ -689,7 +712,8 @@ static int wb_put(struct keg_obj *o, const char *key, const void *buf, size_t le
     } else {
         e = ne;
         e->state = WB_QUEUED;
-        e->due = wb->delay_ns ? keg_mono_ns() + wb->delay_ns : 0;
+        wb->last_put_ns = keg_mono_ns();
+        e->due = wb->delay_ns ? wb->last_put_ns + wb->delay_ns : 0;
         e->local_only = 1;
         wb_hash_add(wb, e);
         list_add_tail(&wb->ready, e);

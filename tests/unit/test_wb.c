@@ -933,12 +933,44 @@ static void test_upload_delay(void **state)
     keg_obj_close(o);
 }
 
+/* While puts keep coming, due objects wait for them to pause (one delay of
+ * quiet), for at most 5 delays after their put; then they go. */
+static void test_upload_hold(void **state)
+{
+    struct fx *fx = *state;
+    struct keg_obj *o = open_wb(fx, "mem", (struct keg_wb_conf){.workers = 2,
+                                                                 .upload_delay_ms = 500});
+    int64_t t0 = now_ms();
+    uint64_t id = 100;
+    long first_up = -1;
+
+    /* a put every 50 ms for 3.5 s: nothing goes in the first 1.2 s (past the
+     * first object's delay), something goes before the end (its 2.5 s hold) */
+    while (now_ms() - t0 < 3500) {
+        put_block(o, id++, 3000);
+        if (now_ms() - t0 < 1200)
+            assert_int_equal(atomic_load(&cnt_of(o)->puts), 0);
+        if (first_up < 0 && atomic_load(&cnt_of(o)->puts) > 0)
+            first_up = (long)(now_ms() - t0);
+        ms_sleep(50);
+    }
+    assert_true(first_up >= 1200);
+    assert_true(atomic_load(&cnt_of(o)->puts) > 0);
+    /* the puts paused: everything goes without a drain */
+    for (int i = 0; i < 100 && wbst(o).staged_objects > 0; i++)
+        ms_sleep(100);
+    assert_int_equal(wbst(o).staged_objects, 0);
+    assert_int_equal(atomic_load(&cnt_of(o)->puts), (int)(id - 100));
+    keg_obj_close(o);
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
     const struct CMUnitTest tests[] = {
         T(test_put_returns_before_upload),
         T(test_upload_delay),
+        T(test_upload_hold),
         T(test_cache_adopts_staged_file),
         T(test_cache_adopts_unsynced),
         T(test_crash_recovery),
