@@ -1019,6 +1019,7 @@ static int run_session(struct mount_opts *o, const char *url, const char *abs_mp
         kill(getppid(), SIGTERM);    /* the supervisor owns the mount: it detaches it */
     fuse_session_unmount(se);       /* (a no-op on a /dev/fd/N session) */
     mnt_stats_phase("draining");
+    keg_fs_settle(fs);    /* files deleted just before: drop their blocks, do not upload them */
     drain_staged(o, fs);
     mnt_stats_stop();
     keg_fs_free(fs);      /* flushes open files, ends the session */

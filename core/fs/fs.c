@@ -305,8 +305,10 @@ static void *del_main(void *arg)
         struct timespec ts;
         int more;
         pthread_mutex_unlock(&fs->bg_mu);
+        pthread_mutex_lock(&fs->del_mu);
         fs_drain_purge(fs);
         more = fs_drain_delq(fs, 1) == FS_DELQ_BATCH;
+        pthread_mutex_unlock(&fs->del_mu);
         pthread_mutex_lock(&fs->bg_mu);
         if (more || fs->npurge > 0 || fs->stopping)
             continue;
@@ -391,6 +393,7 @@ static void fs_init_locks(struct keg_fs *fs)
     pthread_mutex_init(&fs->pa_mu, NULL);
     pthread_mutex_init(&fs->itab_mu, NULL);
     pthread_mutex_init(&fs->bg_mu, NULL);
+    pthread_mutex_init(&fs->del_mu, NULL);
     pthread_mutex_init(&fs->up_mu, NULL);
     pthread_mutex_init(&fs->cmp_mu, NULL);
     pthread_mutex_init(&fs->bigbuf_mu, NULL);
@@ -411,6 +414,7 @@ static void fs_destroy_locks(struct keg_fs *fs)
     pthread_mutex_destroy(&fs->pa_mu);
     pthread_mutex_destroy(&fs->itab_mu);
     pthread_mutex_destroy(&fs->bg_mu);
+    pthread_mutex_destroy(&fs->del_mu);
     pthread_cond_destroy(&fs->bg_cv);
     pthread_mutex_destroy(&fs->up_mu);
     pthread_cond_destroy(&fs->up_cv);
@@ -560,24 +564,39 @@ fail1:
     return rc;
 }
 
-void keg_fs_free(struct keg_fs *fs)
+/* Commit every open file (handles still open are leaked by the caller). */
+static void flush_all(struct keg_fs *fs)
 {
     struct fs_inode **all = NULL;
     size_t n = 0;
 
+    if (fs_inode_all(fs, &all, &n) != 0)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        int rc = fs_flush_inode(fs, all[i], 1);
+        if (rc < 0)
+            KEG_ERR("unmount: committing inode %llu failed: %s",
+                    (unsigned long long)all[i]->ino, strerror(-rc));
+        fs_inode_put(fs, all[i]);
+    }
+    keg_free(all);
+}
+
+void keg_fs_settle(struct keg_fs *fs)
+{
+    flush_all(fs);
+    pthread_mutex_lock(&fs->del_mu);
+    fs_drain_purge(fs);
+    if (!fs->read_only)
+        fs_drain_delq(fs, 16);      /* bounded: the queue is the whole volume's */
+    pthread_mutex_unlock(&fs->del_mu);
+}
+
+void keg_fs_free(struct keg_fs *fs)
+{
     if (!fs)
         return;
-    /* commit every open file (handles still open are leaked by the caller) */
-    if (fs_inode_all(fs, &all, &n) == 0) {
-        for (size_t i = 0; i < n; i++) {
-            int rc = fs_flush_inode(fs, all[i], 1);
-            if (rc < 0)
-                KEG_ERR("unmount: committing inode %llu failed: %s",
-                        (unsigned long long)all[i]->ino, strerror(-rc));
-            fs_inode_put(fs, all[i]);
-        }
-        keg_free(all);
-    }
+    flush_all(fs);
     stop_threads(fs);
     fs_drain_purge(fs);
     if (!fs->read_only)

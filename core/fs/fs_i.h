@@ -337,6 +337,7 @@ struct keg_fs {
     struct fs_waiter *waiters;      /* blocking lock waits (lock.c) */
     int               threads;      /* background threads running */
     pthread_t         hb_thr, del_thr;
+    pthread_mutex_t   del_mu;       /* one drainer of purges and deletions at a time */
 
     /* upload pipeline (file.c) */
     struct fs_pool    up_pool;

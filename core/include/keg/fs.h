@@ -81,6 +81,11 @@ struct keg_fs_conf {
  * the session and closes the stack. */
 int  keg_fs_new(const struct keg_fs_conf *conf, struct keg_fs **out);
 void keg_fs_free(struct keg_fs *fs);
+/* Commit every open file and carry out the pending purges (unlinked files no
+ * longer open) and block deletions now, instead of within the next second.
+ * The mounter calls it at unmount before draining the writeback, so that the
+ * blocks of files deleted just before are dropped, not uploaded. */
+void keg_fs_settle(struct keg_fs *fs);
 
 const struct keg_format *keg_fs_format(struct keg_fs *fs);
 struct keg_meta *keg_fs_meta(struct keg_fs *fs);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # upload_delay.sh -- --upload-delay: a staged block is not uploaded before the delay; a
 # file written and deleted within the delay never reaches the store; `kegfs umount`
-# does not wait for the delay (it drains at once); the option needs --writeback.
+# does not wait for the delay (it drains at once) and does not upload a file deleted just
+# before it; the option needs --writeback.
 # timeout: 90
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/../obj_lib.sh"
@@ -37,12 +38,19 @@ sleep 2
 [ "$(blocks)" = $((n0 + 1)) ] || fail "$(( $(blocks) - n0 )) objects uploaded, expected 1 (tmp must never be)"
 note "after the delay: 1 object uploaded; the deleted file's block never was"
 
-# unmount drains at once, without waiting for the delay
+# unmount drains at once, without waiting for the delay; a file deleted just before
+# the unmount is dropped, not uploaded (its deletion is carried out before the drain)
 head -c 100000 /dev/urandom > "$MNT/late" || fail "write late"
+mkdir "$MNT/gone" || fail "mkdir gone"
+for i in $(seq 1 300); do head -c 20000 /dev/urandom > "$MNT/gone/$i" || fail "write gone/$i"; done
+rm -r "$MNT/gone" || fail "rm gone"
 t0=$(date +%s%N)
 mt_umount
 ms=$(( ($(date +%s%N) - t0) / 1000000 ))
 [ "$(blocks)" = $((n0 + 2)) ] || fail "umount left $(( n0 + 2 - $(blocks) )) objects staged"
+drained=$(grep -o 'uploading [0-9]* staged objects' "$MT_LOG" | tail -1)
+[ "$drained" = "uploading 1 staged objects" ] \
+  || fail "the unmount drain should upload only late's block, not the deleted file's: '$drained'"
 note "umount with a staged block drained it in $ms ms"
 [ "$ms" -lt 3500 ] || fail "umount took $ms ms: it waited for the 4 s delay"
 mt_mount
