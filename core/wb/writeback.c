@@ -349,6 +349,15 @@ static int wb_read_staged(struct wb *wb, const char *key, const char *name, uint
     return 0;
 }
 
+/* Removes the staging file name of an object of size bytes: into the cache's
+ * pool of spare files when there is one (SSD-FORMAT.md §1: no inode freed and
+ * allocated again per block; most staged blocks of small rewrites are deleted
+ * before their upload), else unlinked.  Returns 0 or -errno (-ENOENT: none). */
+static int wb_remove_file(struct wb *wb, const char *name, uint64_t size)
+{
+    return keg_ssd_spare_retire(wb->spare, wb->dirfd, name, KEGC_HDR + KEGC_KEY_MAX + size);
+}
+
 /* Moves a corrupt staged file aside as ".bad.<name>" (kept for inspection). */
 static void wb_quarantine(struct wb *wb, const char *key, const char *name)
 {
@@ -583,7 +592,7 @@ static void *wb_worker(void *arg)
             if (e->deleted) {
                 char name[KEGC_NAME_MAX + 1];
                 if (kegc_escape(e->key, name) == 0)
-                    unlinkat(wb->dirfd, name, 0);
+                    wb_remove_file(wb, name, e->size);
             }
             wb_forget(wb, e);
             keg_free(e);
@@ -592,10 +601,11 @@ static void *wb_worker(void *arg)
             list_add_tail(&wb->ready, e);
         } else if (rc == 0) {
             char name[KEGC_NAME_MAX + 1];
-            if (!taken && kegc_escape(e->key, name) == 0 && unlinkat(wb->dirfd, name, 0) < 0 &&
-                errno != ENOENT)
+            int urc = !taken && kegc_escape(e->key, name) == 0
+                          ? wb_remove_file(wb, name, e->size) : 0;
+            if (urc < 0 && urc != -ENOENT)
                 KEG_WARN("removing uploaded staging file %s/%s: %s", wb->dir, name,
-                         strerror(errno));
+                         strerror(-urc));
             wb->uploaded_bytes += e->size;
             wb->uploaded_objects++;
             wb_rate_add(wb, e->size);
@@ -776,7 +786,7 @@ static int wb_del(struct keg_obj *o, const char *key)
                 pthread_cond_wait(&wb->done_cv, &wb->mu);
         } else if (e) {
             never_uploaded = wb->write_once && e->local_only;
-            unlinkat(wb->dirfd, name, 0);
+            wb_remove_file(wb, name, e->size);
             wb_forget(wb, e);
             keg_free(e);
             if (never_uploaded)

@@ -21,6 +21,7 @@
 #include <cmocka.h>
 
 #include "cache/cache_ssd_format.h"
+#include "cache/ssd_file_i.h"
 #include "keg/log.h"
 #include "keg/obj.h"
 #include "keg/stack.h"
@@ -818,6 +819,48 @@ static void test_cache_adopts_staged_file(void **state)
     }
 }
 
+/* A staged object deleted before its upload leaves its file, emptied, to the
+ * cache's pool of spare files, and the next staged object reuses that inode
+ * (no inode freed and allocated again per short-lived block). */
+static void test_deleted_staging_file_spared(void **state)
+{
+    struct fx *fx = *state;
+    struct keg_cache_ssd_conf cc = {.dir = fx->cache, .budget = 1 << 20};
+    struct keg_wb_conf wc = {.dir = fx->cache, .workers = 1, .upload_delay_ms = 60000};
+    struct keg_obj_conf oc = {.bucket = fx->store};
+    uint8_t a[KEG_BLOCK_HDR + 3000], b[KEG_BLOCK_HDR + 3000];
+    char ka[128], kb[128], name[KEGC_NAME_MAX + 1], pa[400], pb[400];
+    size_t la = make_block(41, 3000, a, sizeof(a), ka, sizeof(ka));
+    size_t lb = make_block(42, 3000, b, sizeof(b), kb, sizeof(kb));
+    struct keg_obj *o = NULL;
+    struct keg_ssd_spare *sp;
+    unsigned n0;
+    ino_t ia;
+
+    assert_int_equal(kegc_escape(ka, name), 0);
+    snprintf(pa, sizeof(pa), "%s/%s", fx->slot, name);
+    assert_int_equal(kegc_escape(kb, name), 0);
+    snprintf(pb, sizeof(pb), "%s/%s", fx->slot, name);
+    assert_int_equal(keg_obj_open("file", &oc, NULL, &o), 0);
+    assert_int_equal(keg_obj_open("counting", NULL, o, &o), 0);
+    assert_int_equal(keg_cache_ssd_create(&cc, o, &o), 0);
+    assert_int_equal(keg_wb_create(&wc, o, &o), 0);
+    sp = keg_cache_ssd_spare(o->inner);
+    assert_non_null(sp);
+    assert_int_equal(keg_obj_put(o, ka, a, la), 0);
+    ia = file_ino(pa);
+    assert_true(ia != 0);
+    n0 = keg_ssd_spare_count(sp);
+    assert_int_equal(keg_obj_del(o, ka), 0);
+    assert_int_equal(file_ino(pa), 0);
+    assert_int_equal(keg_ssd_spare_count(sp), n0 + 1);
+    assert_int_equal(keg_obj_put(o, kb, b, lb), 0);
+    assert_int_equal(file_ino(pb), ia);                     /* the same inode */
+    assert_int_equal(keg_ssd_spare_count(sp), n0);
+    assert_int_equal(atomic_load(&cnt_of(o)->puts), 0);     /* nothing uploaded */
+    keg_obj_close(o);
+}
+
 /* An unsynced staged object is handed to the cache: the cache file is the
  * staging file's inode, and it verifies as a cache file. */
 static void test_cache_adopts_unsynced(void **state)
@@ -973,6 +1016,7 @@ int main(void)
         T(test_upload_hold),
         T(test_cache_adopts_staged_file),
         T(test_cache_adopts_unsynced),
+        T(test_deleted_staging_file_spared),
         T(test_crash_recovery),
         T(test_close_leaves_staged),
         T(test_backpressure),
