@@ -980,5 +980,6 @@ const struct keg_obj_ops keg_cache_ssd_ops = {
     .head = cs_head,
     .list = keg_obj_def_list,
     .sync = keg_obj_def_sync,
+    .sync_keys = keg_obj_def_sync_keys,
     .put_file = cs_put_file,
 };

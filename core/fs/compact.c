@@ -213,6 +213,19 @@ static int compact_one(struct keg_fs *fs, uint64_t ino, uint32_t indx, int force
         }
         if (rc < 0)
             goto out;
+        /* The old slices may be durable (fsync'ed, or uploaded): the new one
+         * must be before it replaces them, or a power loss after the commit
+         * (and the deletion of the old blocks) could lose fsync'ed data. */
+        {
+            struct fs_sref r = {repl.id, repl.size};
+            rc = fs_sync_slices(fs, &r, 1);
+        }
+        if (rc < 0) {
+            KEG_WARN("compaction of inode %llu chunk %u: syncing the new slice failed: %s",
+                     (unsigned long long)ino, indx, strerror(-rc));
+            fs_delete_slice(fs, repl.id, repl.size);
+            goto out;
+        }
     } else {
         repl.size = (uint32_t)KEG_CHUNK_SIZE;   /* all holes: one hole */
         repl.len = (uint32_t)KEG_CHUNK_SIZE;

@@ -64,6 +64,7 @@
 #define FS_MAX_WSLICES 1000
 #define FS_MAX_FILE_SIZE (KEG_CHUNK_SIZE * (uint64_t)UINT32_MAX)
 #define FS_COPY_RETRIES 5
+#define FS_USYNC_MAX 4096     /* slices an fsync syncs one by one; more: the whole store */
 
 /*----------------------------------------------------------------------------
  * Buffered slices
@@ -492,6 +493,34 @@ void fs_writer_drop(struct keg_fs *fs, struct fs_inode *ip, int delete_uploaded)
     ip->wgen++;
 }
 
+/* Remember the committed slices from ws on for the next fsync (ws NULL: a
+ * failed commit, which may still have committed: sync everything then).
+ * LOCKS: ip->mu held. */
+static void usync_note(struct fs_inode *ip, const struct fs_wslice *ws)
+{
+    if (!ws)
+        ip->usync_all = 1;
+    for (; ws && !ip->usync_all; ws = ws->next) {
+        if (ip->nusync == ip->cusync) {
+            uint32_t ncap = ip->cusync ? ip->cusync * 2 : 8;
+            struct fs_sref *nv = ncap <= FS_USYNC_MAX
+                                     ? keg_realloc(ip->usync, ncap * sizeof(*nv)) : NULL;
+            if (!nv) {
+                ip->usync_all = 1;      /* too many (or no memory): sync the store */
+                break;
+            }
+            ip->usync = nv;
+            ip->cusync = ncap;
+        }
+        ip->usync[ip->nusync++] = (struct fs_sref){ws->id, ws->len};
+    }
+    if (ip->usync_all) {
+        keg_free(ip->usync);
+        ip->usync = NULL;
+        ip->nusync = ip->cusync = 0;
+    }
+}
+
 int fs_commit_locked(struct keg_fs *fs, struct fs_inode *ip)
 {
     struct keg_chunk_slice *cs = NULL;
@@ -558,6 +587,7 @@ int fs_commit_locked(struct keg_fs *fs, struct fs_inode *ip)
     /* The blocks stay in the store even on failure: an engine error may
      * still have committed the slices, and a leak is safer than a dangling
      * reference (kegfs gc reclaims leaks). */
+    usync_note(ip, rc == 0 ? ip->wfirst : NULL);
     fs_writer_drop(fs, ip, 0);
     fs_inode_drop_chunks(ip);
     if (rc < 0) {
@@ -828,6 +858,40 @@ int keg_fs_flush(struct keg_fs *fs, struct keg_fh *fh, uint64_t lock_owner)
     return rc;
 }
 
+/* Makes the blocks committed for ip durable: those of the slices noted since
+ * the last fsync (keg_obj_sync_keys), or the whole store when that list is
+ * incomplete or an inode with unsynced slices was freed meanwhile. */
+static int fsync_blocks(struct keg_fs *fs, struct fs_inode *ip)
+{
+    uint64_t lost = atomic_load(&fs->usync_lost);
+    struct fs_sref *v;
+    uint32_t n;
+    int all, rc;
+
+    pthread_mutex_lock(&ip->mu);
+    v = ip->usync;
+    n = ip->nusync;
+    all = ip->usync_all;
+    ip->usync = NULL;
+    ip->nusync = ip->cusync = 0;
+    ip->usync_all = 0;
+    pthread_mutex_unlock(&ip->mu);
+    if (all || lost) {
+        rc = keg_obj_sync(fs->obj);
+        if (rc == 0 && lost)
+            atomic_fetch_sub(&fs->usync_lost, lost);
+    } else {
+        rc = fs_sync_slices(fs, v, n);
+    }
+    keg_free(v);
+    if (rc < 0) {
+        pthread_mutex_lock(&ip->mu);
+        usync_note(ip, NULL);           /* the next fsync tries everything again */
+        pthread_mutex_unlock(&ip->mu);
+    }
+    return rc;
+}
+
 int keg_fs_fsync(struct keg_fs *fs, struct keg_fh *fh, int datasync)
 {
     int rc;
@@ -835,7 +899,7 @@ int keg_fs_fsync(struct keg_fs *fs, struct keg_fh *fh, int datasync)
     rc = fs_flush_inode(fs, fh->ip, 1);
     if (rc < 0)
         return rc;
-    rc = keg_obj_sync(fs->obj);
+    rc = fsync_blocks(fs, fh->ip);
     if (rc < 0) {
         KEG_ERR("fsync: object store sync failed: %s", strerror(-rc));
         return rc;
@@ -1116,6 +1180,8 @@ ssize_t keg_fs_copy_range(struct keg_fs *fs, const struct keg_ctx *c, struct keg
     fs_inode_drop_chunks(dst);
     if (rc == 0)
         fs_inode_set_attr(dst, &a);
+    if (rc != -EAGAIN)
+        usync_note(dst, NULL);          /* shares the source's blocks: sync them all */
     pthread_mutex_unlock(&dst->mu);
     keg_free(cv.v);
     if (rc == -EAGAIN)

@@ -107,6 +107,35 @@ int fs_delete_slice(struct keg_fs *fs, uint64_t id, uint32_t size)
     return first;
 }
 
+#define FS_SYNC_KEYS 64     /* keys per keg_obj_sync_keys call */
+
+int fs_sync_slices(struct keg_fs *fs, const struct fs_sref *v, size_t n)
+{
+    char (*buf)[256] = keg_malloc(FS_SYNC_KEYS * sizeof(*buf));
+    const char *keys[FS_SYNC_KEYS];
+    size_t nk = 0;
+    int rc = 0;
+
+    if (!buf)
+        return -ENOMEM;
+    for (size_t k = 0; k < n && rc == 0; k++) {
+        uint32_t nblk = (uint32_t)(((uint64_t)v[k].size + fs->bs - 1) / fs->bs);
+        for (uint32_t i = 0; i < nblk && rc == 0; i++) {
+            keg_block_key(buf[nk], sizeof(buf[nk]), fs->fmt.name, v[k].id, i,
+                          fs_block_len(fs->bs, v[k].size, i));
+            keys[nk] = buf[nk];
+            if (++nk == FS_SYNC_KEYS) {
+                rc = keg_obj_sync_keys(fs->obj, keys, nk);
+                nk = 0;
+            }
+        }
+    }
+    if (rc == 0 && nk > 0)
+        rc = keg_obj_sync_keys(fs->obj, keys, nk);
+    keg_free(buf);
+    return rc;
+}
+
 int fs_drain_delq(struct keg_fs *fs, int max_batches)
 {
     struct keg_del_slice batch[FS_DELQ_BATCH];

@@ -162,9 +162,22 @@ struct fs_inode {
     uint64_t          wbytes;   /* bytes allocated for buffers (not those in upload) */
     int               werr;     /* deferred write error (reported by flush/fsync) */
 
+    /* fsync: slices committed here since the last fsync, whose blocks it
+     * makes durable (keg_obj_sync_keys) instead of syncing the whole store */
+    struct fs_sref   *usync;
+    uint32_t          nusync, cusync;
+    int               usync_all; /* unknown blocks (list overflow, shared slices,
+                                  * failed commit or sync): sync the whole store */
+
     /* upload pipeline: protected by fs->up_mu (NOT mu) */
     uint32_t          up_pending; /* uploads of this inode queued or running */
     int               up_err;     /* first failed upload since the last wait */
+};
+
+/* A slice whose blocks an fsync must make durable. */
+struct fs_sref {
+    uint64_t id;
+    uint32_t size;
 };
 
 /* Find or create the entry of ino and take a reference.
@@ -327,6 +340,8 @@ struct keg_fs {
     size_t            nseen;
 
     _Atomic uint64_t  wbytes;       /* buffered write bytes, all inodes */
+    _Atomic uint64_t  usync_lost;   /* inodes freed with unsynced slices: the next
+                                     * fsync syncs the whole store */
     struct fs_bcache *bc;
 
     pthread_mutex_t   bg_mu;        /* protects the fields below */
@@ -386,6 +401,9 @@ void fs_queue_purge(struct keg_fs *fs, uint64_t ino);
 void fs_handle_gone(struct keg_fs *fs, const struct keg_unlinked *gone);
 /* Delete every block object of a slice.  Returns 0 or the first error. */
 int  fs_delete_slice(struct keg_fs *fs, uint64_t id, uint32_t size);
+/* Make the blocks of n slices durable in the object stack (keg_obj_sync_keys).
+ * Returns 0 or -errno. */
+int  fs_sync_slices(struct keg_fs *fs, const struct fs_sref *v, size_t n);
 /* Drain the deletion queue once (up to max batches).  Returns entries done or -errno. */
 int  fs_drain_delq(struct keg_fs *fs, int max_batches);
 /* Purge queued inodes that are not open here. */

@@ -38,10 +38,13 @@ static size_t ino_hash(uint64_t ino)
 static void inode_free(struct keg_fs *fs, struct fs_inode *ip)
 {
     KEG_ASSERT(ip->wfirst == NULL);
+    /* a later open + fsync of this file must still find these blocks */
+    if (ip->nusync > 0 || ip->usync_all)
+        atomic_fetch_add(&fs->usync_lost, 1);
+    keg_free(ip->usync);
     fs_inode_drop_chunks(ip);
     pthread_mutex_destroy(&ip->mu);
     keg_free(ip);
-    KEG_UNUSED(fs);
 }
 
 struct fs_inode *fs_inode_find(struct keg_fs *fs, uint64_t ino)

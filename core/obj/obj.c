@@ -174,3 +174,8 @@ int keg_obj_def_sync(struct keg_obj *o)
 {
     return keg_obj_sync(o->inner);
 }
+
+int keg_obj_def_sync_keys(struct keg_obj *o, const char *const *keys, size_t n)
+{
+    return keg_obj_sync_keys(o->inner, keys, n);
+}

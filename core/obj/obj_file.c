@@ -507,6 +507,57 @@ static int file_sync(struct keg_obj *o)
     return 0;
 }
 
+/* fsyncs the files of keys, then their directories up to the root (each
+ * directory chain once per run of keys in one directory): a directory made
+ * for a new key is durable too. */
+static int file_sync_keys(struct keg_obj *o, const char *const *keys, size_t n)
+{
+    struct file_store *fs = o->priv;
+    char *done_dir = NULL;      /* the last directory whose chain was fsync'ed */
+    int rc = 0;
+
+    if (fs->fsync)
+        return 0;               /* every put was fsync'ed already */
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        char *path, *slash;
+        int fd;
+        if (!file_valid_key(keys[i]))
+            continue;
+        path = file_path(fs, keys[i]);
+        if (!path) {
+            rc = -ENOMEM;
+            break;
+        }
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) {
+            if (errno != ENOENT)
+                rc = file_errno_rc(errno);
+        } else {
+            if (fsync(fd) < 0)
+                rc = file_errno_rc(errno);
+            close(fd);
+        }
+        slash = strrchr(path, '/');
+        *slash = '\0';
+        if (rc == 0 && fd >= 0 && (!done_dir || strcmp(done_dir, path) != 0)) {
+            keg_free(done_dir);
+            done_dir = keg_strdup(path);
+            *slash = '/';
+            /* the parent, its parent, ... up to and including the root */
+            while (rc == 0 && strlen(path) > strlen(fs->root)) {
+                rc = file_fsync_parent(path);
+                slash = strrchr(path, '/');
+                *slash = '\0';
+            }
+        }
+        keg_free(path);
+    }
+    keg_free(done_dir);
+    if (rc < 0)
+        KEG_ERR("fsync of objects under %s: %s", fs->root, strerror(-rc));
+    return rc;
+}
+
 const struct keg_obj_ops keg_obj_file_ops = {
     .name = "file",
     .version = 1,
@@ -520,4 +571,5 @@ const struct keg_obj_ops keg_obj_file_ops = {
     .head = file_head,
     .list = file_list,
     .sync = file_sync,
+    .sync_keys = file_sync_keys,
 };

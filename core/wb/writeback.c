@@ -905,9 +905,23 @@ struct wb_syncing {
     unsigned gen;
 };
 
-/* fsyncs every unsynced staged file and the slot directory, then syncs inner.
- * LOCKS: takes wb->mu (not held during I/O). */
-static int wb_sync(struct keg_obj *o)
+/* Adds e to v (capacity cap) if it is not synced.  LOCKS: wb->mu held. */
+static int wb_sync_add(struct wb_syncing *v, size_t *n, size_t cap, const struct wb_ent *e)
+{
+    if (!e || e->synced || *n == cap)
+        return 0;
+    v[*n].key = keg_strdup(e->key);
+    v[*n].gen = e->gen;
+    if (!v[*n].key)
+        return -ENOMEM;
+    (*n)++;
+    return 0;
+}
+
+/* fsyncs the unsynced staged files of keys[0..nkeys) (keys NULL: of every
+ * staged object) and the slot directory, then syncs the same keys (or all)
+ * in inner.  LOCKS: takes wb->mu (not held during I/O). */
+static int wb_sync_set(struct keg_obj *o, const char *const *keys, size_t nkeys)
 {
     struct wb *wb = o->priv;
     struct wb_syncing *v = NULL;
@@ -915,23 +929,17 @@ static int wb_sync(struct keg_obj *o)
     int rc = 0;
 
     pthread_mutex_lock(&wb->mu);
-    cap = (size_t)wb->unsynced;
+    cap = keys ? KEG_MIN(nkeys, (size_t)wb->unsynced) : (size_t)wb->unsynced;
     if (cap) {
         v = keg_calloc(cap, sizeof(*v));
         if (!v)
             rc = -ENOMEM;
     }
-    for (size_t b = 0; v && b < wb->nbuckets && rc == 0; b++) {
-        for (struct wb_ent *e = wb->ht[b]; e && rc == 0; e = e->hnext) {
-            if (e->synced || n == cap)
-                continue;
-            v[n].key = keg_strdup(e->key);
-            v[n].gen = e->gen;
-            if (!v[n].key)
-                rc = -ENOMEM;
-            else
-                n++;
-        }
+    for (size_t i = 0; v && keys && i < nkeys && rc == 0; i++)
+        rc = wb_sync_add(v, &n, cap, wb_find(wb, keys[i]));
+    for (size_t b = 0; v && !keys && b < wb->nbuckets && rc == 0; b++) {
+        for (struct wb_ent *e = wb->ht[b]; e && rc == 0; e = e->hnext)
+            rc = wb_sync_add(v, &n, cap, e);
     }
     pthread_mutex_unlock(&wb->mu);
 
@@ -981,7 +989,17 @@ static int wb_sync(struct keg_obj *o)
     keg_free(v);
     if (rc < 0)
         return rc;
-    return keg_obj_sync(o->inner);
+    return keys ? keg_obj_sync_keys(o->inner, keys, nkeys) : keg_obj_sync(o->inner);
+}
+
+static int wb_sync(struct keg_obj *o)
+{
+    return wb_sync_set(o, NULL, 0);
+}
+
+static int wb_sync_keys(struct keg_obj *o, const char *const *keys, size_t n)
+{
+    return wb_sync_set(o, keys, n);
 }
 
 /*---------------------------------------------------------------------------
@@ -1373,4 +1391,5 @@ const struct keg_obj_ops keg_wb_ops = {
     .head = wb_head,
     .list = wb_list,
     .sync = wb_sync,
+    .sync_keys = wb_sync_keys,
 };

@@ -13,6 +13,7 @@
 #define TV_RND_SEED 0x9E3779B97F4A7C15ULL
 #include "test_fs_helpers.h"
 #include "fs/fs_i.h"
+#include "keg/stack.h"
 
 #define BS (64u << 10)
 
@@ -514,6 +515,104 @@ static void test_inline_put_failures(void **state)
     tvol_cleanup(&v);
 }
 
+/* A volume over writeback (uploads held back a minute), for the durability
+ * tests below: what is staged and what is fsync'ed is visible in the stats. */
+static void wb_mount(struct tvol *v, struct keg_stack_conf *sc, char *cache, size_t csize)
+{
+    struct keg_fs_conf conf;
+
+    snprintf(cache, csize, "%s/cache", v->dir);
+    memset(sc, 0, sizeof(*sc));
+    sc->cache_dir = cache;
+    sc->writeback = 1;
+    sc->upload_delay_ms = 60000;
+    memset(&conf, 0, sizeof(conf));
+    conf.meta_url = v->url;
+    conf.heartbeat_sec = 1;
+    conf.stack = sc;
+    assert_int_equal(keg_fs_new(&conf, &v->fs), 0);
+}
+
+static uint64_t unsynced(struct tvol *v)
+{
+    struct keg_stack_stats st;
+    assert_int_equal(keg_stack_stats(keg_fs_obj(v->fs), &st), 0);
+    return st.unsynced_objects;
+}
+
+/* fsync makes durable the blocks of the file it is called on, not every
+ * staged block of the volume; a file whose inode left the table with unsynced
+ * blocks is still covered by a later fsync (then of the whole store). */
+static void test_fsync_syncs_its_file(void **state)
+{
+    struct tvol v;
+    struct keg_stack_conf sc;
+    char cache[200];
+    uint8_t data[3 * BS];
+    uint64_t ia, ib, ic;
+    (void)state;
+
+    tvol_init(&v, BS, "none");
+    wb_mount(&v, &sc, cache, sizeof(cache));
+    memset(data, 7, sizeof(data));
+    struct keg_fh *a = tvol_create(&v, KEG_ROOT_INO, "a", &ia);
+    struct keg_fh *b = tvol_create(&v, KEG_ROOT_INO, "b", &ib);
+    assert_int_equal(keg_fs_write(v.fs, a, 0, data, 2 * BS), (ssize_t)(2 * BS));
+    assert_int_equal(keg_fs_write(v.fs, b, 0, data, 3 * BS), (ssize_t)(3 * BS));
+    assert_int_equal(keg_fs_flush(v.fs, a, 1), 0);
+    assert_int_equal(keg_fs_flush(v.fs, b, 1), 0);
+    assert_int_equal(unsynced(&v), 5);
+    assert_int_equal(keg_fs_fsync(v.fs, a, 0), 0);
+    assert_int_equal(unsynced(&v), 3);                      /* b's three blocks */
+    assert_int_equal(keg_fs_fsync(v.fs, b, 1), 0);
+    assert_int_equal(unsynced(&v), 0);
+
+    /* c is written, committed and closed (its inode leaves the table), then
+     * fsync'ed through a new handle: its block must be covered */
+    struct keg_fh *c = tvol_create(&v, KEG_ROOT_INO, "c", &ic);
+    assert_int_equal(keg_fs_write(v.fs, c, 0, data, BS), (ssize_t)BS);
+    assert_int_equal(keg_fs_release(v.fs, c), 0);
+    assert_int_equal(unsynced(&v), 1);
+    c = tvol_open(&v, ic, O_RDONLY);
+    assert_int_equal(keg_fs_fsync(v.fs, c, 0), 0);
+    assert_int_equal(unsynced(&v), 0);
+    assert_int_equal(keg_fs_release(v.fs, c), 0);
+    assert_int_equal(keg_fs_release(v.fs, a), 0);
+    assert_int_equal(keg_fs_release(v.fs, b), 0);
+    tvol_cleanup(&v);
+}
+
+/* Compaction makes its new slice durable before it replaces the old ones:
+ * fsync'ed data must not come to rest in blocks that a power loss takes. */
+static void test_compaction_output_durable(void **state)
+{
+    struct tvol v;
+    struct keg_stack_conf sc;
+    char cache[200];
+    uint8_t data[1000];
+    uint64_t ino;
+    struct slices c = {0};
+    (void)state;
+
+    tvol_init(&v, BS, "none");
+    wb_mount(&v, &sc, cache, sizeof(cache));
+    struct keg_fh *fh = tvol_create(&v, KEG_ROOT_INO, "log", &ino);
+    for (int i = 0; i < 10; i++) {
+        memset(data, 'a' + i, sizeof(data));
+        assert_int_equal(keg_fs_write(v.fs, fh, (uint64_t)i * sizeof(data), data,
+                                      sizeof(data)), (ssize_t)sizeof(data));
+        assert_int_equal(keg_fs_flush(v.fs, fh, 1), 0);
+    }
+    assert_int_equal(keg_fs_fsync(v.fs, fh, 0), 0);         /* all ten durable */
+    assert_int_equal(unsynced(&v), 0);
+    assert_int_equal(fs_compact_chunk(v.fs, ino, 0), 0);
+    assert_int_equal(keg_fs_chunks(v.fs, ino, count_cb, &c), 0);
+    assert_int_equal(c.n, 1);
+    assert_int_equal(unsynced(&v), 0);                      /* the merged block too */
+    assert_int_equal(keg_fs_release(v.fs, fh), 0);
+    tvol_cleanup(&v);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -526,6 +625,8 @@ int main(void)
         cmocka_unit_test(test_upload_pipeline_bounded),
         cmocka_unit_test(test_upload_failures_commit_nothing),
         cmocka_unit_test(test_inline_put_failures),
+        cmocka_unit_test(test_fsync_syncs_its_file),
+        cmocka_unit_test(test_compaction_output_durable),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

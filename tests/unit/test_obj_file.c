@@ -162,6 +162,24 @@ static void test_list_skips_temp(void **state)
 }
 
 /* ENOSPC: needs a tiny tmpfs, so root (and permission to mount); skipped otherwise. */
+/* sync_keys fsyncs the named objects (and their directories); a key that
+ * is gone or invalid is skipped; the objects read back unchanged. */
+static void test_sync_keys(void **state)
+{
+    struct ffx *fx = *state;
+    const char *keys[] = {"v/chunks/0/1/1_0_3", "v/chunks/0/1/2_0_3", "v/gone", "../bad"};
+    unsigned char buf[4];
+
+    assert_int_equal(keg_obj_put(fx->o, keys[0], "abc", 3), 0);
+    assert_int_equal(keg_obj_put(fx->o, keys[1], "def", 3), 0);
+    assert_int_equal(keg_obj_sync_keys(fx->o, keys, 4), 0);
+    assert_int_equal(keg_obj_sync_keys(fx->o, keys, 0), 0);
+    assert_int_equal(keg_obj_get(fx->o, keys[0], 0, buf, sizeof(buf)), 3);
+    assert_memory_equal(buf, "abc", 3);
+    assert_int_equal(keg_obj_get(fx->o, keys[1], 0, buf, sizeof(buf)), 3);
+    assert_memory_equal(buf, "def", 3);
+}
+
 static void test_enospc(void **state)
 {
     char dir[64] = "/tmp/keg-objfull-XXXXXX";
@@ -214,6 +232,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bad_keys, setup, teardown),
         cmocka_unit_test_setup_teardown(test_layout_and_temp_files, setup, teardown),
         cmocka_unit_test_setup_teardown(test_list_skips_temp, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sync_keys, setup, teardown),
         cmocka_unit_test(test_enospc),
     };
     keg_log_set_level(LOG_CRIT);

@@ -87,6 +87,7 @@ static const struct keg_obj_ops cnt_ops = {
     .head = keg_obj_def_head,
     .list = keg_obj_def_list,
     .sync = keg_obj_def_sync,
+    .sync_keys = keg_obj_def_sync_keys,
 };
 
 /* The counters of the counting layer in the stack top, NULL if there is none. */

@@ -84,6 +84,10 @@ struct keg_obj_ops {
     int     (*list)(struct keg_obj *o, const char *prefix, keg_obj_list_cb *cb, void *arg);
     /* Make every put that returned durable (file: syncfs).  Optional. */
     int     (*sync)(struct keg_obj *o);
+    /* Make the puts of these n keys that returned durable (an fsync of one
+     * file, or compaction's new blocks, need no more).  A key that is gone is
+     * not an error.  Optional (NULL: sync, which does more). */
+    int     (*sync_keys)(struct keg_obj *o, const char *const *keys, size_t n);
     /* put() from a caller that also holds the object in a local file in the
      * SSD-file format (core/cache/cache_ssd_format.h).  After the object is
      * stored, a layer that keeps local copies may call take(arg, dst) to have
@@ -118,6 +122,7 @@ int     keg_obj_def_del(struct keg_obj *o, const char *key);
 int     keg_obj_def_head(struct keg_obj *o, const char *key, uint64_t *size);
 int     keg_obj_def_list(struct keg_obj *o, const char *prefix, keg_obj_list_cb *cb, void *arg);
 int     keg_obj_def_sync(struct keg_obj *o);
+int     keg_obj_def_sync_keys(struct keg_obj *o, const char *const *keys, size_t n);
 
 /* Checked wrappers: the rest of the code calls these, never o->ops->x. */
 static inline ssize_t keg_obj_get(struct keg_obj *o, const char *key, uint64_t off, void *buf,
@@ -159,6 +164,12 @@ static inline int keg_obj_list(struct keg_obj *o, const char *prefix, keg_obj_li
 static inline int keg_obj_sync(struct keg_obj *o)
 {
     return o->ops->sync ? o->ops->sync(o) : 0;
+}
+static inline int keg_obj_sync_keys(struct keg_obj *o, const char *const *keys, size_t n)
+{
+    if (n == 0)
+        return 0;
+    return o->ops->sync_keys ? o->ops->sync_keys(o, keys, n) : keg_obj_sync(o);
 }
 
 /*----------------------------------------------------------------------------
