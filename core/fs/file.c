@@ -863,11 +863,13 @@ int keg_fs_flush(struct keg_fs *fs, struct keg_fh *fh, uint64_t lock_owner)
  * incomplete or an inode with unsynced slices was freed meanwhile. */
 static int fsync_blocks(struct keg_fs *fs, struct fs_inode *ip)
 {
-    uint64_t lost = atomic_load(&fs->usync_lost);
+    uint64_t lost;
     struct fs_sref *v;
     uint32_t n;
     int all, rc;
 
+    pthread_mutex_lock(&ip->sync_mu);
+    lost = atomic_load(&fs->usync_lost);
     pthread_mutex_lock(&ip->mu);
     v = ip->usync;
     n = ip->nusync;
@@ -878,8 +880,14 @@ static int fsync_blocks(struct keg_fs *fs, struct fs_inode *ip)
     pthread_mutex_unlock(&ip->mu);
     if (all || lost) {
         rc = keg_obj_sync(fs->obj);
-        if (rc == 0 && lost)
-            atomic_fetch_sub(&fs->usync_lost, lost);
+        if (rc == 0 && lost) {
+            /* those freed before this sync are covered; a concurrent fsync
+             * may have taken some of them off already */
+            uint64_t cur = atomic_load(&fs->usync_lost);
+            while (!atomic_compare_exchange_weak(&fs->usync_lost, &cur,
+                                                 cur >= lost ? cur - lost : 0))
+                ;
+        }
     } else {
         rc = fs_sync_slices(fs, v, n);
     }
@@ -889,6 +897,7 @@ static int fsync_blocks(struct keg_fs *fs, struct fs_inode *ip)
         usync_note(ip, NULL);           /* the next fsync tries everything again */
         pthread_mutex_unlock(&ip->mu);
     }
+    pthread_mutex_unlock(&ip->sync_mu);
     return rc;
 }
 

@@ -642,7 +642,9 @@ void keg_fs_free(struct keg_fs *fs)
             struct fs_inode *next = ip->hnext;
             fs_writer_drop(fs, ip, 0);
             fs_inode_drop_chunks(ip);
+            keg_free(ip->usync);
             pthread_mutex_destroy(&ip->mu);
+            pthread_mutex_destroy(&ip->sync_mu);
             keg_free(ip);
             ip = next;
         }

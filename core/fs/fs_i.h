@@ -163,7 +163,10 @@ struct fs_inode {
     int               werr;     /* deferred write error (reported by flush/fsync) */
 
     /* fsync: slices committed here since the last fsync, whose blocks it
-     * makes durable (keg_obj_sync_keys) instead of syncing the whole store */
+     * makes durable (keg_obj_sync_keys) instead of syncing the whole store;
+     * sync_mu (taken before mu, held across the sync) makes a second fsync
+     * wait for the one that took the list */
+    pthread_mutex_t   sync_mu;
     struct fs_sref   *usync;
     uint32_t          nusync, cusync;
     int               usync_all; /* unknown blocks (list overflow, shared slices,

@@ -44,6 +44,7 @@ static void inode_free(struct keg_fs *fs, struct fs_inode *ip)
     keg_free(ip->usync);
     fs_inode_drop_chunks(ip);
     pthread_mutex_destroy(&ip->mu);
+    pthread_mutex_destroy(&ip->sync_mu);
     keg_free(ip);
 }
 
@@ -72,6 +73,7 @@ struct fs_inode *fs_inode_get(struct keg_fs *fs, uint64_t ino)
         return NULL;
     nip->ino = ino;
     pthread_mutex_init(&nip->mu, NULL);
+    pthread_mutex_init(&nip->sync_mu, NULL);
     pthread_mutex_lock(&fs->itab_mu);
     size_t h = ino_hash(ino);
     for (ip = fs->itab[h]; ip; ip = ip->hnext) {
@@ -90,6 +92,7 @@ struct fs_inode *fs_inode_get(struct keg_fs *fs, uint64_t ino)
     pthread_mutex_unlock(&fs->itab_mu);
     if (nip) {
         pthread_mutex_destroy(&nip->mu);
+        pthread_mutex_destroy(&nip->sync_mu);
         keg_free(nip);
     }
     return ip;

@@ -582,6 +582,66 @@ static void test_fsync_syncs_its_file(void **state)
     tvol_cleanup(&v);
 }
 
+struct fsync_arg {
+    struct tvol    *v;
+    struct keg_fh  *fh;
+    pthread_barrier_t *bar;
+    int             bad;        /* fsync returned while blocks were unsynced */
+};
+
+static void *fsync_thread(void *p)
+{
+    struct fsync_arg *a = p;
+    for (int r = 0; r < 30; r++) {
+        pthread_barrier_wait(a->bar);       /* the main thread wrote and committed */
+        if (keg_fs_fsync(a->v->fs, a->fh, 0) != 0 || unsynced(a->v) != 0)
+            a->bad++;
+        pthread_barrier_wait(a->bar);
+    }
+    return NULL;
+}
+
+/* Two fsyncs of one file at the same time: neither returns before the
+ * file's blocks are durable (the second waits for the one that took the
+ * list of slices). */
+static void test_concurrent_fsync(void **state)
+{
+    struct tvol v;
+    struct keg_stack_conf sc;
+    char cache[200];
+    uint8_t data[2 * BS];
+    uint64_t ino;
+    pthread_barrier_t bar;
+    pthread_t t[2];
+    struct fsync_arg a[2];
+    (void)state;
+
+    tvol_init(&v, BS, "none");
+    wb_mount(&v, &sc, cache, sizeof(cache));
+    struct keg_fh *fh = tvol_create(&v, KEG_ROOT_INO, "f", &ino);
+    pthread_barrier_init(&bar, NULL, 3);
+    for (int i = 0; i < 2; i++) {
+        a[i] = (struct fsync_arg){&v, fh, &bar, 0};
+        assert_int_equal(pthread_create(&t[i], NULL, fsync_thread, &a[i]), 0);
+    }
+    for (int r = 0; r < 30; r++) {
+        memset(data, r, sizeof(data));
+        /* one slice per chunk: no compaction writes blocks meanwhile */
+        assert_int_equal(keg_fs_write(v.fs, fh, (uint64_t)r * KEG_CHUNK_SIZE, data,
+                                      sizeof(data)), (ssize_t)sizeof(data));
+        assert_int_equal(keg_fs_flush(v.fs, fh, 1), 0);
+        pthread_barrier_wait(&bar);
+        pthread_barrier_wait(&bar);
+    }
+    for (int i = 0; i < 2; i++) {
+        pthread_join(t[i], NULL);
+        assert_int_equal(a[i].bad, 0);
+    }
+    pthread_barrier_destroy(&bar);
+    assert_int_equal(keg_fs_release(v.fs, fh), 0);
+    tvol_cleanup(&v);
+}
+
 /* Compaction makes its new slice durable before it replaces the old ones:
  * fsync'ed data must not come to rest in blocks that a power loss takes. */
 static void test_compaction_output_durable(void **state)
@@ -626,6 +686,7 @@ int main(void)
         cmocka_unit_test(test_upload_failures_commit_nothing),
         cmocka_unit_test(test_inline_put_failures),
         cmocka_unit_test(test_fsync_syncs_its_file),
+        cmocka_unit_test(test_concurrent_fsync),
         cmocka_unit_test(test_compaction_output_durable),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
