@@ -65,6 +65,11 @@
 #define FS_MAX_FILE_SIZE (KEG_CHUNK_SIZE * (uint64_t)UINT32_MAX)
 #define FS_COPY_RETRIES 5
 #define FS_USYNC_MAX 4096     /* slices an fsync syncs one by one; more: the whole store */
+/* A sequential writer commits a full chunk's slice at most this often: a
+ * commit waits for the inode's block puts in flight, so committing every
+ * 64 MiB stalled the writer 16 times per GiB.  Other mounters see a growing
+ * file's new size at least this often (and at close, fsync, flush). */
+#define FS_COMMIT_INTERVAL_NS 1000000000LL
 
 /*----------------------------------------------------------------------------
  * Buffered slices
@@ -588,6 +593,7 @@ int fs_commit_locked(struct keg_fs *fs, struct fs_inode *ip)
      * still have committed the slices, and a leak is safer than a dangling
      * reference (kegfs gc reclaims leaks). */
     usync_note(ip, rc == 0 ? ip->wfirst : NULL);
+    ip->wcommit_ns = keg_mono_ns();
     fs_writer_drop(fs, ip, 0);
     fs_inode_drop_chunks(ip);
     if (rc < 0) {
@@ -677,8 +683,9 @@ static int write_piece(struct keg_fs *fs, struct fs_inode *ip, uint32_t indx, ui
     rc = ws_upload_full(fs, ip, ws, cpos - ws->pos);
     if (rc < 0)
         return rc;
-    if ((uint64_t)ws->pos + ws->len >= KEG_CHUNK_SIZE || ip->nws >= FS_MAX_WSLICES ||
-        atomic_load(&fs->wbytes) > fs->buffer_size)
+    if (((uint64_t)ws->pos + ws->len >= KEG_CHUNK_SIZE &&
+         keg_mono_ns() - ip->wcommit_ns >= FS_COMMIT_INTERVAL_NS) ||
+        ip->nws >= FS_MAX_WSLICES || atomic_load(&fs->wbytes) > fs->buffer_size)
         commit_deferred(fs, ip);
     return 0;
 }

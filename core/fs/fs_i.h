@@ -159,6 +159,7 @@ struct fs_inode {
     uint64_t          wgen;     /* bumped when buffered writes are dropped (committed
                                  * or discarded): getattr re-reads a racing answer */
     int64_t           wtime_ns; /* time of the last buffered write */
+    int64_t           wcommit_ns; /* monotonic time of the last commit with data */
     uint64_t          wbytes;   /* bytes allocated for buffers (not those in upload) */
     int               werr;     /* deferred write error (reported by flush/fsync) */
 
