@@ -905,6 +905,56 @@ struct wb_syncing {
     unsigned gen;
 };
 
+#define WB_SYNC_THREADS 4        /* fsyncs of a batch run on this many threads */
+
+struct wb_fsync_part {
+    const int *fds;
+    size_t     n;
+    int        rc;
+};
+
+static void *wb_fsync_run(void *arg)
+{
+    struct wb_fsync_part *p = arg;
+    for (size_t k = 0; k < p->n; k++) {
+        if (p->fds[k] >= 0 && fsync(p->fds[k]) < 0 && p->rc == 0)
+            p->rc = -errno;
+    }
+    return NULL;
+}
+
+/* fsyncs fds[0..n) (-1 entries skipped) on up to WB_SYNC_THREADS threads: on
+ * a filesystem without a journal every fsync ends with a flush of the device's
+ * write cache (~1 ms here), and flushes issued together are merged by the
+ * block layer, while one fsync after the other pays one flush per file.
+ * Returns 0 or the first -errno. */
+static int wb_fsync_fds(const int *fds, size_t n)
+{
+    struct wb_fsync_part part[WB_SYNC_THREADS];
+    pthread_t thr[WB_SYNC_THREADS];
+    int started[WB_SYNC_THREADS] = {0};
+    size_t nparts = n >= 8 ? WB_SYNC_THREADS : 1;
+    size_t per = (n + nparts - 1) / nparts;
+    int rc = 0;
+
+    for (size_t t = 0; t < nparts; t++) {
+        size_t lo = KEG_MIN(t * per, n);
+        part[t] = (struct wb_fsync_part){fds + lo, KEG_MIN(per, n - lo), 0};
+    }
+    for (size_t t = 1; t < nparts; t++)
+        started[t] = pthread_create(&thr[t], NULL, wb_fsync_run, &part[t]) == 0;
+    wb_fsync_run(&part[0]);
+    for (size_t t = 1; t < nparts; t++) {
+        if (started[t])
+            pthread_join(thr[t], NULL);
+        else
+            wb_fsync_run(&part[t]);     /* no thread: here */
+    }
+    for (size_t t = 0; t < nparts && rc == 0; t++)
+        rc = part[t].rc;
+    return rc;
+}
+
 /* Adds e to v (capacity cap) if it is not synced.  LOCKS: wb->mu held. */
 static int wb_sync_add(struct wb_syncing *v, size_t *n, size_t cap, const struct wb_ent *e)
 {
@@ -961,12 +1011,11 @@ static int wb_sync_set(struct keg_obj *o, const char *const *keys, size_t nkeys)
             if (fds[k] >= 0)
                 (void)sync_file_range(fds[k], 0, 0, SYNC_FILE_RANGE_WRITE);
         }
+        if (rc == 0)
+            rc = wb_fsync_fds(fds, m);
         for (size_t k = 0; k < m; k++) {
-            if (fds[k] < 0)
-                continue;
-            if (rc == 0 && fsync(fds[k]) < 0)
-                rc = -errno;
-            close(fds[k]);
+            if (fds[k] >= 0)
+                close(fds[k]);
         }
     }
     if (rc == 0 && n && fsync(wb->dirfd) < 0)
