@@ -126,6 +126,12 @@ start_gw() {
     wait_for 60 "radosgw on 127.0.0.1:$PORT" s3_answers
 }
 
+# port_owner PORT: the listener on PORT as ss(8) shows it (with its process), or nothing
+port_owner() {
+    command -v ss >/dev/null || return 0
+    ss -Hltnp "sport = :$1" 2>/dev/null | head -1
+}
+
 do_start() {
     for b in ceph-mon ceph-osd radosgw radosgw-admin monmaptool curl; do
         command -v "$b" >/dev/null || die "$b not found (apt-get install radosgw ceph-mon ceph-osd ceph-common curl)"
@@ -143,6 +149,16 @@ do_start() {
         # (a dead gateway alone is just restarted below).
         do_stop quiet
         fresh=1
+    fi
+    if ((fresh)); then
+        # Another cluster's monitor on our port answers our OSD with "wrong fsid"
+        # and the start times out; say so at once instead.
+        local p o
+        for p in "$MON_PORT" "$PORT"; do
+            o=$(port_owner "$p")
+            [[ -z $o ]] || die "port $p is already in use ($o); another cluster? stop it" \
+                "(scripts/s3-server.sh stop ITS_DIR) or set KEG_S3_MON_PORT / KEG_S3_PORT"
+        done
     fi
     mkdir -p "$DIR"/{run,log,mon,osd/ceph-0,rgw,crash,pids}
     chmod 700 "$DIR"
