@@ -119,13 +119,19 @@ void fs_bigbuf_drop(struct keg_fs *fs)
     pthread_mutex_unlock(&fs->bigbuf_mu);
 }
 
-/* Frees a write-block buffer (b->p), keeping a whole-block one for reuse. */
-static void wbuf_free(struct keg_fs *fs, uint8_t *p, uint32_t big)
+/* Frees an encoding buffer, keeping a whole-block one for reuse. */
+static void wbuf_release(struct keg_fs *fs, uint8_t *p, uint32_t big)
 {
     if (big)
-        fs_bigbuf_put(fs, p - FS_WB_HEAD);
+        fs_bigbuf_put(fs, p);
     else
         keg_free(p);
+}
+
+/* Frees a write-block buffer (b->p, FS_WB_HEAD past a whole-block buffer). */
+static void wbuf_free(struct keg_fs *fs, uint8_t *p, uint32_t big)
+{
+    wbuf_release(fs, big ? p - FS_WB_HEAD : p, big);
 }
 
 static int ws_new(struct keg_fs *fs, uint32_t indx, uint32_t pos, struct fs_wslice **out)
@@ -337,12 +343,8 @@ int fs_put_block(struct keg_fs *fs, uint64_t id, uint32_t indx, uint8_t *raw, ui
         KEG_DEBUG("upload of %s succeeded after %u failed attempts", key, r.attempt);
     }
 out:
-    if (inplace)
-        ;                                       /* the caller's buffer */
-    else if (big)
-        fs_bigbuf_put(fs, enc);
-    else
-        keg_free(enc);
+    if (!inplace)                               /* else: the caller's buffer */
+        wbuf_release(fs, enc, big);
     return rc;
 }
 

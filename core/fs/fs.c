@@ -611,14 +611,21 @@ static void flush_all(struct keg_fs *fs)
     keg_free(all);
 }
 
-void keg_fs_settle(struct keg_fs *fs)
+/* Purge the queued inodes and drain up to batches of the deletion queue
+ * (bounded: the queue is the whole volume's), as one drainer (del_mu). */
+static void run_deletions(struct keg_fs *fs, int batches)
 {
-    flush_all(fs);
     pthread_mutex_lock(&fs->del_mu);
     fs_drain_purge(fs);
     if (!fs->read_only)
-        fs_drain_delq(fs, 16);      /* bounded: the queue is the whole volume's */
+        fs_drain_delq(fs, batches);
     pthread_mutex_unlock(&fs->del_mu);
+}
+
+void keg_fs_settle(struct keg_fs *fs)
+{
+    flush_all(fs);
+    run_deletions(fs, 16);
 }
 
 void keg_fs_free(struct keg_fs *fs)
@@ -627,9 +634,7 @@ void keg_fs_free(struct keg_fs *fs)
         return;
     flush_all(fs);
     stop_threads(fs);
-    fs_drain_purge(fs);
-    if (!fs->read_only)
-        fs_drain_delq(fs, 4);
+    run_deletions(fs, 4);
     if (fs->has_session) {
         int rc = KEG_META_CALL0(fs->meta, session_end);
         if (rc < 0)
