@@ -20,6 +20,11 @@
  * numbers: once a caller takes them in batches, the mknod script reserves the
  * next batch in the same call, so creating files needs no alloc_ids request.
  *
+ * Lookups of names that do not exist: a mounting session keeps a cache of
+ * directory names, a superset of each cached directory's entries kept current
+ * by the "{NS}n" announcements that dset publishes (meta_redis_names.c), and
+ * answers those lookups (the first half of every create) without a request.
+ *
  * Connections: a pool of at most MR_POOL_MAX blocking hiredis contexts
  * (mutex + condvar), each with a connect and a command timeout.  A context
  * that failed is freed; the next user dials a new one (through the sentinels
@@ -72,6 +77,7 @@
 #include "keg/url.h"
 #include "meta_redis_i.h"
 #include "meta_redis_lua_i.h"
+#include "meta_redis_names_i.h"
 #define KEG_LOG_TAG "meta_redis"
 #include "keg/log.h"
 
@@ -96,6 +102,7 @@ _Static_assert(F_RDLCK == 0 && F_WRLCK == 1 && F_UNLCK == 2, "Lua scripts hard-c
 #define MR_NS_MAX        64
 #define MR_SPIN_US       50         /* default busy-poll for a reply (spin=) */
 #define MR_SPIN_MAX_US   10000      /* largest spin= accepted */
+#define MR_DIRCACHE_MAX  10000000   /* largest dircache= accepted */
 #define MR_SPIN_PROBE    16         /* every 16th reply is waited for the other way */
 #define MR_PREFETCH_MIN  2          /* smallest inode batch a mknod reserves */
 #define MR_PREFETCH_MAX  100000     /* largest inode batch a mknod reserves */
@@ -187,6 +194,7 @@ struct mr_priv {
     char   *master;                 /* sentinel master name */
     int     spin_us;                /* busy-poll a reply this long before blocking (0: never) */
     int     spin_slots;             /* threads allowed to busy-poll at once */
+    uint32_t names_cap;             /* dircache=: names cached at most (0: no name cache) */
     char   *src[S_NSCRIPTS];        /* text of each script (mr_build_scripts) */
     char    sha[S_NSCRIPTS][41];    /* SHA1 of each script (the server computes it) */
     int     inited;
@@ -197,6 +205,8 @@ struct mr_priv {
     int             nidle;          /* protected by lock */
     int             nopen;          /* contexts alive incl. those in use; protected by lock */
     char            addr[300];      /* address last dialled, for logs; protected by lock */
+    uint64_t        addr_gen;       /* bumped when addr changes; written under lock, atomic */
+    struct mr_names *names;         /* directory name cache of a session (NULL: none) */
     int             good_sentinel;  /* index of the sentinel that answered last; protected by lock */
     uint64_t        sid;            /* session id or 0; atomic access */
     int             spinners;       /* threads busy-polling now; atomic access */
@@ -223,16 +233,25 @@ static void mr_addr(struct mr_priv *p, char *buf, size_t len)
     pthread_mutex_unlock(&p->lock);
 }
 
-static void mr_set_addr(struct mr_priv *p, const char *host, int port, const char *sock)
+/* Records the address being dialled; returns its generation, which changes
+ * whenever the address does (a failover: the name cache drops its sets). */
+static uint64_t mr_set_addr(struct mr_priv *p, const char *host, int port, const char *sock)
 {
-    pthread_mutex_lock(&p->lock);
+    char a[sizeof(p->addr)];
     if (sock)
-        snprintf(p->addr, sizeof(p->addr), "unix:%s", sock);
+        snprintf(a, sizeof(a), "unix:%s", sock);
     else if (strchr(host, ':'))
-        snprintf(p->addr, sizeof(p->addr), "[%s]:%d", host, port);
+        snprintf(a, sizeof(a), "[%s]:%d", host, port);
     else
-        snprintf(p->addr, sizeof(p->addr), "%s:%d", host, port);
+        snprintf(a, sizeof(a), "%s:%d", host, port);
+    pthread_mutex_lock(&p->lock);
+    if (strcmp(a, p->addr) != 0) {
+        memcpy(p->addr, a, sizeof(a));
+        __atomic_add_fetch(&p->addr_gen, 1, __ATOMIC_RELEASE);
+    }
+    uint64_t gen = p->addr_gen;
     pthread_mutex_unlock(&p->lock);
+    return gen;
 }
 
 /* 1 when a line of kind k may be logged now (then *suppressed = lines dropped
@@ -379,7 +398,8 @@ static int mr_sentinel_master(struct mr_priv *p, char *host, size_t hlen, int *p
 
 /* Opens a new context to the (current) master, authenticated, db selected.
  * OWNERSHIP: *out is freed with redisFree().  Returns 0 or -errno. */
-static int mr_connect(struct mr_priv *p, redisContext **out, char *why, size_t whylen)
+static int mr_connect(struct mr_priv *p, redisContext **out, uint64_t *gen, char *why,
+                      size_t whylen)
 {
     char host[256];
     int port = p->port, rc;
@@ -391,7 +411,9 @@ static int mr_connect(struct mr_priv *p, redisContext **out, char *why, size_t w
     } else if (p->kind == MR_TCP) {
         snprintf(host, sizeof(host), "%s", p->host);
     }
-    mr_set_addr(p, host, port, p->kind == MR_UNIX ? p->sock : NULL);
+    uint64_t g = mr_set_addr(p, host, port, p->kind == MR_UNIX ? p->sock : NULL);
+    if (gen)
+        *gen = g;
     redisContext *c = mr_dial(host, port, p->kind == MR_UNIX ? p->sock : NULL, p->user,
                               p->password, &rc, why, whylen);
     if (!c)
@@ -479,7 +501,7 @@ static int mr_get(struct mr_priv *p, redisContext **out, char *why, size_t whyle
         *out = c;
         return 0;
     }
-    int rc = mr_connect(p, &c, why, whylen);
+    int rc = mr_connect(p, &c, NULL, why, whylen);
     if (rc) {
         pthread_mutex_lock(&p->lock);
         p->nopen--;
@@ -1121,7 +1143,7 @@ static int mr_parse_spin(const char *s, int *us)
     return 0;
 }
 
-/* Parses the query string (ns=, db=, spin=).  Unknown parameters are logged and ignored. */
+/* Parses the query string (ns=, db=, spin=, dircache=).  Unknown parameters are logged and ignored. */
 static int mr_parse_query(struct mr_priv *p, const char *query, const char *red, char **ns)
 {
     char *q = keg_strdup(query);
@@ -1162,6 +1184,18 @@ static int mr_parse_query(struct mr_priv *p, const char *query, const char *red,
                 rc = -EINVAL;
                 break;
             }
+        } else if (strcmp(s, "dircache") == 0) {
+            char *end;
+            errno = 0;
+            long long v = *val ? strtoll(val, &end, 10) : -1;
+            if (!*val || *end || errno || v < 0 || v > MR_DIRCACHE_MAX) {
+                KEG_ERR("META_URL %s: dircache must be a number of names 0-%d "
+                        "(names of directories cached to answer lookups; 0: none)", red,
+                        MR_DIRCACHE_MAX);
+                rc = -EINVAL;
+                break;
+            }
+            p->names_cap = (uint32_t)v;
         } else if (*s) {
             KEG_WARN("META_URL %s: ignoring unknown parameter '%s'", red, s);
         }
@@ -1281,6 +1315,7 @@ static int mr_parse_url(struct mr_priv *p, const char *url, const char *red)
         }
     }
     p->spin_us = MR_SPIN_US;
+    p->names_cap = MR_NAMES_DEFAULT;
     rc = mr_parse_query(p, u.query, red, &ns);
     if (rc)
         goto out;
@@ -1363,6 +1398,8 @@ static void mr_close(struct keg_meta *m)
     struct mr_priv *p = PRIV(m);
     if (!p->inited)
         return;
+    mr_names_free(p->names);
+    p->names = NULL;
     pthread_mutex_lock(&p->lock);
     KEG_ASSERT(p->nidle == p->nopen);   /* no op may still be running */
     while (p->nidle > 0)
@@ -1622,6 +1659,32 @@ static int mr_statfs(struct keg_meta *m, uint64_t *used_bytes, uint64_t *used_in
  * Sessions
  *--------------------------------------------------------------------------*/
 
+static int mr_names_dial(void *arg, redisContext **out, uint64_t *gen, char *why,
+                         size_t whylen)
+{
+    return mr_connect(arg, out, gen, why, whylen);
+}
+
+/* A mounting session gets the directory name cache (meta_redis_names.c)
+ * unless dircache=0; without it every lookup asks the server. */
+static void mr_names_start(struct mr_priv *p)
+{
+    char chan[MR_NS_MAX + 8];
+    if (p->names_cap == 0 || p->names)
+        return;
+    snprintf(chan, sizeof(chan), "%sn", p->prefix);
+    p->names = mr_names_new(p->names_cap, chan, mr_names_dial, p, &p->addr_gen);
+    if (!p->names)
+        KEG_WARN("directory name cache not started (out of memory or threads); every "
+                 "lookup asks redis");
+}
+
+int keg_meta_redis_names_stats(struct keg_meta *m, struct mr_names_stats *st)
+{
+    mr_names_get_stats(PRIV(m)->names, st);
+    return PRIV(m)->names ? 0 : -ENOENT;
+}
+
 static int mr_session_begin(struct keg_meta *m, const char *info, uint64_t *sid)
 {
     struct mr_priv *p = PRIV(m);
@@ -1642,6 +1705,8 @@ static int mr_session_begin(struct keg_meta *m, const char *info, uint64_t *sid)
         *sid = s;
     }
     freeReplyObject(r);
+    if (rc == 0)
+        mr_names_start(p);
     return rc;
 }
 
@@ -1686,6 +1751,8 @@ static int mr_session_end(struct keg_meta *m)
     uint64_t sid = mr_sid(p);
     if (!sid)
         return 0;
+    mr_names_free(p->names);
+    p->names = NULL;
     int rc = mr_session_drop(p, sid);
     if (rc == 0)
         __atomic_store_n(&p->sid, 0, __ATOMIC_RELEASE);
@@ -1839,16 +1906,35 @@ static int mr_lookup(struct keg_meta *m, uint64_t parent, const char *name, stru
     int rc = mr_check_name(name);
     if (rc)
         return rc;
+    struct mr_priv *p = PRIV(m);
+    uint64_t ticket = 0;
+    uint32_t want = 0;
+    if (p->names) {
+        if (mr_names_absent(p->names, parent, name))
+            return -ENOENT;
+        want = mr_names_fill_begin(p->names, parent, &ticket);
+    }
     mr_arg_u64(&a, parent);
     mr_arg_str(&a, name);
-    rc = mr_eval(PRIV(m), S_LOOKUP, &a, &r);
-    if (rc)
+    mr_arg_u64(&a, want);
+    rc = mr_eval(p, S_LOOKUP, &a, &r);
+    if (rc) {
+        mr_names_fill_end(p->names, parent, ticket, NULL);
         return rc;
-    /* the inode number is not in the record: the script returns it */
+    }
+    /* the inode number is not in the record: the script returns it (0: no
+     * such name, and the directory's names follow) */
     struct keg_attr tmp;
     rc = -EIO;
-    if (r->elements > 2 && r->element[2]->type == REDIS_REPLY_INTEGER)
+    if (r->elements > 3 && r->element[2]->type == REDIS_REPLY_INTEGER &&
+        r->element[2]->integer == 0 && r->element[3]->type == REDIS_REPLY_ARRAY) {
+        mr_names_fill_end(p->names, parent, ticket, r->element[3]);
+        ticket = 0;
+        rc = -ENOENT;
+    } else if (r->elements > 2 && r->element[2]->type == REDIS_REPLY_INTEGER) {
         rc = mr_reply_attr(r, 1, (uint64_t)r->element[2]->integer, &tmp);
+    }
+    mr_names_fill_end(p->names, parent, ticket, NULL);
     freeReplyObject(r);
     if (rc)
         return rc;
@@ -1942,6 +2028,7 @@ static int mr_mknod(struct keg_meta *m, uint64_t parent, const char *name, uint6
     }
     pthread_mutex_unlock(&p->lock);
     mr_arg_u64(&a, want);
+    mr_names_add(p->names, parent, name);
     long long first = 0;
     rc = mr_eval_attr_parent(m, S_MKNOD, &a, ino, parent, out, want ? &first : NULL);
     if (want) {
@@ -1967,6 +2054,7 @@ static int mr_link(struct keg_meta *m, uint64_t ino, uint64_t newparent, const c
     mr_arg_u64(&a, ino);
     mr_arg_u64(&a, newparent);
     mr_arg_str(&a, newname);
+    mr_names_add(PRIV(m)->names, newparent, newname);
     return mr_eval_attr_parent(m, S_LINK, &a, ino, newparent, out, NULL);
 }
 
@@ -2067,6 +2155,9 @@ static int mr_rename(struct keg_meta *m, uint64_t parent, const char *name, uint
     char openset[KEG_META_OPEN_MAX * 21 + 2];
     mr_arg_u64(&a, flags);
     mr_arg_str(&a, mr_open_arg(m, openset, sizeof(openset)));
+    mr_names_add(PRIV(m)->names, newparent, newname);
+    if (flags & KEG_RENAME_EXCHANGE)
+        mr_names_add(PRIV(m)->names, parent, name);
     rc = mr_eval(PRIV(m), S_RENAME, &a, &r);
     if (rc)
         return rc;

@@ -110,6 +110,7 @@
 "local function dset(dir, name, ino, typ)\n" \
 "  redis.call('HSET', P .. 'd' .. N(dir), name, struct.pack('<I8I2', ino, typ))\n" \
 "  redis.call('ZADD', P .. 'D' .. N(dir), 0, name)\n" \
+"  redis.call('PUBLISH', P .. 'n', N(dir) .. '/' .. name)\n" \
 "end\n", \
 "local function ddel(dir, name)\n" \
 "  redis.call('HDEL', P .. 'd' .. N(dir), name)\n" \
@@ -223,7 +224,9 @@
  * Namespace
  *------------------------------------------------------------------------*/
 
-/* ARGV: 4 parent, 5 name.  -> {0, attr, ino} */
+/* ARGV: 4 parent, 5 name, 6 want.  -> {0, attr, ino}; when there is no such
+ * name and the directory has at most want (> 0) names: {0, '', 0, {names}}
+ * (the directory name cache's fill, meta_redis_names.c). */
 #define MR_LUA_LOOKUP \
 "local parent = tonumber(ARGV[4])\n" \
 "local ino = dget(parent, ARGV[5])\n" \
@@ -233,7 +236,13 @@
 "  return {ENOENT}\n" \
 "end\n" \
 "local _, e = getdir(parent)\n" \
-"return {e or ENOENT}\n"
+"if e then return {e} end\n" \
+"local want = tonumber(ARGV[6]) or 0\n" \
+"local dk = P .. 'd' .. N(parent)\n" \
+"if want > 0 and redis.call('HLEN', dk) <= want then\n" \
+"  return {0, '', 0, redis.call('HKEYS', dk)}\n" \
+"end\n" \
+"return {ENOENT}\n"
 
 /* ARGV: 4 parent, 5 name, 6 ino, 7 mode, 8 uid, 9 gid, 10 rdev, 11 target,
  * 12 reserve: when > 0, also reserve that many inode numbers (as alloc_ids

@@ -379,6 +379,297 @@ static void test_url_spin(void **state)
     keg_meta_close(m);
 }
 
+/*----------------------------------------------------------------------------
+ * Directory name cache (meta_redis_names.c)
+ *--------------------------------------------------------------------------*/
+
+/* Opens a second instance of volume ns and begins a session on it. */
+static struct keg_meta *open_session(const char *ns, const char *query)
+{
+    char url[512];
+    struct keg_meta *m = NULL;
+    uint64_t sid;
+    url_for(url, sizeof(url), 0, ns);
+    if (query) {
+        size_t o = strlen(url);
+        snprintf(url + o, sizeof(url) - o, "&%s", query);
+    }
+    assert_int_equal(keg_meta_open(url, &m), 0);
+    assert_int_equal(KEG_META_CALL(m, session_begin, "names-test", &sid), 0);
+    return m;
+}
+
+static void close_session(struct keg_meta *m)
+{
+    assert_int_equal(KEG_META_CALL0(m, session_end), 0);
+    keg_meta_close(m);
+}
+
+static struct mr_names_stats names_stats(struct keg_meta *m)
+{
+    struct mr_names_stats st;
+    assert_int_equal(keg_meta_redis_names_stats(m, &st), 0);
+    return st;
+}
+
+/* Waits (at most 5 s) until m's name cache is subscribed. */
+static void names_wait_up(struct keg_meta *m)
+{
+    for (int i = 0; i < 500; i++) {
+        if (names_stats(m).up)
+            return;
+        usleep(10000);
+    }
+    fail_msg("the name cache did not subscribe within 5 s");
+}
+
+static int lookup_rc(struct keg_meta *m, uint64_t dir, const char *name)
+{
+    struct keg_attr a;
+    return KEG_META_CALL(m, lookup, dir, name, &a);
+}
+
+/* The other instance sees a change once its announcement has arrived:
+ * returns how many extra tries that took (fails after 2 s). */
+static int lookup_until(struct keg_meta *m, uint64_t dir, const char *name, int want)
+{
+    for (int i = 0; i < 2000; i++) {
+        if (lookup_rc(m, dir, name) == want)
+            return i;
+        usleep(1000);
+    }
+    fail_msg("lookup of %s in %" PRIu64 " did not become %d within 2 s", name, dir, want);
+    return -1;
+}
+
+/* Two sessions on one volume change three directories at random (create,
+ * unlink, rename, link, exchange); after every op, the instance that did it
+ * sees exactly the model at once, and the other one converges to it.  Both
+ * answered lookups from their caches, so the cache was on trial. */
+static void test_names_model(void **state)
+{
+    char ns[64];
+    struct keg_attr a;
+    struct keg_unlinked g;
+    enum { NDIR = 3, NNAME = 16, OPS = 1500 };
+    (void)state;
+    need_live();
+    token(ns, sizeof(ns));
+    struct keg_meta *fmt = open_vol(0, ns);
+    struct keg_meta *m[2] = {open_session(ns, NULL), open_session(ns, NULL)};
+    names_wait_up(m[0]);
+    names_wait_up(m[1]);
+    uint64_t dirs[NDIR] = {KEG_ROOT_INO, mkdir_(m[0], KEG_ROOT_INO, "d1"),
+                           mkdir_(m[1], KEG_ROOT_INO, "d2")};
+    uint64_t ino[NDIR][NNAME] = {{0}};     /* 0: no such name */
+    unsigned seed = 12345;
+    int late = 0;
+    for (int op = 0; op < OPS; op++) {
+        int who = rand_r(&seed) % 2, kind = rand_r(&seed) % 5;
+        int d = rand_r(&seed) % NDIR, k = rand_r(&seed) % NNAME;
+        int d2 = rand_r(&seed) % NDIR, k2 = rand_r(&seed) % NNAME;
+        char n1[16], n2[16];
+        snprintf(n1, sizeof(n1), "n%d", k);
+        snprintf(n2, sizeof(n2), "n%d", k2);
+        struct keg_meta *e = m[who];
+        int same = d == d2 && k == k2;
+        switch (kind) {
+        case 0:
+            if (ino[d][k]) {
+                assert_int_equal(mkfile(e, dirs[d], n1, &a), -EEXIST);
+            } else {
+                assert_int_equal(mkfile(e, dirs[d], n1, &a), 0);
+                ino[d][k] = a.ino;
+            }
+            break;
+        case 1:
+            assert_int_equal(KEG_META_CALL(e, unlink, dirs[d], n1, &g),
+                             ino[d][k] ? 0 : -ENOENT);
+            ino[d][k] = 0;
+            break;
+        case 2:
+            if (!ino[d][k] || same) {
+                assert_int_equal(KEG_META_CALL(e, rename, dirs[d], n1, dirs[d2], n2, 0, &a, &g),
+                                 ino[d][k] ? 0 : -ENOENT);
+            } else {
+                assert_int_equal(KEG_META_CALL(e, rename, dirs[d], n1, dirs[d2], n2, 0, &a, &g),
+                                 0);
+                /* two links of one file: rename does nothing (POSIX) */
+                if (ino[d2][k2] != ino[d][k]) {
+                    ino[d2][k2] = ino[d][k];
+                    ino[d][k] = 0;
+                }
+            }
+            break;
+        case 3:
+            if (!ino[d][k])
+                break;
+            assert_int_equal(KEG_META_CALL(e, link, ino[d][k], dirs[d2], n2, &a),
+                             ino[d2][k2] ? -EEXIST : 0);
+            if (!ino[d2][k2])
+                ino[d2][k2] = ino[d][k];
+            break;
+        default:
+            if (!ino[d][k] || !ino[d2][k2] || same)
+                break;
+            assert_int_equal(KEG_META_CALL(e, rename, dirs[d], n1, dirs[d2], n2,
+                                           KEG_RENAME_EXCHANGE, &a, &g), 0);
+            uint64_t t = ino[d][k];
+            ino[d][k] = ino[d2][k2];
+            ino[d2][k2] = t;
+            break;
+        }
+        /* the instance that changed the names sees them at once */
+        assert_int_equal(lookup_rc(e, dirs[d], n1), ino[d][k] ? 0 : -ENOENT);
+        assert_int_equal(lookup_rc(e, dirs[d2], n2), ino[d2][k2] ? 0 : -ENOENT);
+        /* and the other one once the announcement has arrived */
+        late += lookup_until(m[!who], dirs[d], n1, ino[d][k] ? 0 : -ENOENT);
+        late += lookup_until(m[!who], dirs[d2], n2, ino[d2][k2] ? 0 : -ENOENT);
+        /* a name that is not there, where a create would look first */
+        assert_int_equal(lookup_rc(e, dirs[d], "absent"), -ENOENT);
+    }
+    /* a final sweep: both agree with the model everywhere */
+    for (int w = 0; w < 2; w++)
+        for (int d = 0; d < NDIR; d++)
+            for (int k = 0; k < NNAME; k++) {
+                char n1[16];
+                snprintf(n1, sizeof(n1), "n%d", k);
+                assert_int_equal(lookup_rc(m[w], dirs[d], n1), ino[d][k] ? 0 : -ENOENT);
+            }
+    for (int w = 0; w < 2; w++) {
+        struct mr_names_stats st = names_stats(m[w]);
+        fprintf(stderr, "  instance %d: %" PRIu64 " lookups answered from the cache, %" PRIu64
+                " fills, %" PRIu64 " names held\n", w, st.answered, st.fills, st.names);
+        assert_true(st.answered > OPS / 2);
+        assert_true(st.fills >= NDIR);
+        assert_int_equal(st.drops, 1);      /* only the one at subscription */
+    }
+    fprintf(stderr, "  the other instance needed %d extra tries in all\n", late);
+    close_session(m[0]);
+    close_session(m[1]);
+    close_vol(fmt);
+}
+
+/* Kills the PID's pub/sub connections (the name caches' subscriptions). */
+static void kill_subscriptions(redisContext *c)
+{
+    redisReply *r = redisCommand(c, "CLIENT KILL TYPE pubsub");
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_INTEGER);
+    assert_true(r->integer >= 1);
+    freeReplyObject(r);
+}
+
+/* A lost subscription drops the cached names at once: a name another
+ * instance creates meanwhile is found; the cache comes back by itself. */
+static void test_names_subscription_lost(void **state)
+{
+    char ns[64];
+    struct keg_attr a;
+    (void)state;
+    need_live();
+    token(ns, sizeof(ns));
+    struct keg_meta *fmt = open_vol(0, ns);
+    struct keg_meta *m = open_session(ns, NULL), *o = open_session(ns, NULL);
+    redisContext *c = admin();
+    names_wait_up(m);
+    assert_int_equal(lookup_rc(m, KEG_ROOT_INO, "x"), -ENOENT);   /* fills the root */
+    assert_int_equal(lookup_rc(m, KEG_ROOT_INO, "x"), -ENOENT);
+    struct mr_names_stats st = names_stats(m);
+    assert_int_equal(st.fills, 1);
+    assert_int_equal(st.answered, 1);
+    for (int round = 0; round < 3; round++) {
+        char name[16];
+        snprintf(name, sizeof(name), "y%d", round);
+        assert_int_equal(lookup_rc(m, KEG_ROOT_INO, name), -ENOENT);
+        kill_subscriptions(c);
+        /* announcements sent now reach nobody: o's create must still be seen */
+        assert_int_equal(mkfile(o, KEG_ROOT_INO, name, &a), 0);
+        assert_int_equal(lookup_rc(m, KEG_ROOT_INO, name), 0);
+        assert_true(names_stats(m).drops >= (uint64_t)round + 2);
+        names_wait_up(m);
+        names_wait_up(o);
+        /* cached again */
+        uint64_t before = names_stats(m).answered;
+        assert_int_equal(lookup_rc(m, KEG_ROOT_INO, "z"), -ENOENT);
+        assert_int_equal(lookup_rc(m, KEG_ROOT_INO, "z"), -ENOENT);
+        assert_true(names_stats(m).answered > before);
+        assert_int_equal(lookup_rc(m, KEG_ROOT_INO, name), 0);
+    }
+    redisFree(c);
+    close_session(m);
+    close_session(o);
+    close_vol(fmt);
+}
+
+/* dircache=: 0 turns the cache off, a directory with more names than the
+ * limit is not cached, bad values are refused, and the names a fill brings
+ * count against the limit. */
+static void test_names_limits(void **state)
+{
+    char ns[64];
+    struct keg_attr a;
+    struct keg_meta *m = (struct keg_meta *)0x1;
+    struct mr_names_stats st;
+    (void)state;
+    static const char *const bad[] = {
+        "redis://127.0.0.1:1/0?dircache=",
+        "redis://127.0.0.1:1/0?dircache=x",
+        "redis://127.0.0.1:1/0?dircache=-1",
+        "redis://127.0.0.1:1/0?dircache=10000001",
+        NULL,
+    };
+    for (int i = 0; bad[i]; i++) {
+        log_reset();
+        assert_int_equal(keg_meta_open(bad[i], &m), -EINVAL);
+        assert_true(log_has("dircache must be a number of names"));
+    }
+    need_live();
+    token(ns, sizeof(ns));
+    struct keg_meta *fmt = open_vol(0, ns);
+    uint64_t small = mkdir_(fmt, KEG_ROOT_INO, "small"), big = mkdir_(fmt, KEG_ROOT_INO, "big");
+    for (int i = 0; i < 8; i++) {
+        char name[16];
+        snprintf(name, sizeof(name), "f%d", i);
+        assert_int_equal(mkfile(fmt, big, name, &a), 0);
+        if (i < 3)
+            assert_int_equal(mkfile(fmt, small, name, &a), 0);
+    }
+    /* off: no cache at all, lookups still right */
+    struct keg_meta *off = open_session(ns, "dircache=0");
+    assert_int_equal(keg_meta_redis_names_stats(off, &st), -ENOENT);
+    assert_int_equal(lookup_rc(off, small, "nope"), -ENOENT);
+    assert_int_equal(lookup_rc(off, small, "f1"), 0);
+    close_session(off);
+    /* a limit of 5 names: "big" (8) is never cached, "small" (3) is */
+    m = open_session(ns, "dircache=5");
+    names_wait_up(m);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(lookup_rc(m, big, "nope"), -ENOENT);
+    st = names_stats(m);
+    assert_int_equal(st.answered, 0);
+    assert_int_equal(st.fills, 0);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(lookup_rc(m, small, "nope"), -ENOENT);
+    assert_int_equal(lookup_rc(m, small, "f2"), 0);
+    st = names_stats(m);
+    assert_int_equal(st.fills, 1);
+    assert_int_equal(st.answered, 2);
+    assert_int_equal(st.names, 3);
+    /* growing past the limit drops the set; lookups stay right */
+    for (int i = 3; i < 7; i++) {
+        char name[16];
+        snprintf(name, sizeof(name), "f%d", i);
+        assert_int_equal(mkfile(m, small, name, &a), 0);
+        assert_int_equal(lookup_rc(m, small, name), 0);
+    }
+    assert_true(names_stats(m).names <= 5);
+    assert_int_equal(lookup_rc(m, small, "f6"), 0);
+    assert_int_equal(lookup_rc(m, small, "nope"), -ENOENT);
+    close_session(m);
+    close_vol(fmt);
+}
+
 /* EVALSHA calls the server has run since its stats were reset. */
 static long long evalsha_calls(redisContext *c)
 {
@@ -1075,6 +1366,9 @@ int main(void)
         cmocka_unit_test(test_url_forms),
         cmocka_unit_test(test_url_spin),
         cmocka_unit_test(test_ino_batch_in_mknod),
+        cmocka_unit_test(test_names_model),
+        cmocka_unit_test(test_names_subscription_lost),
+        cmocka_unit_test(test_names_limits),
         cmocka_unit_test(test_noscript_reload),
         cmocka_unit_test(test_oom_enospc),
         cmocka_unit_test(test_policy_warning),
