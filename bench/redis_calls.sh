@@ -20,8 +20,10 @@
 #     create0  create with --attr-cache 0
 #
 # Usage: bench/redis_calls.sh --kegfs BUILD/mounter/kegfs --fsops BUILD/bench/fsops
-#                             [-n N] [--port PORT] [--sqlite] [--trace] [--keep]
+#                             [-n N] [--port PORT] [--query Q] [--sqlite] [--trace] [--keep]
 #   --port   the dedicated server's port (default: a random free one)
+#   --query  extra META_URL parameters for the Redis mounts, e.g. "dircache=0" (without
+#            the directory name cache) or "spin=0"
 #   --sqlite also time the same ops on a SQLite-backed mount (same kernel/FUSE path,
 #            no network), to separate FUSE cost from Redis cost
 #   --trace  also record 3 iterations of each op with MONITOR and the mounter's --debug
@@ -37,12 +39,14 @@ PORT=""
 TRACE=0
 SQLITE=0
 KEEP=0
+QUERY=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --kegfs) KEGFS=$2; shift ;;
     --fsops) FSOPS=$2; shift ;;
     -n) N=$2; shift ;;
     --port) PORT=$2; shift ;;
+    --query) QUERY=$2; shift ;;
     --trace) TRACE=1 ;;
     --sqlite) SQLITE=1 ;;
     --keep) KEEP=1 ;;
@@ -89,8 +93,8 @@ META="redis://127.0.0.1:$PORT/0?ns=bench$$"
 mkdir -p "$WORK/objects" "$MNT"
 "$KEGFS" format --storage file --bucket "$WORK/objects" "$META" bench >/dev/null || exit 1
 
-mount_it() {   # mount_it [ARGS]  (META_URL: $MOUNT_META, default $META)
-  "$KEGFS" mount -d --log-file "$WORK/mounter.log" "$@" "${MOUNT_META:-$META}" "$MNT" > /dev/null \
+mount_it() {   # mount_it [ARGS]  (META_URL: $MOUNT_META, default $META + --query)
+  "$KEGFS" mount -d --log-file "$WORK/mounter.log" "$@" "${MOUNT_META:-$META${QUERY:+&$QUERY}}" "$MNT" > /dev/null \
     || { echo "redis_calls.sh: mount failed" >&2; exit 1; }
   mkdir -p "$MNT/b"
   "$FSOPS" -n 20 -p warm create "$MNT/b" > /dev/null   # dial the connection pool
@@ -105,7 +109,8 @@ umount_it() {
 # Output: "COMMAND COUNT" lines (EVALSHA split by the script's SHA1 prefix, as
 # "EVALSHA:1234abcd"; --trace shows which script each prefix is, by its arguments).
 monitor_start() {   # monitor_start FILE
-  cli MONITOR > "$1" &
+  # redis-cli itself (not a subshell around it), so that monitor_stop ends it
+  redis-cli -h 127.0.0.1 -p "$PORT" MONITOR > "$1" &
   MON_PID=$!
   sleep 0.3
 }
