@@ -80,6 +80,35 @@ rmdir "$B/d/e2" || fail "rmdir on B"
 [ -e "$A/d/e2" ] && fail "A still sees the removed directory"
 note "directory changes visible both ways"
 
+#--- names the other mount has just created (directory name cache) --------------------
+# With --entry-cache 0 every lookup reaches the mounter, which answers "no such name" for
+# a cached directory without asking Redis, learning new names from Redis announcements
+# (docs/internals/meta-redis.md).  B must see each name A creates or renames at once.
+mkdir "$A/n" || fail "mkdir n on A"
+for i in $(seq 1 200); do
+  [ -e "$B/n/f$i" ] && fail "B finds n/f$i before it exists"
+  : > "$A/n/f$i" || fail "create n/f$i on A"
+  [ -e "$B/n/f$i" ] || fail "B does not see n/f$i right after A created it (stale name cache)"
+  mv "$A/n/f$i" "$A/n/g$i" || fail "rename n/f$i on A"
+  [ -e "$B/n/g$i" ] || fail "B does not see n/g$i right after A's rename (stale name cache)"
+  [ -e "$B/n/f$i" ] && fail "B still finds n/f$i after A's rename"
+done
+# and the cache is what answers: a create costs one script (mknod), not lookup + mknod
+hostport=${META#redis://}; hostport=${hostport%%/*}
+case "$META" in
+  redis://127.0.0.1:*)
+    port=${hostport##*:}
+    evalsha() { rd_cli "$port" INFO commandstats | sed -n 's/^cmdstat_evalsha:calls=\([0-9]*\).*/\1/p'; }
+    before=$(evalsha)
+    # relative names: with --entry-cache 0 a full path would look "n" up every time
+    ( cd "$A/n" && for i in $(seq 1 100); do : > "c$i" || exit 1; done ) || fail "create n/c* on A"
+    calls=$(( $(evalsha) - before ))
+    note "100 creates on A: $calls scripts (heartbeats of three mounters included)"
+    [ "$calls" -lt 130 ] || fail "100 creates took $calls scripts: the name cache did not answer"
+    ;;
+esac
+note "names created or renamed on A seen at once on B, 200 times"
+
 #--- a mount with the default kernel caches (1 s) --------------------------------------
 m2_mount "$C" "$WORK/mounterC.log" "$META"
 assert_eq "$(cat "$C/g")" "replacement" "C reads g"
