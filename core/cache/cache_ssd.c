@@ -710,15 +710,26 @@ static int cs_put(struct keg_obj *o, const char *key, const void *buf, size_t le
     return rc < 0 ? rc : 0;
 }
 
-static int cs_del(struct keg_obj *o, const char *key)
+static void cs_del_local(struct cache_ssd *cs, const char *key)
 {
-    struct cache_ssd *cs = o->priv;
     char name[KEGC_NAME_MAX + 1];
     uint32_t blen;
 
     if (kegc_is_block(key, &blen) && kegc_escape(key, name) == 0)
         cs_forget(cs, key, name, 1);
+}
+
+static int cs_del(struct keg_obj *o, const char *key)
+{
+    cs_del_local(o->priv, key);
     return keg_obj_del(o->inner, key);
+}
+
+static int cs_del_keys(struct keg_obj *o, const char *const *keys, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        cs_del_local(o->priv, keys[i]);
+    return keg_obj_del_keys(o->inner, keys, n);
 }
 
 static int cs_head(struct keg_obj *o, const char *key, uint64_t *size)
@@ -977,6 +988,7 @@ const struct keg_obj_ops keg_cache_ssd_ops = {
     .get = cs_get,
     .put = cs_put,
     .del = cs_del,
+    .del_keys = cs_del_keys,
     .head = cs_head,
     .list = keg_obj_def_list,
     .sync = keg_obj_def_sync,

@@ -90,21 +90,55 @@ int fs_alloc_slice(struct keg_fs *fs, uint64_t *id)
  * Deletion
  *--------------------------------------------------------------------------*/
 
-int fs_delete_slice(struct keg_fs *fs, uint64_t id, uint32_t size)
+#define FS_KEY_MAX  256
+#define FS_DEL_KEYS 4096    /* block keys per keg_obj_del_keys call */
+
+/* Deletes the blocks of n slices, up to FS_DEL_KEYS keys per keg_obj_del_keys
+ * (which S3 sends as one request per 1000).  Returns 0 when all are gone,
+ * else the first -errno (the rest is still attempted). */
+static int fs_delete_slices(struct keg_fs *fs, const struct keg_del_slice *v, size_t n)
 {
-    char key[256];
+    size_t nk = 0, k = 0;
     int first = 0;
-    uint32_t nblk = (uint32_t)(((uint64_t)size + fs->bs - 1) / fs->bs);
-    for (uint32_t i = 0; i < nblk; i++) {
-        keg_block_key(key, sizeof(key), fs->fmt.name, id, i, fs_block_len(fs->bs, size, i));
-        int rc = keg_obj_del(fs->obj, key);
-        if (rc < 0) {
-            KEG_WARN("delete %s: %s", key, strerror(-rc));
-            if (!first)
-                first = rc;
+    for (size_t j = 0; j < n; j++)
+        nk += (size_t)(((uint64_t)v[j].size + fs->bs - 1) / fs->bs);
+    nk = KEG_MIN(nk, (size_t)FS_DEL_KEYS);
+    if (nk == 0)
+        return 0;
+    char (*buf)[FS_KEY_MAX] = keg_malloc(nk * sizeof(*buf));
+    const char **keys = keg_malloc(nk * sizeof(*keys));
+    if (!buf || !keys) {
+        keg_free(keys);
+        keg_free(buf);
+        return -ENOMEM;
+    }
+    for (size_t j = 0; j < n; j++) {
+        uint32_t nblk = (uint32_t)(((uint64_t)v[j].size + fs->bs - 1) / fs->bs);
+        for (uint32_t i = 0; i < nblk; i++) {
+            keg_block_key(buf[k], FS_KEY_MAX, fs->fmt.name, v[j].id, i,
+                          fs_block_len(fs->bs, v[j].size, i));
+            keys[k] = buf[k];
+            int last = j + 1 == n && i + 1 == nblk;
+            if (++k < nk && !last)
+                continue;
+            int rc = keg_obj_del_keys(fs->obj, keys, k);
+            if (rc < 0) {
+                KEG_WARN("delete %zu blocks (first %s): %s", k, keys[0], strerror(-rc));
+                if (!first)
+                    first = rc;
+            }
+            k = 0;
         }
     }
+    keg_free(keys);
+    keg_free(buf);
     return first;
+}
+
+int fs_delete_slice(struct keg_fs *fs, uint64_t id, uint32_t size)
+{
+    struct keg_del_slice one = {.id = id, .size = size};
+    return fs_delete_slices(fs, &one, 1);
 }
 
 #define FS_SYNC_KEYS 64     /* keys per keg_obj_sync_keys call */
@@ -149,9 +183,14 @@ int fs_drain_delq(struct keg_fs *fs, int max_batches)
             return n == -ENOSYS ? total : n;
         if (n == 0)
             break;
-        for (int i = 0; i < n; i++) {
-            if (fs_delete_slice(fs, batch[i].id, batch[i].size) == 0)
-                done[nd++] = batch[i];
+        if (fs_delete_slices(fs, batch, (size_t)n) == 0) {
+            memcpy(done, batch, (size_t)n * sizeof(*batch));
+            nd = (uint32_t)n;
+        } else {
+            /* find out which slices are gone: one at a time */
+            for (int i = 0; i < n; i++)
+                if (fs_delete_slice(fs, batch[i].id, batch[i].size) == 0)
+                    done[nd++] = batch[i];
         }
         if (nd > 0) {
             int rc = KEG_META_CALL(fs->meta, delq_ack, done, nd);

@@ -160,6 +160,17 @@ int keg_obj_def_del(struct keg_obj *o, const char *key)
     return keg_obj_del(o->inner, key);
 }
 
+int keg_obj_del_each(struct keg_obj *o, const char *const *keys, size_t n)
+{
+    int first = 0;
+    for (size_t i = 0; i < n; i++) {
+        int rc = keg_obj_del(o, keys[i]);
+        if (rc < 0 && !first)
+            first = rc;
+    }
+    return first;
+}
+
 int keg_obj_def_head(struct keg_obj *o, const char *key, uint64_t *size)
 {
     return keg_obj_head(o->inner, key, size);

@@ -25,6 +25,12 @@
  * anything beyond what was asked.  Error bodies (<Code>, <Message>) go to a small
  * per-request buffer, then to the log with status and key, and to last_error.
  * Credentials never reach the log.
+ *
+ * Deleting many keys (del_keys: the deletion queue, compaction) sends
+ * DeleteObjects (POST ?delete, quiet mode) with up to S3_DEL_BATCH keys: one
+ * request instead of one per block.  A batch whose answer lists any <Error>
+ * is deleted again key by key; a server that refuses the request itself
+ * (400/405/501) gets single DELETEs from then on.
  */
 #define _GNU_SOURCE   /* memmem */
 #include <ctype.h>
@@ -39,6 +45,7 @@
 #include <unistd.h>
 
 #include <curl/curl.h>
+#include <openssl/evp.h>
 
 #define KEG_LOG_TAG "obj_s3"
 #include "keg/log.h"
@@ -92,6 +99,7 @@ struct obj_s3 {
     pthread_mutex_t   err_lock;
     char              last_error[512]; /* protected by err_lock */
     atomic_ulong      retries;        /* attempts that were retried (stats) */
+    atomic_int        no_multi_del;   /* the server refused DeleteObjects */
 };
 
 /*----------------------------------------------------------------------------
@@ -547,6 +555,10 @@ enum s3_verdict s3_classify(int curl_code, long status, const char *code, int *e
         *err = code_is(code, "EntityTooLarge") ? -EFBIG : -ENOSPC;
         return S3_FAIL;
     }
+    if (status == 501 || code_is(code, "NotImplemented")) {
+        *err = -EOPNOTSUPP;         /* the server lacks the feature: no retry helps */
+        return S3_FAIL;
+    }
     if (status == 429 || status >= 500) {
         *err = -EAGAIN;
         return S3_RETRY;
@@ -824,6 +836,8 @@ static int setup_attempt(struct obj_s3 *s, struct s3_req *r, uint64_t remain_ms,
     curl_easy_setopt(h, CURLOPT_WRITEDATA, r);
     if (r->upload) {
         curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
+        if (strcmp(r->method, "PUT") != 0)
+            curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, r->method);     /* POST ?delete */
         curl_easy_setopt(h, CURLOPT_READFUNCTION, read_cb);
         curl_easy_setopt(h, CURLOPT_READDATA, r);
         curl_easy_setopt(h, CURLOPT_SEEKFUNCTION, seek_cb);
@@ -1194,6 +1208,105 @@ static int obj_s3_del(struct keg_obj *o, const char *key)
     return rc == -ENOENT ? -EIO : rc;
 }
 
+#define S3_DEL_BATCH 1000   /* keys per DeleteObjects request (the S3 limit) */
+
+static void xml_add_escaped(struct s3_str *b, const char *p)
+{
+    for (; *p; p++) {
+        switch (*p) {
+        case '&':  s3_str_adds(b, "&amp;"); break;
+        case '<':  s3_str_adds(b, "&lt;"); break;
+        case '>':  s3_str_adds(b, "&gt;"); break;
+        case '"':  s3_str_adds(b, "&quot;"); break;
+        case '\'': s3_str_adds(b, "&apos;"); break;
+        default:   s3_str_addc(b, *p); break;
+        }
+    }
+}
+
+/* One DeleteObjects request for n <= S3_DEL_BATCH keys.  Returns 0 when the
+ * server reported every key deleted, 1 when the keys must be deleted one by
+ * one (the answer lists errors, or the server refuses the request), or -errno. */
+static int s3_del_batch(struct obj_s3 *s, const char *const *keys, size_t n)
+{
+    struct s3_str xml = {0}, resp = {0};
+    unsigned char md5[EVP_MAX_MD_SIZE];
+    unsigned int md5len = 0;
+    char md5b64[32], hash[S3_SHA256_HEX];
+    char *uri = NULL;
+    int rc;
+
+    s3_str_adds(&xml, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>"
+                      "<Delete><Quiet>true</Quiet>");
+    for (size_t i = 0; i < n; i++) {
+        s3_str_adds(&xml, "<Object><Key>");
+        xml_add_escaped(&xml, s->t.prefix);
+        xml_add_escaped(&xml, keys[i]);
+        s3_str_adds(&xml, "</Key></Object>");
+    }
+    s3_str_adds(&xml, "</Delete>");
+    uri = keg_asprintf("%s/", s->base_path);
+    if (xml.oom || !uri) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    /* Content-MD5 is required by S3 for this request */
+    if (!EVP_Digest(xml.p, xml.len, md5, &md5len, EVP_md5(), NULL) || md5len != 16) {
+        rc = -EIO;
+        goto out;
+    }
+    EVP_EncodeBlock((unsigned char *)md5b64, md5, 16);
+    s3_sha256_hex(xml.p, xml.len, hash);
+    const struct s3_kv extra[] = { { "Content-MD5", md5b64 },
+                                   { "Content-Type", "application/xml" } };
+    struct s3_req r = {
+        .op = "DELETE-OBJECTS", .method = "POST", .key = keys[0], .uri = uri,
+        .query = "delete=", .extra = extra, .nextra = 2, .body = xml.p, .body_len = xml.len,
+        .payload_hash = hash, .upload = 1, .grow = &resp,
+    };
+    rc = s3_do(s, &r);
+    if (rc == 0 && resp.p && strstr(resp.p, "<Error>")) {
+        char code[64];
+        s3_xml_text(resp.p, resp.len, "Code", code, sizeof(code));
+        KEG_WARN("DELETE-OBJECTS of %zu keys: the server reported errors (first: %s); "
+                 "deleting them one by one", n, *code ? code : "?");
+        rc = 1;
+    } else if (rc < 0 && (r.status == 400 || r.status == 405 || r.status == 501)) {
+        KEG_WARN("DELETE-OBJECTS refused (HTTP %ld): deleting keys one by one from now on",
+                 r.status);
+        atomic_store(&s->no_multi_del, 1);
+        rc = 1;
+    }
+out:
+    s3_str_free(&xml);
+    s3_str_free(&resp);
+    keg_free(uri);
+    return rc;
+}
+
+static int obj_s3_del_keys(struct keg_obj *o, const char *const *keys, size_t n)
+{
+    struct obj_s3 *s = o->priv;
+    int first = 0;
+    for (size_t i = 0; i < n; i++) {
+        int rc = check_key(keys[i]);
+        if (rc < 0)
+            return rc;
+    }
+    for (size_t at = 0; at < n; at += S3_DEL_BATCH) {
+        size_t m = KEG_MIN(n - at, (size_t)S3_DEL_BATCH);
+        int rc = (m == 1 || atomic_load(&s->no_multi_del)) ? 1 : s3_del_batch(s, keys + at, m);
+        for (size_t i = 0; rc == 1 && i < m; i++) {
+            int r1 = obj_s3_del(o, keys[at + i]);
+            if (r1 < 0 && !first)
+                first = r1;
+        }
+        if (rc < 0 && !first)
+            first = rc;
+    }
+    return first;
+}
+
 static int obj_s3_head(struct keg_obj *o, const char *key, uint64_t *size)
 {
     struct obj_s3 *s = o->priv;
@@ -1297,6 +1410,7 @@ const struct keg_obj_ops keg_obj_s3_ops = {
     .get = obj_s3_get,
     .put = obj_s3_put,
     .del = obj_s3_del,
+    .del_keys = obj_s3_del_keys,
     .head = obj_s3_head,
     .list = obj_s3_list,
 };

@@ -770,9 +770,12 @@ static ssize_t wb_get(struct keg_obj *o, const char *key, uint64_t off, void *bu
     return n;
 }
 
-static int wb_del(struct keg_obj *o, const char *key)
+/* Drops key's staged copy (waiting for an upload under way).  Returns 1 when
+ * the key is not in the store below: a write-once key put here and deleted
+ * before any upload attempt (nor in the cache below, which only keeps
+ * uploaded objects). */
+static int wb_del_local(struct wb *wb, const char *key)
 {
-    struct wb *wb = o->priv;
     char name[KEGC_NAME_MAX + 1];
     struct wb_ent *e;
     int never_uploaded = 0;
@@ -794,9 +797,26 @@ static int wb_del(struct keg_obj *o, const char *key)
         }
         pthread_mutex_unlock(&wb->mu);
     }
-    /* A write-once key put here and deleted before any upload attempt is not
-     * in the store (nor in the cache below, which only keeps uploaded objects). */
-    return never_uploaded ? 0 : keg_obj_del(o->inner, key);
+    return never_uploaded;
+}
+
+static int wb_del(struct keg_obj *o, const char *key)
+{
+    return wb_del_local(o->priv, key) ? 0 : keg_obj_del(o->inner, key);
+}
+
+static int wb_del_keys(struct keg_obj *o, const char *const *keys, size_t n)
+{
+    const char **below = keg_malloc(n * sizeof(*below));
+    size_t m = 0;
+    if (!below)
+        return keg_obj_del_each(o, keys, n);
+    for (size_t i = 0; i < n; i++)
+        if (!wb_del_local(o->priv, keys[i]))
+            below[m++] = keys[i];
+    int rc = keg_obj_del_keys(o->inner, below, m);
+    keg_free(below);
+    return rc;
 }
 
 static int wb_head(struct keg_obj *o, const char *key, uint64_t *size)
@@ -1437,6 +1457,7 @@ const struct keg_obj_ops keg_wb_ops = {
     .get = wb_get,
     .put = wb_put,
     .del = wb_del,
+    .del_keys = wb_del_keys,
     .head = wb_head,
     .list = wb_list,
     .sync = wb_sync,

@@ -609,6 +609,26 @@ static void test_passthrough_and_del(void **state)
     assert_int_equal(keg_cache_ssd_stats(o, &st), 0);
     assert_int_equal(st.objects, 0);
     assert_int_equal(st.bytes, 0);
+
+    /* del_keys: cached copies go, and the keys go down in one call */
+    char k2[2][128];
+    const char *keys[2] = {k2[0], k2[1]};
+    put_block(o, 9, 500);
+    put_block(o, 10, 700);
+    keg_block_key(k2[0], sizeof(k2[0]), "vol1", 9, 0, 500);
+    keg_block_key(k2[1], sizeof(k2[1]), "vol1", 10, 0, 700);
+    assert_int_equal(keg_cache_ssd_stats(o, &st), 0);
+    assert_int_equal(st.objects, 2);
+    int calls = atomic_load(&cnt_of(o)->del_calls);
+    assert_int_equal(keg_obj_del_keys(o, keys, 2), 0);
+    assert_int_equal(atomic_load(&cnt_of(o)->del_calls), calls + 1);
+    for (int i = 0; i < 2; i++) {
+        cache_path(fx, keys[i], path, sizeof(path));
+        assert_int_equal(stat(path, &sb), -1);
+        assert_int_equal(keg_obj_get(o, keys[i], 0, got, sizeof(got)), -ENOENT);
+    }
+    assert_int_equal(keg_cache_ssd_stats(o, &st), 0);
+    assert_int_equal(st.objects, 0);
     keg_obj_close(o);
 }
 

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <openssl/evp.h>
 
 #include "keg/keg.h"
 #include "keg/log.h"
@@ -37,6 +38,8 @@ enum reply {
     R_CUT,               /* Content-Length 100, 50 bytes sent, connection closed */
     R_500,
     R_BIG,               /* 200 with 4 MiB, Range ignored */
+    R_DEL_ERRORS,        /* 200 DeleteResult listing an <Error> */
+    R_501,               /* 501 NotImplemented */
 };
 
 static struct {
@@ -49,6 +52,8 @@ static struct {
     char            method[16], path[512];
     char            hdrs[4096];            /* headers of the last request */
     char            body_hash[S3_SHA256_HEX];
+    char            trail[8192];           /* "METHOD PATH\n" of each request since script() */
+    char            body[1 << 17];         /* the last request's body (NUL-terminated, cut) */
     int             stop;
 } srv = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
@@ -116,6 +121,11 @@ static void serve_conn(int fd)
         memcpy(srv.hdrs, buf, hcopy);
         srv.hdrs[hcopy] = '\0';
         s3_sha256_hex(body, clen, srv.body_hash);
+        size_t tl = strlen(srv.trail);
+        snprintf(srv.trail + tl, sizeof(srv.trail) - tl, "%s %s\n", srv.method, srv.path);
+        size_t bcopy = KEG_MIN(clen, sizeof(srv.body) - 1);
+        memcpy(srv.body, body, bcopy);
+        srv.body[bcopy] = '\0';
         enum reply rp = srv.script[n < srv.nscript ? n : srv.nscript - 1];
         pthread_mutex_unlock(&srv.lock);
 
@@ -173,6 +183,19 @@ static void serve_conn(int fd)
             send_all(fd, big, sizeof(big));
             break;
         }
+        case R_DEL_ERRORS: {
+            const char *dr = "<?xml version=\"1.0\"?><DeleteResult><Error><Key>pre/x</Key>"
+                            "<Code>AccessDenied</Code><Message>no</Message></Error>"
+                            "</DeleteResult>";
+            hn = snprintf(head, sizeof(head), "HTTP/1.1 200 OK\r\nContent-Length: %zu\r\n\r\n",
+                          strlen(dr));
+            send_all(fd, head, (size_t)hn);
+            send_all(fd, dr, strlen(dr));
+            break;
+        }
+        case R_501:
+            reply_err(fd, 501, "Not Implemented", "NotImplemented");
+            break;
         case R_CUT:
             send_all(fd, "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n", 40);
             send_all(fd, object, 50);
@@ -245,6 +268,7 @@ static void script(int n, ...)
     va_end(ap);
     srv.nscript = n;
     srv.nreq = 0;
+    srv.trail[0] = '\0';
     pthread_mutex_unlock(&srv.lock);
 }
 
@@ -329,6 +353,82 @@ static void test_retries_run_out(void **state)
     keg_obj_close(o);
 }
 
+static int count_of(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *q = strstr(hay, needle); q; q = strstr(q + 1, needle))
+        n++;
+    return n;
+}
+
+/* del_keys: one DeleteObjects request (POST ?delete, quiet, keys under the
+ * prefix and XML-escaped, Content-MD5 of the body signed) per 1000 keys. */
+static void test_del_keys_wire(void **state)
+{
+    (void)state;
+    struct keg_obj *o = open_fake(2000);
+    const char *keys[] = {"a", "dir/b<&>\"'", "c"};
+    script(1, R_OK_EMPTY);
+    assert_int_equal(keg_obj_del_keys(o, keys, 3), 0);
+    assert_int_equal(nreq(), 1);
+    assert_string_equal(srv.method, "POST");
+    assert_string_equal(srv.path, "/bkt/?delete=");
+    assert_non_null(strstr(srv.body, "<Delete><Quiet>true</Quiet><Object><Key>pre/a</Key>"
+                                     "</Object><Object><Key>pre/dir/b&lt;&amp;&gt;&quot;"
+                                     "&apos;</Key></Object><Object><Key>pre/c</Key></Object>"
+                                     "</Delete>"));
+    unsigned char md5[16];
+    unsigned int ml = 0;
+    char b64[32], hdr[64];
+    assert_true(EVP_Digest(srv.body, strlen(srv.body), md5, &ml, EVP_md5(), NULL));
+    EVP_EncodeBlock((unsigned char *)b64, md5, 16);
+    snprintf(hdr, sizeof(hdr), "Content-MD5: %s", b64);
+    assert_non_null(strstr(srv.hdrs, hdr));
+    assert_non_null(strstr(srv.hdrs, "SignedHeaders=content-md5;content-type;host;"));
+    /* 2,500 keys: requests of 1000, 1000 and 500 */
+    static char kbuf[2500][16];
+    static const char *many[2500];
+    for (int i = 0; i < 2500; i++) {
+        snprintf(kbuf[i], sizeof(kbuf[i]), "k%d", i);
+        many[i] = kbuf[i];
+    }
+    script(1, R_OK_EMPTY);
+    assert_int_equal(keg_obj_del_keys(o, many, 2500), 0);
+    assert_int_equal(nreq(), 3);
+    assert_int_equal(count_of(srv.trail, "POST /bkt/?delete="), 3);
+    assert_int_equal(count_of(srv.body, "<Object>"), 500);
+    /* one key: a plain DELETE */
+    script(1, R_OK_EMPTY);
+    assert_int_equal(keg_obj_del_keys(o, keys, 1), 0);
+    assert_string_equal(srv.trail, "DELETE /bkt/pre/a\n");
+    keg_obj_close(o);
+}
+
+/* An answer listing errors: those keys are deleted one by one.  A server that
+ * refuses DeleteObjects gets single DELETEs, also for later calls. */
+static void test_del_keys_fallback(void **state)
+{
+    (void)state;
+    struct keg_obj *o = open_fake(2000);
+    const char *keys[] = {"x", "y"};
+    script(2, R_DEL_ERRORS, R_OK_EMPTY);
+    assert_int_equal(keg_obj_del_keys(o, keys, 2), 0);
+    assert_string_equal(srv.trail, "POST /bkt/?delete=\nDELETE /bkt/pre/x\nDELETE /bkt/pre/y\n");
+    script(2, R_501, R_OK_EMPTY);
+    assert_int_equal(keg_obj_del_keys(o, keys, 2), 0);
+    assert_string_equal(srv.trail, "POST /bkt/?delete=\nDELETE /bkt/pre/x\nDELETE /bkt/pre/y\n");
+    script(1, R_OK_EMPTY);
+    assert_int_equal(keg_obj_del_keys(o, keys, 2), 0);
+    assert_string_equal(srv.trail, "DELETE /bkt/pre/x\nDELETE /bkt/pre/y\n");
+    /* a permanent failure of the request is returned, nothing is acknowledged */
+    keg_obj_close(o);
+    o = open_fake(2000);
+    script(1, R_FORBIDDEN);
+    assert_int_equal(keg_obj_del_keys(o, keys, 2), -EACCES);
+    assert_int_equal(nreq(), 1);
+    keg_obj_close(o);
+}
+
 static void test_get_guards(void **state)
 {
     (void)state;
@@ -384,6 +484,8 @@ int main(void)
         cmocka_unit_test(test_no_retry_on_403),
         cmocka_unit_test(test_retries_run_out),
         cmocka_unit_test(test_get_guards),
+        cmocka_unit_test(test_del_keys_wire),
+        cmocka_unit_test(test_del_keys_fallback),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

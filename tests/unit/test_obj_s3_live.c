@@ -337,6 +337,39 @@ static void test_list_paging(void **state)
     assert_int_equal(c.n, 0);
 }
 
+/* del_keys through DeleteObjects on a real server: 1,100 keys (two requests),
+ * odd characters, and keys that do not exist are all fine; nothing is left. */
+static void test_del_keys(void **state)
+{
+    NEED_S3();
+    struct keg_obj *o = *state;
+    enum { N = 1100, MISSING = 5 };
+    static char kbuf[N + MISSING + 1][48];
+    static const char *keys[N + MISSING + 1];
+    run_jobs(o, put_worker, "dk/k%05d", N, 7, 16);
+    for (int i = 0; i < N + MISSING; i++) {
+        snprintf(kbuf[i], sizeof(kbuf[i]), i < N ? "dk/k%05d" : "dk/missing%d", i);
+        keys[i] = kbuf[i];
+    }
+    const char *odd = "dk/lt<gt>amp&quot\"apos' sp";
+    assert_int_equal(keg_obj_put(o, odd, "x", 1), 0);
+    keys[N + MISSING] = odd;
+    struct collect c = {0};
+    assert_int_equal(keg_obj_list(o, "dk/", collect_cb, &c), 0);
+    assert_int_equal(c.n, N + 1);
+    collect_free(&c);
+    cap_reset();
+    assert_int_equal(keg_obj_del_keys(o, keys, N + MISSING + 1), 0);
+    /* the server took DeleteObjects itself: no key was deleted one by one */
+    assert_false(cap_has("one by one"));
+    assert_int_equal(keg_obj_list(o, "dk/", collect_cb, &c), 0);
+    assert_int_equal(c.n, 0);
+    uint64_t sz;
+    assert_int_equal(keg_obj_head(o, odd, &sz), -ENOENT);
+    /* again: everything is missing now, still success */
+    assert_int_equal(keg_obj_del_keys(o, keys, N + MISSING + 1), 0);
+}
+
 static void test_wrong_secret(void **state)
 {
     NEED_S3();
@@ -563,6 +596,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_put_get_head_del, setup, teardown),
         cmocka_unit_test_setup_teardown(test_odd_keys, setup, teardown),
         cmocka_unit_test_setup_teardown(test_list_paging, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_del_keys, setup, teardown),
         cmocka_unit_test(test_wrong_secret),
         cmocka_unit_test(test_wrong_access_key),
         cmocka_unit_test(test_missing_bucket),

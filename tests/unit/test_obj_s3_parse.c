@@ -252,6 +252,8 @@ static void test_classify(void **state)
     expect_class(CURLE_OK, 301, "PermanentRedirect", S3_FAIL, -EIO);
     expect_class(CURLE_OK, 409, "BucketNotEmpty", S3_FAIL, -EIO);
     expect_class(CURLE_OK, 412, "PreconditionFailed", S3_FAIL, -EIO);
+    expect_class(CURLE_OK, 501, "NotImplemented", S3_FAIL, -EOPNOTSUPP);
+    expect_class(CURLE_OK, 501, "", S3_FAIL, -EOPNOTSUPP);
     /* Retried. */
     expect_class(CURLE_OK, 500, "InternalError", S3_RETRY, -EAGAIN);
     expect_class(CURLE_OK, 502, "", S3_RETRY, -EAGAIN);

@@ -28,6 +28,7 @@
 
 struct cnt {
     atomic_int gets, puts, dels;
+    atomic_int del_calls;      /* del_keys calls (each counts its keys in dels) */
 };
 static atomic_uint cnt_get_delay_ms;
 static atomic_uint cnt_put_delay_ms;
@@ -75,6 +76,13 @@ static inline int cnt_del(struct keg_obj *o, const char *key)
     atomic_fetch_add(&c->dels, 1);
     return keg_obj_del(o->inner, key);
 }
+static inline int cnt_del_keys(struct keg_obj *o, const char *const *keys, size_t n)
+{
+    struct cnt *c = o->priv;
+    atomic_fetch_add(&c->dels, (int)n);
+    atomic_fetch_add(&c->del_calls, 1);
+    return keg_obj_del_keys(o->inner, keys, n);
+}
 static const struct keg_obj_ops cnt_ops = {
     .name = "counting",
     .version = 1,
@@ -84,6 +92,7 @@ static const struct keg_obj_ops cnt_ops = {
     .get = cnt_get,
     .put = cnt_put,
     .del = cnt_del,
+    .del_keys = cnt_del_keys,
     .head = keg_obj_def_head,
     .list = keg_obj_def_list,
     .sync = keg_obj_def_sync,

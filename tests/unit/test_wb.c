@@ -452,6 +452,40 @@ static void test_del_staged(void **state)
     keg_obj_close(o);
 }
 
+/* del_keys: staged copies are dropped here, and only the keys that may be in
+ * the store below go down, in one call (a write-once key never uploaded does
+ * not). */
+static void test_del_keys_batch(void **state)
+{
+    struct fx *fx = *state;
+    struct keg_obj *o = open_wb(fx, "mem", (struct keg_wb_conf){.workers = 1,
+                                                                .upload_delay_ms = 60000,
+                                                                .keys_write_once = 1});
+    char k[5][128];
+    const char *keys[5];
+    uint8_t buf[64];
+
+    for (int i = 0; i < 5; i++) {
+        keg_block_key(k[i], sizeof(k[i]), "vol1", (uint64_t)i + 1, 0, 100);
+        keys[i] = k[i];
+    }
+    put_block(o, 1, 100);
+    put_block(o, 2, 100);
+    assert_int_equal(keg_wb_drain(o, 2000, NULL), 0);     /* 1 and 2 are uploaded */
+    put_block(o, 3, 100);
+    put_block(o, 4, 100);                                 /* 3 and 4 stay local */
+    assert_int_equal(wbst(o).staged_objects, 2);
+    assert_int_equal(keg_obj_del_keys(o, keys, 5), 0);    /* 5 never existed */
+    assert_int_equal(atomic_load(&cnt_of(o)->del_calls), 1);
+    assert_int_equal(atomic_load(&cnt_of(o)->dels), 3);   /* 1, 2 and 5 */
+    assert_int_equal(wbst(o).staged_objects, 0);
+    assert_int_equal(count_files(fx->slot, NULL, NULL), 0);
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(keg_obj_get(o, keys[i], 0, buf, sizeof(buf)), -ENOENT);
+    assert_int_equal(atomic_load(&cnt_of(o)->puts), 2);
+    keg_obj_close(o);
+}
+
 /* sync() fsyncs what is staged and records it; a re-put makes it unsynced again. */
 static void test_sync_bookkeeping(void **state)
 {
@@ -1023,6 +1057,7 @@ int main(void)
         T(test_permanent_failure),
         T(test_drain_timeout),
         T(test_del_staged),
+        T(test_del_keys_batch),
         T(test_sync_bookkeeping),
         T(test_corrupt_staged_quarantined),
         T(test_stack_order),

@@ -77,6 +77,10 @@ struct keg_obj_ops {
     int     (*put)(struct keg_obj *o, const char *key, const void *buf, size_t len);
     /* Delete; a missing key is success. */
     int     (*del)(struct keg_obj *o, const char *key);
+    /* Delete these n keys; missing keys are success.  Returns 0 when every key
+     * is gone, else -errno: some may be gone, and deleting them again is safe.
+     * Optional (NULL: del of each key, keg_obj_del_each). */
+    int     (*del_keys)(struct keg_obj *o, const char *const *keys, size_t n);
     /* Size of key, -ENOENT. */
     int     (*head)(struct keg_obj *o, const char *key, uint64_t *size);
     /* Every key starting with prefix, in byte order; cb returning non-zero
@@ -149,6 +153,16 @@ static inline int keg_obj_put_file(struct keg_obj *o, const char *key, const voi
 static inline int keg_obj_del(struct keg_obj *o, const char *key)
 {
     int rc = o->ops->del(o, key);
+    KEG_ASSERT(rc <= 0 && rc != -ENOENT);
+    return rc;
+}
+/* del of each key, on to the end; returns the first error. */
+int keg_obj_del_each(struct keg_obj *o, const char *const *keys, size_t n);
+static inline int keg_obj_del_keys(struct keg_obj *o, const char *const *keys, size_t n)
+{
+    if (n == 0)
+        return 0;
+    int rc = o->ops->del_keys ? o->ops->del_keys(o, keys, n) : keg_obj_del_each(o, keys, n);
     KEG_ASSERT(rc <= 0 && rc != -ENOENT);
     return rc;
 }
