@@ -93,6 +93,16 @@ int fs_alloc_slice(struct keg_fs *fs, uint64_t *id)
 #define FS_KEY_MAX  256
 #define FS_DEL_KEYS 4096    /* block keys per keg_obj_del_keys call */
 
+static void fs_del_keys(struct keg_fs *fs, const char **keys, size_t k, int *first)
+{
+    int rc = keg_obj_del_keys(fs->obj, keys, k);
+    if (rc < 0) {
+        KEG_WARN("delete %zu blocks (first %s): %s", k, keys[0], strerror(-rc));
+        if (!*first)
+            *first = rc;
+    }
+}
+
 /* Deletes the blocks of n slices, up to FS_DEL_KEYS keys per keg_obj_del_keys
  * (which S3 sends as one request per 1000).  Returns 0 when all are gone,
  * else the first -errno (the rest is still attempted). */
@@ -118,18 +128,14 @@ static int fs_delete_slices(struct keg_fs *fs, const struct keg_del_slice *v, si
             keg_block_key(buf[k], FS_KEY_MAX, fs->fmt.name, v[j].id, i,
                           fs_block_len(fs->bs, v[j].size, i));
             keys[k] = buf[k];
-            int last = j + 1 == n && i + 1 == nblk;
-            if (++k < nk && !last)
-                continue;
-            int rc = keg_obj_del_keys(fs->obj, keys, k);
-            if (rc < 0) {
-                KEG_WARN("delete %zu blocks (first %s): %s", k, keys[0], strerror(-rc));
-                if (!first)
-                    first = rc;
+            if (++k == nk) {
+                fs_del_keys(fs, keys, k, &first);
+                k = 0;
             }
-            k = 0;
         }
     }
+    if (k > 0)
+        fs_del_keys(fs, keys, k, &first);
     keg_free(keys);
     keg_free(buf);
     return first;

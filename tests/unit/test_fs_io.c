@@ -252,6 +252,32 @@ static void test_io_unlink_while_open(void **state)
     tvol_cleanup(&v);
 }
 
+/* A file of more blocks than one deletion call takes (4096 block keys): the
+ * deletion queue deletes every block, the last partial group included. */
+static void test_io_delete_many_blocks(void **state)
+{
+    struct tvol v;
+    enum { NBLK = 4096 + 1000 };
+    uint8_t *data = malloc((size_t)NBLK * 4096);
+    (void)state;
+    assert_non_null(data);
+    tvol_init(&v, 4096, "none");
+    tvol_mount(&v);
+    struct keg_fh *fh = tvol_create(&v, KEG_ROOT_INO, "big", NULL);
+    fill_random(data, (size_t)NBLK * 4096);
+    write_all(&v, fh, 0, data, (size_t)NBLK * 4096);
+    assert_int_equal(keg_fs_release(v.fs, fh), 0);
+    fh = tvol_create(&v, KEG_ROOT_INO, "small", NULL);
+    write_all(&v, fh, 0, data, 100);
+    assert_int_equal(keg_fs_release(v.fs, fh), 0);
+    assert_true(tvol_count_objects(&v) >= NBLK + 1);
+    assert_int_equal(keg_fs_unlink(v.fs, &tv_root, KEG_ROOT_INO, "big"), 0);
+    assert_int_equal(keg_fs_unlink(v.fs, &tv_root, KEG_ROOT_INO, "small"), 0);
+    assert_true(tvol_wait_objects(&v, 0, 400));
+    tvol_cleanup(&v);
+    free(data);
+}
+
 /*--------------------------------------------------------------------------*/
 
 static void test_io_copy_range(void **state)
@@ -596,6 +622,7 @@ int main(void)
         cmocka_unit_test(test_io_random_zstd),
         cmocka_unit_test(test_io_chunk_boundary),
         cmocka_unit_test(test_io_unlink_while_open),
+        cmocka_unit_test(test_io_delete_many_blocks),
         cmocka_unit_test(test_io_copy_range),
         cmocka_unit_test(test_io_fallocate),
         cmocka_unit_test(test_io_seek_data_hole),
