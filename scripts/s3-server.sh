@@ -67,6 +67,29 @@ wait_for() {   # wait_for SECONDS WHAT CMD...
     done
 }
 
+# The OSD can send its first monitor command before its monitor client has the
+# cluster map; the monitor refuses it ("handle_command on fsid 0000... != ...",
+# "wrong fsid" in the OSD's log) and the OSD exits during init.  Seen in a few
+# fresh starts on these machines (twice in a row once); it is started again.
+start_osd() {
+    local try end
+    for try in 1 2 3 4 5 6; do
+        ((try == 1)) || sleep 1
+        spawn osd ceph-osd -c "$CONF" -i 0 -f
+        end=$((SECONDS + 60))
+        while ((SECONDS < end)) && alive osd; do
+            "${CEPH[@]}" osd dump 2>/dev/null | grep -q '^osd.0 up' && return 0
+            sleep 0.5
+        done
+        alive osd && break          # running, but not up within 60 s
+        echo "s3-server: the OSD exited while starting (try $try of 6)" >&2
+    done
+    echo "s3-server: the OSD did not come up" >&2
+    log_tail
+    kill_daemons
+    exit 1
+}
+
 write_conf() {
     cat > "$CONF" <<EOF
 [global]
@@ -179,9 +202,7 @@ do_start() {
             { log_tail; die "ceph-osd --mkfs failed"; }
     fi
     if ((fresh)); then
-        spawn osd ceph-osd -c "$CONF" -i 0 -f
-        wait_for 60 "the OSD to come up" bash -c \
-            "${CEPH[*]} osd dump 2>/dev/null | grep -q '^osd.0 up'"
+        start_osd
     fi
     start_gw
 
@@ -216,10 +237,8 @@ do_start() {
     echo "s3-server: up in $DIR: http://127.0.0.1:$PORT/$BUCKET"
 }
 
-do_stop() {
-    local quiet=${1:-}
-    [[ -d $DIR ]] || return 0
-    [[ -f $DIR/fsid || ! -e $DIR ]] || die "$DIR is not an s3-server directory; not removing it"
+kill_daemons() {   # stop every daemon of DIR (the directory and its logs stay)
+    local n
     for n in rgw osd mon; do
         local f=$DIR/pids/$n
         [[ -f $f ]] || continue
@@ -232,6 +251,13 @@ do_stop() {
         fi
         rm -f "$f"
     done
+}
+
+do_stop() {
+    local quiet=${1:-}
+    [[ -d $DIR ]] || return 0
+    [[ -f $DIR/fsid || ! -e $DIR ]] || die "$DIR is not an s3-server directory; not removing it"
+    kill_daemons
     rm -rf "$DIR"
     [[ -n $quiet ]] || echo "s3-server: stopped, $DIR removed"
 }
