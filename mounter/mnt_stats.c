@@ -70,7 +70,8 @@ static const struct {
     F(cache_hits), F(cache_misses), F(cache_shared), F(cache_corrupt), F(cache_evictions),
     F(open_files), F(open_dirs), F(restarts), F(mem_budget), F(mem_write_bytes),
     F(mem_read_bytes), F(mem_read_limit), F(mem_read_floor), F(mem_read_cap),
-    F(upload_busy_sec),
+    F(upload_busy_sec), F(has_names), F(names_up), F(names_cached), F(names_answered),
+    F(names_drops),
 };
 #undef F
 #define NFIELDS (sizeof(fields) / sizeof(fields[0]))
@@ -228,6 +229,14 @@ static void collect(struct mnt_live *l)
     l->mem_read_limit = m.read_limit;
     l->mem_read_floor = m.read_floor;
     l->mem_read_cap = m.read_cap;
+    struct keg_meta_name_cache nc;
+    if (keg_meta_name_cache_stats(keg_fs_meta(w.fs), &nc) == 0) {
+        l->has_names = 1;
+        l->names_up = (uint64_t)nc.up;
+        l->names_cached = nc.names;
+        l->names_answered = nc.answered;
+        l->names_drops = nc.drops;
+    }
     int64_t f = __atomic_load_n(&open_files_n, __ATOMIC_RELAXED);
     int64_t d = __atomic_load_n(&open_dirs_n, __ATOMIC_RELAXED);
     l->open_files = f > 0 ? (uint64_t)f : 0;
@@ -408,6 +417,12 @@ void mnt_stats_print(FILE *out, const struct mnt_live *l, const char *in)
     } else {
         fprintf(out, "%scache:     no SSD cache\n", in);
     }
+    if (l->has_names)
+        fprintf(out, "%snames:     directory name cache %s; %llu names cached, %llu lookups "
+                "answered without a request, %llu drops\n", in,
+                l->names_up ? "up" : "down (not subscribed)",
+                (unsigned long long)l->names_cached, (unsigned long long)l->names_answered,
+                (unsigned long long)l->names_drops);
 }
 
 /*----- kegfs stats -----*/

@@ -361,6 +361,19 @@ int keg_meta_register(const struct keg_meta_ops *ops);
 /* The engine serving this URL scheme, or NULL. */
 const struct keg_meta_ops *keg_meta_find(const char *scheme);
 
+/* The directory name cache of a mounting session (Redis engine; see
+ * docs/internals/meta-redis.md), for `kegfs stats`. */
+struct keg_meta_name_cache {
+    uint64_t answered;      /* lookups answered "no such name" without a request */
+    uint64_t fills;         /* directories whose names were loaded */
+    uint64_t drops;         /* times every cached name was dropped */
+    uint64_t names;         /* names cached now */
+    int      up;            /* subscribed: the cache is in use */
+};
+/* Returns 0, or -ENOTSUP when m has no name cache (another engine, no session,
+ * dircache=0). */
+int keg_meta_name_cache_stats(struct keg_meta *m, struct keg_meta_name_cache *st);
+
 /* Open the engine for url.  -EINVAL with a clear log line for an unknown scheme
  * or malformed url.  OWNERSHIP: caller closes with keg_meta_close(). */
 int  keg_meta_open(const char *url, struct keg_meta **out);

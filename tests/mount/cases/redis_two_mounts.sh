@@ -107,6 +107,16 @@ case "$META" in
     [ "$calls" -lt 130 ] || fail "100 creates took $calls scripts: the name cache did not answer"
     ;;
 esac
+# kegfs stats shows the cache at work (the stats file is rewritten every second)
+sleep 1.5
+names=$("$KEGFS" stats "$A" 2>&1 | grep 'names:' | sed 's/^ *//')
+note "A: $names"
+case "$names" in
+  *"directory name cache up;"*) ;;
+  *) fail "kegfs stats of A does not show the name cache up: '$names'" ;;
+esac
+answered=$(sed -nE 's/.* ([0-9]+) lookups answered.*/\1/p' <<< "$names")
+[ "${answered:-0}" -ge 100 ] || fail "kegfs stats of A: only ${answered:-0} lookups answered"
 note "names created or renamed on A seen at once on B, 200 times"
 
 #--- a mount with the default kernel caches (1 s) --------------------------------------
