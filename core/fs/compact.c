@@ -217,7 +217,7 @@ static int compact_one(struct keg_fs *fs, uint64_t ino, uint32_t indx, int force
          * must be before it replaces them, or a power loss after the commit
          * (and the deletion of the old blocks) could lose fsync'ed data. */
         {
-            struct fs_sref r = {repl.id, repl.size};
+            struct keg_del_slice r = {repl.id, repl.size};
             rc = fs_sync_slices(fs, &r, 1);
         }
         if (rc < 0) {

@@ -510,7 +510,7 @@ static void usync_note(struct fs_inode *ip, const struct fs_wslice *ws)
     for (; ws && !ip->usync_all; ws = ws->next) {
         if (ip->nusync == ip->cusync) {
             uint32_t ncap = ip->cusync ? ip->cusync * 2 : 8;
-            struct fs_sref *nv = ncap <= FS_USYNC_MAX
+            struct keg_del_slice *nv = ncap <= FS_USYNC_MAX
                                      ? keg_realloc(ip->usync, ncap * sizeof(*nv)) : NULL;
             if (!nv) {
                 ip->usync_all = 1;      /* too many (or no memory): sync the store */
@@ -519,7 +519,7 @@ static void usync_note(struct fs_inode *ip, const struct fs_wslice *ws)
             ip->usync = nv;
             ip->cusync = ncap;
         }
-        ip->usync[ip->nusync++] = (struct fs_sref){ws->id, ws->len};
+        ip->usync[ip->nusync++] = (struct keg_del_slice){ws->id, ws->len};
     }
     if (ip->usync_all) {
         keg_free(ip->usync);
@@ -873,7 +873,7 @@ int keg_fs_flush(struct keg_fs *fs, struct keg_fh *fh, uint64_t lock_owner)
 static int fsync_blocks(struct keg_fs *fs, struct fs_inode *ip)
 {
     uint64_t lost;
-    struct fs_sref *v;
+    struct keg_del_slice *v;
     uint32_t n;
     int all, rc;
 

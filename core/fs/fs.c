@@ -92,27 +92,21 @@ int fs_alloc_slice(struct keg_fs *fs, uint64_t *id)
 
 #define FS_KEY_MAX  256
 #define FS_DEL_KEYS 4096    /* block keys per keg_obj_del_keys call */
+#define FS_SYNC_KEYS 64     /* keys per keg_obj_sync_keys call */
 
-static void fs_del_keys(struct keg_fs *fs, const char **keys, size_t k, int *first)
-{
-    int rc = keg_obj_del_keys(fs->obj, keys, k);
-    if (rc < 0) {
-        KEG_WARN("delete %zu blocks (first %s): %s", k, keys[0], strerror(-rc));
-        if (!*first)
-            *first = rc;
-    }
-}
+typedef int fs_keys_op(struct keg_fs *fs, const char *const *keys, size_t n);
 
-/* Deletes the blocks of n slices, up to FS_DEL_KEYS keys per keg_obj_del_keys
- * (which S3 sends as one request per 1000).  Returns 0 when all are gone,
- * else the first -errno (the rest is still attempted). */
-static int fs_delete_slices(struct keg_fs *fs, const struct keg_del_slice *v, size_t n)
+/* Calls op on the block keys of slices v[0..n), at most max keys per call.
+ * all: go on after a failed call; else stop there.  Returns 0 or the first
+ * -errno. */
+static int fs_slices_keys(struct keg_fs *fs, const struct keg_del_slice *v, size_t n,
+                          size_t max, fs_keys_op *op, int all)
 {
     size_t nk = 0, k = 0;
     int first = 0;
     for (size_t j = 0; j < n; j++)
         nk += (size_t)(((uint64_t)v[j].size + fs->bs - 1) / fs->bs);
-    nk = KEG_MIN(nk, (size_t)FS_DEL_KEYS);
+    nk = KEG_MIN(nk, max);
     if (nk == 0)
         return 0;
     char (*buf)[FS_KEY_MAX] = keg_malloc(nk * sizeof(*buf));
@@ -122,23 +116,47 @@ static int fs_delete_slices(struct keg_fs *fs, const struct keg_del_slice *v, si
         keg_free(buf);
         return -ENOMEM;
     }
-    for (size_t j = 0; j < n; j++) {
+    for (size_t j = 0; j < n && (all || !first); j++) {
         uint32_t nblk = (uint32_t)(((uint64_t)v[j].size + fs->bs - 1) / fs->bs);
-        for (uint32_t i = 0; i < nblk; i++) {
+        for (uint32_t i = 0; i < nblk && (all || !first); i++) {
             keg_block_key(buf[k], FS_KEY_MAX, fs->fmt.name, v[j].id, i,
                           fs_block_len(fs->bs, v[j].size, i));
             keys[k] = buf[k];
             if (++k == nk) {
-                fs_del_keys(fs, keys, k, &first);
+                int rc = op(fs, keys, k);
+                first = first ? first : rc;
                 k = 0;
             }
         }
     }
-    if (k > 0)
-        fs_del_keys(fs, keys, k, &first);
+    if (k > 0 && (all || !first)) {
+        int rc = op(fs, keys, k);
+        first = first ? first : rc;
+    }
     keg_free(keys);
     keg_free(buf);
     return first;
+}
+
+static int fs_del_keys(struct keg_fs *fs, const char *const *keys, size_t k)
+{
+    int rc = keg_obj_del_keys(fs->obj, keys, k);
+    if (rc < 0)
+        KEG_WARN("delete %zu blocks (first %s): %s", k, keys[0], strerror(-rc));
+    return rc;
+}
+
+static int fs_sync_keys(struct keg_fs *fs, const char *const *keys, size_t k)
+{
+    return keg_obj_sync_keys(fs->obj, keys, k);
+}
+
+/* Deletes the blocks of n slices, up to FS_DEL_KEYS keys per keg_obj_del_keys
+ * (which S3 sends as one request per 1000).  Returns 0 when all are gone,
+ * else the first -errno (the rest is still attempted). */
+static int fs_delete_slices(struct keg_fs *fs, const struct keg_del_slice *v, size_t n)
+{
+    return fs_slices_keys(fs, v, n, FS_DEL_KEYS, fs_del_keys, 1);
 }
 
 int fs_delete_slice(struct keg_fs *fs, uint64_t id, uint32_t size)
@@ -147,33 +165,9 @@ int fs_delete_slice(struct keg_fs *fs, uint64_t id, uint32_t size)
     return fs_delete_slices(fs, &one, 1);
 }
 
-#define FS_SYNC_KEYS 64     /* keys per keg_obj_sync_keys call */
-
-int fs_sync_slices(struct keg_fs *fs, const struct fs_sref *v, size_t n)
+int fs_sync_slices(struct keg_fs *fs, const struct keg_del_slice *v, size_t n)
 {
-    char (*buf)[256] = keg_malloc(FS_SYNC_KEYS * sizeof(*buf));
-    const char *keys[FS_SYNC_KEYS];
-    size_t nk = 0;
-    int rc = 0;
-
-    if (!buf)
-        return -ENOMEM;
-    for (size_t k = 0; k < n && rc == 0; k++) {
-        uint32_t nblk = (uint32_t)(((uint64_t)v[k].size + fs->bs - 1) / fs->bs);
-        for (uint32_t i = 0; i < nblk && rc == 0; i++) {
-            keg_block_key(buf[nk], sizeof(buf[nk]), fs->fmt.name, v[k].id, i,
-                          fs_block_len(fs->bs, v[k].size, i));
-            keys[nk] = buf[nk];
-            if (++nk == FS_SYNC_KEYS) {
-                rc = keg_obj_sync_keys(fs->obj, keys, nk);
-                nk = 0;
-            }
-        }
-    }
-    if (rc == 0 && nk > 0)
-        rc = keg_obj_sync_keys(fs->obj, keys, nk);
-    keg_free(buf);
-    return rc;
+    return fs_slices_keys(fs, v, n, FS_SYNC_KEYS, fs_sync_keys, 0);
 }
 
 int fs_drain_delq(struct keg_fs *fs, int max_batches)

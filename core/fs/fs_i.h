@@ -168,7 +168,7 @@ struct fs_inode {
      * sync_mu (taken before mu, held across the sync) makes a second fsync
      * wait for the one that took the list */
     pthread_mutex_t   sync_mu;
-    struct fs_sref   *usync;
+    struct keg_del_slice *usync;
     uint32_t          nusync, cusync;
     int               usync_all; /* unknown blocks (list overflow, shared slices,
                                   * failed commit or sync): sync the whole store */
@@ -178,11 +178,6 @@ struct fs_inode {
     int               up_err;     /* first failed upload since the last wait */
 };
 
-/* A slice whose blocks an fsync must make durable. */
-struct fs_sref {
-    uint64_t id;
-    uint32_t size;
-};
 
 /* Find or create the entry of ino and take a reference.
  * OWNERSHIP: caller drops it with fs_inode_put().  NULL on ENOMEM. */
@@ -407,7 +402,7 @@ void fs_handle_gone(struct keg_fs *fs, const struct keg_unlinked *gone);
 int  fs_delete_slice(struct keg_fs *fs, uint64_t id, uint32_t size);
 /* Make the blocks of n slices durable in the object stack (keg_obj_sync_keys).
  * Returns 0 or -errno. */
-int  fs_sync_slices(struct keg_fs *fs, const struct fs_sref *v, size_t n);
+int  fs_sync_slices(struct keg_fs *fs, const struct keg_del_slice *v, size_t n);
 /* Drain the deletion queue once (up to max batches).  Returns entries done or -errno. */
 int  fs_drain_delq(struct keg_fs *fs, int max_batches);
 /* Purge queued inodes that are not open here. */
