@@ -139,7 +139,7 @@ struct mnt_live {
     /* seconds the writeback has had work (staged or uploading objects) without a
      * break, as the stats thread saw it; 0: idle */
     uint64_t upload_busy_sec;
-    /* the Redis directory name cache (keg_meta_name_cache_stats; has_names 0: none) */
+    /* the Redis directory name cache (the engine's name_cache_stats; has_names 0: none) */
     uint64_t has_names, names_up, names_cached, names_answered, names_drops;
     char     phase[16];                   /* "serving", "draining" */
 };

@@ -15,9 +15,6 @@
 #include "keg/mem.h"
 #include "keg/meta.h"
 #include "keg/url.h"
-#ifdef KEG_WITH_REDIS
-#include "meta_redis_i.h"
-#endif
 #define KEG_LOG_TAG "meta"
 #include "keg/log.h"
 
@@ -25,6 +22,9 @@
 #define META_SCHEME_MAX  32
 
 extern const struct keg_meta_ops keg_meta_sqlite_ops;
+#ifdef KEG_WITH_REDIS
+extern const struct keg_meta_ops keg_meta_redis_ops;
+#endif
 
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 static const struct keg_meta_ops *reg_ops[META_MAX_ENGINES];   /* protected by reg_lock */
@@ -72,25 +72,6 @@ static int meta_serves(const struct keg_meta_ops *ops, const char *scheme)
         if (strcmp(*s, scheme) == 0)
             return 1;
     return 0;
-}
-
-int keg_meta_name_cache_stats(struct keg_meta *m, struct keg_meta_name_cache *st)
-{
-    memset(st, 0, sizeof(*st));
-#ifdef KEG_WITH_REDIS
-    struct mr_names_stats r;
-    if (m && m->ops == &keg_meta_redis_ops && keg_meta_redis_names_stats(m, &r) == 0) {
-        st->answered = r.answered;
-        st->fills = r.fills;
-        st->drops = r.drops;
-        st->names = r.names;
-        st->up = r.up;
-        return 0;
-    }
-#else
-    (void)m;
-#endif
-    return -ENOTSUP;
 }
 
 const struct keg_meta_ops *keg_meta_find(const char *scheme)

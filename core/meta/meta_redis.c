@@ -1679,7 +1679,7 @@ static void mr_names_start(struct mr_priv *p)
                  "lookup asks redis");
 }
 
-int keg_meta_redis_names_stats(struct keg_meta *m, struct mr_names_stats *st)
+int keg_meta_redis_names_stats(struct keg_meta *m, struct keg_meta_name_cache *st)
 {
     mr_names_get_stats(PRIV(m)->names, st);
     return PRIV(m)->names ? 0 : -ENOENT;
@@ -1907,13 +1907,10 @@ static int mr_lookup(struct keg_meta *m, uint64_t parent, const char *name, stru
     if (rc)
         return rc;
     struct mr_priv *p = PRIV(m);
-    uint64_t ticket = 0;
-    uint32_t want = 0;
-    if (p->names) {
-        if (mr_names_absent(p->names, parent, name))
-            return -ENOENT;
-        want = mr_names_fill_begin(p->names, parent, &ticket);
-    }
+    uint64_t ticket;
+    uint32_t want;
+    if (mr_names_lookup(p->names, parent, name, &ticket, &want))
+        return -ENOENT;
     mr_arg_u64(&a, parent);
     mr_arg_str(&a, name);
     mr_arg_u64(&a, want);
@@ -2682,4 +2679,5 @@ const struct keg_meta_ops keg_meta_redis_ops = {
     .setlk = mr_setlk,
     .sync = mr_sync,
     .next_chunk = mr_next_chunk,
+    .name_cache_stats = keg_meta_redis_names_stats,
 };

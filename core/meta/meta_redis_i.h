@@ -6,7 +6,6 @@
 #include <stddef.h>
 
 #include "keg/meta.h"
-#include "meta_redis_names_i.h"
 
 /* Writes the server's maxmemory-policy (e.g. "noeviction") into buf (always
  * NUL-terminated).  m must be an open Redis engine instance.
@@ -18,6 +17,6 @@ int keg_meta_redis_policy(struct keg_meta *m, char *buf, size_t len);
 
 /* The directory name cache's counters (*st zeroed when there is none).
  * Returns 0, or -ENOENT when m has no name cache (no session, dircache=0). */
-int keg_meta_redis_names_stats(struct keg_meta *m, struct mr_names_stats *st);
+int keg_meta_redis_names_stats(struct keg_meta *m, struct keg_meta_name_cache *st);
 
 #endif

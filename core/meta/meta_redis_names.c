@@ -10,7 +10,7 @@
  * DESIGN
  * For a directory of at most MR_NAMES_DIR_MAX names, the lookup script that
  * finds a name absent also sends the directory's names along (in the lookup's
- * own round trip; mr_names_fill_begin/_end).  From then on every name that
+ * own round trip; mr_names_lookup/mr_names_fill_end).  From then on every name that
  * any mounter adds to that directory is learnt from the volume's channel:
  * the scripts that add a directory entry (dset in meta_redis_lua_i.h: mknod,
  * link, rename) PUBLISH "DIR/NAME" on "{NS}n" inside the same atomic script.
@@ -110,7 +110,7 @@ struct mr_names {
     struct nc_name  **ntab;
     size_t            nbuckets, nnames;
     struct nc_dir    *lru_head, *lru_tail;
-    struct mr_names_stats st;
+    struct keg_meta_name_cache st;
 };
 
 /*----------------------------------------------------------------------------
@@ -544,12 +544,15 @@ void mr_names_free(struct mr_names *nc)
     keg_free(nc);
 }
 
-int mr_names_absent(struct mr_names *nc, uint64_t dir, const char *name)
+int mr_names_lookup(struct mr_names *nc, uint64_t dir, const char *name, uint64_t *ticket,
+                    uint32_t *want)
 {
+    int absent = 0;
+    *ticket = 0;
+    *want = 0;
     if (!nc)
         return 0;
     size_t len = strlen(name);
-    int absent = 0;
     pthread_mutex_lock(&nc->mu);
     if (nc_usable(nc)) {
         struct nc_dir *d = nc_dir_find(nc, dir);
@@ -557,30 +560,15 @@ int mr_names_absent(struct mr_names *nc, uint64_t dir, const char *name)
             absent = 1;
             nc->st.answered++;
             nc_lru_front(nc, d);
+        } else if (!d && (d = nc_dir_new(nc, dir)) != NULL) {
+            d->state = NC_FILLING;
+            d->ticket = ++nc->next_ticket;
+            *ticket = d->ticket;
+            *want = nc->dir_max;
         }
     }
     pthread_mutex_unlock(&nc->mu);
     return absent;
-}
-
-uint32_t mr_names_fill_begin(struct mr_names *nc, uint64_t dir, uint64_t *ticket)
-{
-    uint32_t want = 0;
-    *ticket = 0;
-    if (!nc)
-        return 0;
-    pthread_mutex_lock(&nc->mu);
-    if (nc_usable(nc) && !nc_dir_find(nc, dir)) {
-        struct nc_dir *d = nc_dir_new(nc, dir);
-        if (d) {
-            d->state = NC_FILLING;
-            d->ticket = ++nc->next_ticket;
-            *ticket = d->ticket;
-            want = nc->dir_max;
-        }
-    }
-    pthread_mutex_unlock(&nc->mu);
-    return want;
 }
 
 void mr_names_fill_end(struct mr_names *nc, uint64_t dir, uint64_t ticket,
@@ -627,7 +615,7 @@ void mr_names_add(struct mr_names *nc, uint64_t dir, const char *name)
     pthread_mutex_unlock(&nc->mu);
 }
 
-void mr_names_get_stats(struct mr_names *nc, struct mr_names_stats *st)
+void mr_names_get_stats(struct mr_names *nc, struct keg_meta_name_cache *st)
 {
     memset(st, 0, sizeof(*st));
     if (!nc)

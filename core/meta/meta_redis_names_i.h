@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "keg/meta.h"
+
 #define MR_NAMES_DEFAULT  100000    /* names cached at most (dircache=), all directories */
 #define MR_NAMES_DIR_MAX  10000     /* a directory with more names is not cached */
 
@@ -19,15 +21,6 @@ struct mr_names;
 typedef int mr_names_dial_fn(void *arg, redisContext **out, uint64_t *gen, char *why,
                              size_t whylen);
 
-/* Counters for tests and logs. */
-struct mr_names_stats {
-    uint64_t answered;      /* lookups answered "no such name" without a round trip */
-    uint64_t fills;         /* directories whose names were installed */
-    uint64_t drops;         /* times every set was dropped (subscription lost, failover) */
-    uint64_t names;         /* names cached now */
-    int      up;            /* the subscription is established and current */
-};
-
 /* Starts the subscriber thread for channel (e.g. "{NS}n").  cap: names cached
  * at most.  addr_gen: bumped by the engine whenever the server's address changes
  * (read atomically).  OWNERSHIP: free with mr_names_free().  NULL: out of memory
@@ -36,13 +29,12 @@ struct mr_names *mr_names_new(size_t cap, const char *channel, mr_names_dial_fn 
                               void *arg, const uint64_t *addr_gen);
 void mr_names_free(struct mr_names *nc);
 
-/* 1 when name is certainly not in directory dir (answer ENOENT), else 0. */
-int mr_names_absent(struct mr_names *nc, uint64_t dir, const char *name);
-
-/* Before a lookup round trip in dir: returns the number of names the lookup
- * script may send back with a "no such name" answer (0: send none), and a
- * ticket for mr_names_fill_end. */
-uint32_t mr_names_fill_begin(struct mr_names *nc, uint64_t dir, uint64_t *ticket);
+/* Before a lookup of name in dir: 1 when name is certainly not there (answer
+ * ENOENT).  Else 0, and *want is the number of names the lookup script may
+ * send back with a "no such name" answer (0: send none), with a *ticket for
+ * mr_names_fill_end (0: none). */
+int mr_names_lookup(struct mr_names *nc, uint64_t dir, const char *name, uint64_t *ticket,
+                    uint32_t *want);
 
 /* After that round trip: names is the array of the directory's names the
  * script sent, or NULL (none sent, or the call failed). */
@@ -53,6 +45,7 @@ void mr_names_fill_end(struct mr_names *nc, uint64_t dir, uint64_t ticket,
  * cached set a superset while the reply and the announcement are under way. */
 void mr_names_add(struct mr_names *nc, uint64_t dir, const char *name);
 
-void mr_names_get_stats(struct mr_names *nc, struct mr_names_stats *st);
+/* The counters behind `kegfs stats` (the name_cache_stats op). */
+void mr_names_get_stats(struct mr_names *nc, struct keg_meta_name_cache *st);
 
 #endif

@@ -405,9 +405,9 @@ static void close_session(struct keg_meta *m)
     keg_meta_close(m);
 }
 
-static struct mr_names_stats names_stats(struct keg_meta *m)
+static struct keg_meta_name_cache names_stats(struct keg_meta *m)
 {
-    struct mr_names_stats st;
+    struct keg_meta_name_cache st;
     assert_int_equal(keg_meta_redis_names_stats(m, &st), 0);
     return st;
 }
@@ -537,7 +537,7 @@ static void test_names_model(void **state)
                 assert_int_equal(lookup_rc(m[w], dirs[d], n1), ino[d][k] ? 0 : -ENOENT);
             }
     for (int w = 0; w < 2; w++) {
-        struct mr_names_stats st = names_stats(m[w]);
+        struct keg_meta_name_cache st = names_stats(m[w]);
         fprintf(stderr, "  instance %d: %" PRIu64 " lookups answered from the cache, %" PRIu64
                 " fills, %" PRIu64 " names held\n", w, st.answered, st.fills, st.names);
         assert_true(st.answered > OPS / 2);
@@ -575,7 +575,7 @@ static void test_names_subscription_lost(void **state)
     names_wait_up(m);
     assert_int_equal(lookup_rc(m, KEG_ROOT_INO, "x"), -ENOENT);   /* fills the root */
     assert_int_equal(lookup_rc(m, KEG_ROOT_INO, "x"), -ENOENT);
-    struct mr_names_stats st = names_stats(m);
+    struct keg_meta_name_cache st = names_stats(m);
     assert_int_equal(st.fills, 1);
     assert_int_equal(st.answered, 1);
     for (int round = 0; round < 3; round++) {
@@ -610,7 +610,7 @@ static void test_names_limits(void **state)
     char ns[64];
     struct keg_attr a;
     struct keg_meta *m = (struct keg_meta *)0x1;
-    struct mr_names_stats st;
+    struct keg_meta_name_cache st;
     (void)state;
     static const char *const bad[] = {
         "redis://127.0.0.1:1/0?dircache=",

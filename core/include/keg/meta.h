@@ -77,7 +77,8 @@ struct keg_chunk_slice {
     struct keg_slice s;
 };
 
-/* A slice whose blocks must be deleted from the object store. */
+/* A slice whose blocks must be deleted from the object store (the deletion
+ * queue's entries; core/fs also lists the slices an fsync syncs this way). */
 struct keg_del_slice {
     uint64_t id;
     uint32_t size;
@@ -181,6 +182,16 @@ typedef uint32_t keg_meta_open_inodes_fn(void *arg, uint64_t *inos, uint32_t max
 /* engine capabilities */
 #define KEG_META_CAP_TXN       (1u << 0)   /* ops are transactions */
 #define KEG_META_CAP_SHARED    (1u << 1)   /* several mounters on several machines */
+
+/* The directory name cache of a mounting session (Redis engine; see
+ * docs/internals/meta-redis.md), for `kegfs stats`. */
+struct keg_meta_name_cache {
+    uint64_t answered;      /* lookups answered "no such name" without a request */
+    uint64_t fills;         /* directories whose names were loaded */
+    uint64_t drops;         /* times every cached name was dropped */
+    uint64_t names;         /* names cached now */
+    int      up;            /* subscribed: the cache is in use */
+};
 
 struct keg_meta_ops {
     const char *name;           /* "sqlite3", "redis", ... also the URL scheme */
@@ -337,6 +348,10 @@ struct keg_meta_ops {
      * none.  Lets SEEK_DATA skip the empty chunks of a huge sparse file.
      * Optional (NULL, or -ENOSYS: callers look at every chunk index). */
     int  (*next_chunk)(struct keg_meta *m, uint64_t ino, uint32_t from, uint32_t *indx);
+
+    /* The counters of a mounting session's directory name cache, for `kegfs
+     * stats`.  Optional (NULL or -errno: the engine has none, or not now). */
+    int  (*name_cache_stats)(struct keg_meta *m, struct keg_meta_name_cache *st);
 };
 
 struct keg_meta {
@@ -360,19 +375,6 @@ struct keg_meta {
 int keg_meta_register(const struct keg_meta_ops *ops);
 /* The engine serving this URL scheme, or NULL. */
 const struct keg_meta_ops *keg_meta_find(const char *scheme);
-
-/* The directory name cache of a mounting session (Redis engine; see
- * docs/internals/meta-redis.md), for `kegfs stats`. */
-struct keg_meta_name_cache {
-    uint64_t answered;      /* lookups answered "no such name" without a request */
-    uint64_t fills;         /* directories whose names were loaded */
-    uint64_t drops;         /* times every cached name was dropped */
-    uint64_t names;         /* names cached now */
-    int      up;            /* subscribed: the cache is in use */
-};
-/* Returns 0, or -ENOTSUP when m has no name cache (another engine, no session,
- * dircache=0). */
-int keg_meta_name_cache_stats(struct keg_meta *m, struct keg_meta_name_cache *st);
 
 /* Open the engine for url.  -EINVAL with a clear log line for an unknown scheme
  * or malformed url.  OWNERSHIP: caller closes with keg_meta_close(). */
