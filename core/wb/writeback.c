@@ -671,7 +671,7 @@ static int wb_put(struct keg_obj *o, const char *key, const void *buf, size_t le
     char name[KEGC_NAME_MAX + 1];
     struct wb_ent *e, *ne;
     uint32_t blen;
-    int rc;
+    int wake, rc;
 
     if (!kegc_is_block(key, &blen) || kegc_escape(key, name) < 0 || len > wb->max_staging)
         return keg_obj_put(o->inner, key, buf, len);
@@ -702,6 +702,13 @@ static int wb_put(struct keg_obj *o, const char *key, const void *buf, size_t le
                  strerror(-rc));
         return keg_obj_put(o->inner, key, buf, len);
     }
+    /* The workers sleep until the head of the FIFO is due.  A new entry
+     * behind others is due no sooner, so waking them for it is a wasted
+     * context switch per put; wake them when the list was empty, when
+     * uploads go at once (no delay, or the staging area half full: wb_due)
+     * or when a parked entry comes back. */
+    wake = wb->ready.next == &wb->ready || !wb->delay_ns ||
+           wb->staged_bytes * 2 >= wb->max_staging;
     e = wb_find(wb, key);
     if (e) {
         /* Same key again (a retried write): the new file replaced the old one. */
@@ -717,6 +724,7 @@ static int wb_put(struct keg_obj *o, const char *key, const void *buf, size_t le
             wb->nparked--;
             e->state = WB_QUEUED;
             list_add_tail(&wb->ready, e);
+            wake = 1;
         }
         keg_free(ne);
     } else {
@@ -729,7 +737,8 @@ static int wb_put(struct keg_obj *o, const char *key, const void *buf, size_t le
         list_add_tail(&wb->ready, e);
         wb->unsynced++;
     }
-    pthread_cond_signal(&wb->work_cv);
+    if (wake)
+        pthread_cond_signal(&wb->work_cv);
     pthread_mutex_unlock(&wb->mu);
     return 0;
 }
@@ -773,12 +782,18 @@ static ssize_t wb_get(struct keg_obj *o, const char *key, uint64_t off, void *bu
 /* Drops key's staged copy (waiting for an upload under way).  Returns 1 when
  * the key is not in the store below: a write-once key put here and deleted
  * before any upload attempt (nor in the cache below, which only keeps
- * uploaded objects). */
+ * uploaded objects).
+ * A write-once key's file is removed after wb->mu is dropped: nothing can put
+ * that key again, and writers waiting for the lock (a close's inline put)
+ * should not wait for the rename and truncate of every deleted block.  Other
+ * keys may be put again at once, so theirs is removed under the lock. */
 static int wb_del_local(struct wb *wb, const char *key)
 {
     char name[KEGC_NAME_MAX + 1];
     struct wb_ent *e;
     int never_uploaded = 0;
+    uint64_t size = 0;
+    int remove_later = 0;
 
     if (kegc_escape(key, name) == 0) {
         pthread_mutex_lock(&wb->mu);
@@ -789,13 +804,18 @@ static int wb_del_local(struct wb *wb, const char *key)
                 pthread_cond_wait(&wb->done_cv, &wb->mu);
         } else if (e) {
             never_uploaded = wb->write_once && e->local_only;
-            wb_remove_file(wb, name, e->size);
+            size = e->size;
+            remove_later = wb->write_once;
+            if (!remove_later)
+                wb_remove_file(wb, name, size);
             wb_forget(wb, e);
             keg_free(e);
             if (never_uploaded)
                 wb->skipped_uploads++;
         }
         pthread_mutex_unlock(&wb->mu);
+        if (remove_later)
+            wb_remove_file(wb, name, size);
     }
     return never_uploaded;
 }
