@@ -3,6 +3,7 @@
 # against our own FUSE passthrough, all in one run, with the goals checked.
 #
 #   bench/run.sh BUILD_DIR [--quick] [--reps N] [--n N] [--mib M] [--targets LIST] [--keep]
+#                          [--back-to-back]
 #
 # Builds nothing: needs BUILD_DIR/mounter/kegfs and BUILD_DIR/bench/{keg_passthrough,
 # smallfile,seqio}.  Starts on 127.0.0.1 what it needs and stops it on exit:
@@ -20,8 +21,14 @@
 # repetitions are printed as a table with ratios to the passthrough, then the goals:
 #   s3wb >= 0.5x passthrough ops/s on each small-file workload, with 100% success
 #   s3wb sequential write and read >= 0.7x passthrough
-# After each target's run and cleanup the script waits $KEG_BENCH_SETTLE seconds (default 10)
-# so that deferred deletions finish before the next target is measured.
+# Each workload starts on an idle target: before it, on every target alike, the script runs
+# sync(1), waits until the s3wb target's staging area is empty (the previous workload's
+# uploads have landed; that time is reported as the workload's drain_s, its durability
+# point) and then $KEG_BENCH_PHASE_SETTLE seconds (default 2).  --back-to-back runs the four
+# small-file workloads in one process, one right after the other, instead: a workload then
+# shares the machine with the previous one's uploads (with S3 on the same host, the
+# gateway's CPU).  After each target's run and cleanup the script waits $KEG_BENCH_SETTLE
+# seconds (default 10) so that deferred deletions finish before the next target is measured.
 # DIR is $KEG_BENCH_DIR (default /tmp/bench-run; emptied first).  Raw results in
 # DIR/results.txt, mounter logs in DIR/*.log.
 # Exit: 0 all goals met, 1 a goal missed or a run failed, 2 setup error / usage.
@@ -41,6 +48,8 @@ BUILD=$(cd "$1" 2>/dev/null && pwd) || { echo "run.sh: no build dir '$1'" >&2; e
 shift
 REPS=3
 SETTLE=${KEG_BENCH_SETTLE:-10}
+PHASE_SETTLE=${KEG_BENCH_PHASE_SETTLE:-2}
+JOINED=0
 N=2000
 MIB=1024
 TARGETS=pt,s3wb,sqlite
@@ -53,6 +62,7 @@ while [ $# -gt 0 ]; do
     --mib) MIB=$2; shift ;;
     --targets) TARGETS=$2; shift ;;
     --keep) KEEP=1 ;;
+    --back-to-back) JOINED=1 ;;
     *) echo "run.sh: unknown option '$1'" >&2; usage ;;
   esac
   shift
@@ -212,16 +222,31 @@ wait_drain() {
   awk -v a="$t0" -v b="$t1" 'BEGIN { printf "drain_s=%.1f\n", b - a }'
 }
 
+# quiesce TARGET REP WHAT: let the target go idle before the next measurement; for s3wb
+# the wait for its staging area is recorded as "drain_WHAT"
+quiesce() {
+  sync
+  if [ "$1" = s3wb ]; then
+    echo "$1 $2 drain_$3 $(wait_drain)" >> "$RES"
+  fi
+  sleep "$PHASE_SETTLE"
+}
+
 FAILED_RUNS=0
 run_one() {   # run_one TARGET REP
-  local t=$1 r=$2 dir="$D/$1-mnt/r$2" out line
+  local t=$1 r=$2 dir="$D/$1-mnt/r$2" out line w
+  local works=create,randmod,append,empty
   mkdir -p "$dir" || { echo "run.sh: mkdir $dir failed" >&2; FAILED_RUNS=$((FAILED_RUNS + 1)); return; }
-  sync
-  out=$("$SF" -n "$N" -s "$r" "$dir")
-  [ $? = 0 ] || FAILED_RUNS=$((FAILED_RUNS + 1))
-  while read -r line; do
-    [ -n "$line" ] && echo "$t $r $line" >> "$RES"
-  done <<< "$out"
+  [ $JOINED = 1 ] || works="create randmod append empty"
+  for w in $works; do
+    sync
+    out=$("$SF" -n "$N" -s "$r" -w "$w" "$dir")
+    [ $? = 0 ] || FAILED_RUNS=$((FAILED_RUNS + 1))
+    while read -r line; do
+      [ -n "$line" ] && echo "$t $r $line" >> "$RES"
+    done <<< "$out"
+    [ $JOINED = 1 ] || quiesce "$t" "$r" "$w"
+  done
   sync
   echo 3 > /proc/sys/vm/drop_caches
   out=$("$SQ" write "$dir/big" "$MIB" "$r") || FAILED_RUNS=$((FAILED_RUNS + 1))
@@ -262,16 +287,24 @@ med() { median $(field "$1" "$2" "$3"); }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0 && a != "") printf "%.2f", a / b; else print "-" }'; }
 
 echo
+if [ $JOINED = 1 ]; then
+  echo "small-file workloads back to back, in one process"
+else
+  echo "small-file workloads one at a time, each on an idle target (drain_s: s3wb's wait after it)"
+fi
 echo "Results (median of $REPS; ops/s, latency median / p99 in microseconds; ratio vs pt)"
-printf '%-8s %-8s %9s %6s %10s %10s %9s\n' target workload ops/s ratio median_us p99_us ok
+printf '%-8s %-8s %9s %6s %10s %10s %9s %8s\n' target workload ops/s ratio median_us p99_us ok \
+  drain_s
 for w in create randmod append empty; do
   base=$(med pt "$w" ops_s)
   for t in "${ALL[@]}"; do
     ops=$(med "$t" "$w" ops_s)
     okmin=$(field "$t" "$w" ok | sort -n | head -1)
-    printf '%-8s %-8s %9s %6s %10s %10s %9s\n' "$t" "$w" "${ops:--}" \
+    dr="-"
+    [ "$t" = s3wb ] && [ $JOINED = 0 ] && dr=$(med s3wb "drain_$w" drain_s)
+    printf '%-8s %-8s %9s %6s %10s %10s %9s %8s\n' "$t" "$w" "${ops:--}" \
       "$(ratio "$ops" "$base")" "$(med "$t" "$w" median_us)" "$(med "$t" "$w" p99_us)" \
-      "${okmin:--}/$N"
+      "${okmin:--}/$N" "${dr:--}"
   done
 done
 echo
