@@ -1471,6 +1471,47 @@ static void test_compact(void **state)
     assert_true(seen);
 }
 
+/* Reference counts across a compaction and a purge of long slice lists: more
+ * distinct slices than one batch of the engine's reference update, and one
+ * slice listed twice in a chunk and shared with another file. */
+static void test_compact_refs(void **state)
+{
+    struct t *t = *state;
+    struct keg_attr a;
+    struct keg_unlinked g;
+    struct keg_slice *sl;
+    size_t n;
+    int seen;
+    const int many = 1100;
+    uint64_t f = mkfile(t->m, KEG_ROOT_INO, "f");
+    uint64_t f2 = mkfile(t->m, KEG_ROOT_INO, "f2");
+    uint64_t shared = write_at(t->m, f, 0, 4096);
+    struct keg_chunk_slice twice[2] = {
+        {.indx = 0, .s = {.id = shared, .size = 4096, .off = 0, .len = 4096, .pos = 0}},
+        {.indx = 0, .s = {.id = shared, .size = 4096, .off = 0, .len = 4096, .pos = 8192}},
+    };
+    assert_int_equal(KEG_META_CALL(t->m, write_slices, f2, 2, twice, 12288, KEG_WS_SHARE, NULL,
+                                   &a), 0);
+    for (int i = 0; i < many; i++)
+        write_at(t->m, f, 4096 + (uint64_t)(i % 16) * 512, 512);
+    assert_int_equal(KEG_META_CALL(t->m, read_chunk, f, 0, &sl, &n), 0);
+    assert_int_equal(n, (size_t)many + 1);
+    struct keg_slice repl = {.id = new_slice(t->m), .size = 12288, .off = 0, .len = 12288,
+                             .pos = 0};
+    assert_int_equal(KEG_META_CALL(t->m, compact_chunk, f, 0, sl, n, &repl), 0);
+    keg_free(sl);
+    /* every written slice is gone but the shared one, still listed twice in f2 */
+    assert_int_equal(delq_drain(t->m, shared, &seen), many);
+    assert_false(seen);
+    /* f2's purge drops both of its references at once */
+    assert_int_equal(KEG_META_CALL(t->m, unlink, KEG_ROOT_INO, "f2", &g), 0);
+    assert_int_equal(delq_drain(t->m, shared, &seen), 1);
+    assert_true(seen);
+    assert_int_equal(KEG_META_CALL(t->m, unlink, KEG_ROOT_INO, "f", &g), 0);
+    assert_int_equal(delq_drain(t->m, repl.id, &seen), 1);
+    assert_true(seen);
+}
+
 static void test_delq(void **state)
 {
     struct t *t = *state;
@@ -2053,6 +2094,7 @@ int main(void)
         T(test_next_chunk),
         T(test_purge_many_chunks),
         T(test_compact),
+        T(test_compact_refs),
         T(test_delq),
         cmocka_unit_test_setup_teardown(test_quota, setup_quota, teardown),
         T(test_xattr),
