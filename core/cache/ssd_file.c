@@ -395,10 +395,13 @@ int keg_ssd_spare_retire(struct keg_ssd_spare *sp, int dirfd, const char *path, 
         snprintf(name, sizeof(name), "%llu", (unsigned long long)id);
         pooled = renameat(dirfd, path, sp->dirfd, name) == 0;
         if (pooled) {
-            /* emptied after the move, so a crash never leaves an empty file
-             * under a cache or staging name */
+            /* cut after the move, so a crash never leaves an empty file
+             * under a cache or staging name; to one byte, not zero: ext4
+             * (auto_da_alloc) starts writeback at the close of a file that
+             * was truncated to zero, so every staging or cache file made
+             * from this spare would submit its data to the disk at close */
             char *pp = keg_asprintf("%s/%s", sp->dir, name);
-            if (!pp || truncate(pp, 0) < 0) {
+            if (!pp || truncate(pp, 1) < 0) {
                 unlinkat(sp->dirfd, name, 0);
                 pooled = 0;
                 size = UINT64_MAX;  /* gone already */

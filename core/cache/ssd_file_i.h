@@ -47,13 +47,14 @@ int keg_ssd_file_read_obj(int dirfd, const char *path, int kind, const char *key
 ssize_t keg_ssd_copy_range(const uint8_t *obj, uint64_t olen, uint64_t off, void *buf,
                            size_t len);
 
-/* Spare files: emptied files kept for reuse, so that writing a cache or
+/* Spare files: files cut to one byte, kept for reuse, so that writing a cache or
  * staging file renames a spare instead of allocating a new inode and removing
  * one deletes nothing.  On filesystems that scan for reusable inodes (ext4
  * without a journal skips every inode freed in the last seconds) creating
  * files under churn costs more than the data they hold.
  *
- * A pool is a directory <parent>/<pid>.<n> holding empty files named by a
+ * A pool is a directory <parent>/<pid>.<n> holding files cut to one byte
+ * (ssd_file.c: why not zero), named by a
  * counter, flock()ed while its process uses it; a pool whose lock is free
  * belongs to a dead process and is removed by the next keg_ssd_spare_open()
  * on the same parent.  LOCKS: each pool has its own mutex; file operations
@@ -69,7 +70,7 @@ int  keg_ssd_spare_open(const char *parent, unsigned max, uint64_t max_file,
 /* Removes the pool's files and directory.  NULL is a no-op. */
 void keg_ssd_spare_close(struct keg_ssd_spare *sp);
 /* Retires the file at path (relative to dirfd), size bytes: moved into the
- * pool and emptied, or unlinked when the pool is full or NULL, the file is
+ * pool and cut to one byte, or unlinked when the pool is full or NULL, the file is
  * larger than max_file, or the move fails.  A reader that still has the file
  * open sees it shrink (or, once reused, change), as the format's CRCs catch.
  * Returns 0, or -errno of the unlink (-ENOENT: there was no file). */
