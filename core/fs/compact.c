@@ -19,8 +19,19 @@
  *      deletion queue, whose blocks the deleter removes.
  *
  * Policy (step 2b, background compactions only; fs_compact_chunk always
- * merges): the merge rewrites the whole visible range [lo, hi), because the
- * engine can only replace a prefix of the list.  So that this stays
+ * merges the whole list).  First the newest tier (tier_split): walking back
+ * from the newest slice, an older one joins while it is no longer than all
+ * those after it together.  If that tier has two or more slices, does not
+ * reach the first one, holds no hole and its span [lo, hi) is at most
+ * FS_CMP_AMP x its bytes, only the tier is merged: the new slice holds the
+ * visible bytes of [lo, hi) and replaces the tier's entries, the slices
+ * before it stay (compact_chunk's keep).  An append loop then rewrites each
+ * byte about once per tier it climbs, like a binary counter, and no merge
+ * rewrites the big slices of earlier merges: before, every merge rewrote
+ * the whole file from offset 0, a burst of megabytes (and a Redis script
+ * over hundreds of slices) that stalled the appends behind it.
+ * Otherwise the merge rewrites the whole visible range [lo, hi) of the list.
+ * So that this stays
  * amortised O(1) per byte written (appends would otherwise rewrite the chunk
  * from offset 0 every FS_COMPACT_THRESHOLD commits: quadratic), a chunk is
  * merged only when hi - lo <= FS_CMP_AMP x the bytes of the slices after the
@@ -159,6 +170,35 @@ static int worth_merging(const struct keg_slice *sl, size_t n, uint64_t cost, ui
     return FS_CMP_DEFERRED;
 }
 
+/* The tiered merge (DESIGN): walking back from the newest slice, an older
+ * one joins while it is no longer than all those after it together.  Returns
+ * how many slices stay in front (0: none or no tier to merge: fewer than two
+ * slices, or a hole among them), with the tier's span [*lo, *hi) and bytes. */
+static size_t tier_split(const struct keg_slice *sl, size_t n, uint32_t *lo, uint32_t *hi,
+                         uint64_t *bytes)
+{
+    uint64_t tail = 0;
+    uint32_t a = UINT32_MAX;
+    uint32_t b = 0;
+    size_t j = n;
+
+    while (j > 0 && (j == n || sl[j - 1].len <= tail)) {
+        const struct keg_slice *s = &sl[j - 1];
+        if (s->id == 0)
+            return 0;
+        tail += s->len;
+        a = KEG_MIN(a, s->pos);
+        b = KEG_MAX(b, s->pos + s->len);
+        j--;
+    }
+    if (j == 0 || n - j < 2)
+        return 0;
+    *lo = a;
+    *hi = b;
+    *bytes = tail;
+    return j;
+}
+
 /* One compaction (DESIGN).  force: merge whatever it costs.  Returns 0
  * (merged, or nothing to do), FS_CMP_DEFERRED (*min_n set), -EAGAIN or
  * -errno. */
@@ -170,8 +210,12 @@ static int compact_one(struct keg_fs *fs, uint64_t ino, uint32_t indx, int force
     struct keg_slice repl;
     size_t n = 0;
     size_t nseg = 0;
+    size_t keep = 0;
     uint32_t lo = 0;
     uint32_t hi = 0;
+    uint32_t tlo = 0;
+    uint32_t thi = 0;
+    uint64_t tbytes = 0;
     int have_data = 0;
     int rc;
 
@@ -192,11 +236,20 @@ static int compact_one(struct keg_fs *fs, uint64_t ino, uint32_t indx, int force
         hi = segs[k].pos + segs[k].len;
         have_data = 1;
     }
-    if (!force && worth_merging(sl, n, have_data ? hi - lo : 0, min_n) != 0) {
-        KEG_DEBUG("inode %llu chunk %u: %zu slices, merging [%u, %u) not worth it yet "
-                  "(again at %u slices)", (unsigned long long)ino, indx, n, lo, hi, *min_n);
-        rc = FS_CMP_DEFERRED;
-        goto out;
+    if (!force)
+        keep = tier_split(sl, n, &tlo, &thi, &tbytes);
+    if (keep > 0 && (uint64_t)(thi - tlo) <= FS_CMP_AMP * tbytes) {
+        lo = tlo;                       /* merge the newest tier only */
+        hi = thi;
+        have_data = 1;
+    } else {
+        keep = 0;
+        if (!force && worth_merging(sl, n, have_data ? hi - lo : 0, min_n) != 0) {
+            KEG_DEBUG("inode %llu chunk %u: %zu slices, merging [%u, %u) not worth it yet "
+                      "(again at %u slices)", (unsigned long long)ino, indx, n, lo, hi, *min_n);
+            rc = FS_CMP_DEFERRED;
+            goto out;
+        }
     }
     memset(&repl, 0, sizeof(repl));
     if (have_data) {
@@ -230,7 +283,7 @@ static int compact_one(struct keg_fs *fs, uint64_t ino, uint32_t indx, int force
         repl.size = (uint32_t)KEG_CHUNK_SIZE;   /* all holes: one hole */
         repl.len = (uint32_t)KEG_CHUNK_SIZE;
     }
-    rc = KEG_META_CALL(fs->meta, compact_chunk, ino, indx, sl, n, &repl);
+    rc = KEG_META_CALL(fs->meta, compact_chunk, ino, indx, sl, n, keep, &repl);
     if (rc == -EAGAIN || rc == -ENOENT) {
         /* rewritten or deleted meanwhile: the new slice is not referenced */
         if (repl.id)
@@ -243,8 +296,9 @@ static int compact_one(struct keg_fs *fs, uint64_t ino, uint32_t indx, int force
                  indx, strerror(-rc));
         goto out;
     }
-    KEG_DEBUG("inode %llu chunk %u: %zu slices compacted into slice %llu [%u, %u)",
-              (unsigned long long)ino, indx, n, (unsigned long long)repl.id, lo, hi);
+    KEG_DEBUG("inode %llu chunk %u: %zu slices compacted into slice %llu [%u, %u), "
+              "%zu kept before it", (unsigned long long)ino, indx, n - keep,
+              (unsigned long long)repl.id, lo, hi, keep);
     pthread_mutex_lock(&fs->cmp_mu);
     fs->cmp_bytes += have_data ? hi - lo : 0;
     pthread_mutex_unlock(&fs->cmp_mu);

@@ -2386,12 +2386,13 @@ static int mr_truncate(struct keg_meta *m, uint64_t ino, uint64_t size, struct k
 }
 
 static int mr_compact_chunk(struct keg_meta *m, uint64_t ino, uint32_t indx,
-                            const struct keg_slice *old, size_t nold, const struct keg_slice *repl)
+                            const struct keg_slice *old, size_t nold, size_t keep,
+                            const struct keg_slice *repl)
 {
     struct mr_args a = {0};
     unsigned char rb[MR_REC];
     redisReply *r;
-    if (nold == 0 || !repl || !old)
+    if (nold == 0 || keep >= nold || !repl || !old)
         return -EINVAL;
     unsigned char *ob = keg_malloc(nold * MR_REC);
     if (!ob)
@@ -2403,6 +2404,7 @@ static int mr_compact_chunk(struct keg_meta *m, uint64_t ino, uint32_t indx,
     mr_arg_u64(&a, indx);
     mr_arg_bin(&a, ob, nold * MR_REC);
     mr_arg_bin(&a, rb, MR_REC);
+    mr_arg_u64(&a, keep);
     int rc = mr_eval(PRIV(m), S_COMPACT, &a, &r);
     keg_free(ob);
     if (rc == 0)

@@ -572,16 +572,18 @@
 "touch_mc(a)\n" \
 "return {0, putattr(a)}\n"
 
-/* ARGV: 4 ino, 5 indx, 6 packed old slices, 7 packed replacement.  -> {0} */
+/* ARGV: 4 ino, 5 indx, 6 packed old slices, 7 packed replacement, 8 how many
+ * old slices stay in front of it.  -> {0} */
 #define MR_LUA_COMPACT \
 "local k = P .. 'c' .. ARGV[4] .. '_' .. ARGV[5]\n" \
 "local old, repl = ARGV[6], ARGV[7]\n" \
+"local kept = tonumber(ARGV[8]) * 24\n" \
 "local cur = redis.call('GET', k) or ''\n" \
 "if #old == 0 or string.sub(cur, 1, #old) ~= old then return {EAGAIN} end\n" \
-"redis.call('SET', k, repl .. string.sub(cur, #old + 1))\n" \
+"redis.call('SET', k, string.sub(old, 1, kept) .. repl .. string.sub(cur, #old + 1))\n" \
 "local rid = struct.unpack('<I8', repl)\n" \
 "if rid ~= 0 then redis.call('HINCRBY', P .. 'sliceRef', N(rid), 1) end\n" \
-"for i = 1, #old - 23, 24 do\n" \
+"for i = kept + 1, #old - 23, 24 do\n" \
 "  local id, size = struct.unpack('<I8I4', old, i)\n" \
 "  decref(id, size)\n" \
 "end\n" \

@@ -2023,6 +2023,7 @@ struct sq_data_arg {
     unsigned flags;
     uint32_t nslices;
     const struct keg_slice *old;
+    size_t keep;                        /* compact: old[0..keep) stay */
     const struct keg_slice *repl;
     struct keg_attr out;
     struct keg_del_slice *dels;
@@ -2265,14 +2266,16 @@ static int sq_compact_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
         }
     }
     size_t rest = len - a->n * SQ_REC;
-    unsigned char *nb = keg_malloc(SQ_REC + rest);
+    size_t kept = a->keep * SQ_REC;
+    unsigned char *nb = keg_malloc(kept + SQ_REC + rest);
     if (!nb)
         return -ENOMEM;
-    sq_pack(nb, a->repl);
+    memcpy(nb, b, kept);
+    sq_pack(nb + kept, a->repl);
     if (rest)
-        memcpy(nb + SQ_REC, b + a->n * SQ_REC, rest);
+        memcpy(nb + kept + SQ_REC, b + a->n * SQ_REC, rest);
     sqlite3_reset(st);
-    rc = sq_exec(c, upd, "bii", (const void *)nb, SQ_REC + rest, I(a->ino), I(a->indx));
+    rc = sq_exec(c, upd, "bii", (const void *)nb, kept + SQ_REC + rest, I(a->ino), I(a->indx));
     keg_free(nb);
     if (rc < 0)
         return rc;
@@ -2281,7 +2284,7 @@ static int sq_compact_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
         if (rc)
             return rc;
     }
-    for (size_t i = 0; i < a->n; i++) {
+    for (size_t i = a->keep; i < a->n; i++) {
         if (a->old[i].id) {
             rc = sq_unref(c, a->old[i].id);
             if (rc)
@@ -2292,10 +2295,12 @@ static int sq_compact_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
 }
 
 static int sq_compact_chunk(struct keg_meta *m, uint64_t ino, uint32_t indx,
-                            const struct keg_slice *old, size_t nold, const struct keg_slice *repl)
+                            const struct keg_slice *old, size_t nold, size_t keep,
+                            const struct keg_slice *repl)
 {
-    struct sq_data_arg a = {.ino = ino, .indx = indx, .old = old, .n = nold, .repl = repl};
-    if (nold == 0 || !repl)
+    struct sq_data_arg a = {.ino = ino, .indx = indx, .old = old, .n = nold, .keep = keep,
+                            .repl = repl};
+    if (nold == 0 || keep >= nold || !repl)
         return -EINVAL;
     return sq_txn(m, SQ_WRITE, sq_compact_fn, &a);
 }

@@ -282,7 +282,9 @@ static void test_compact_appends_linear(void **state)
                   (unsigned long long)(total >> 10));
     assert_true(v.fs->cmp_done >= 3);
     assert_true(v.fs->cmp_bytes <= 4 * total);
-    assert_true(c.n <= 501);
+    /* tiered merges: a few tiers plus the appends since the last merge (the
+     * whole-list policy left one slice per deferred commit: 150 here) */
+    assert_true(c.n <= 32);
     assert_int_equal(keg_fs_read(v.fs, fh, 0, buf, total), (ssize_t)total);
     assert_memory_equal(buf, model, total);
     assert_int_equal(keg_fs_release(v.fs, fh), 0);

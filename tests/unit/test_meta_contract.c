@@ -1442,15 +1442,15 @@ static void test_compact(void **state)
     /* stale view: -EAGAIN, nothing changes */
     struct keg_slice bad[2] = {sl[0], sl[1]};
     bad[1].len = 99;
-    assert_int_equal(KEG_META_CALL(t->m, compact_chunk, f, 0, bad, 2, &repl), -EAGAIN);
-    assert_int_equal(KEG_META_CALL(t->m, compact_chunk, f, 1, sl, 2, &repl), -EAGAIN);
+    assert_int_equal(KEG_META_CALL(t->m, compact_chunk, f, 0, bad, 2, 0, &repl), -EAGAIN);
+    assert_int_equal(KEG_META_CALL(t->m, compact_chunk, f, 1, sl, 2, 0, &repl), -EAGAIN);
     struct keg_slice *cur;
     size_t cn;
     assert_int_equal(KEG_META_CALL(t->m, read_chunk, f, 0, &cur, &cn), 0);
     assert_int_equal(cn, 3);
     keg_free(cur);
     /* success: the first two replaced, the newer one kept after */
-    assert_int_equal(KEG_META_CALL(t->m, compact_chunk, f, 0, sl, 2, &repl), 0);
+    assert_int_equal(KEG_META_CALL(t->m, compact_chunk, f, 0, sl, 2, 0, &repl), 0);
     assert_int_equal(KEG_META_CALL(t->m, read_chunk, f, 0, &cur, &cn), 0);
     assert_int_equal(cn, 2);
     assert_int_equal(cur[0].id, repl.id);
@@ -1461,13 +1461,53 @@ static void test_compact(void **state)
     assert_int_equal(total, 2);
     assert_true(seen);
     /* the same old list again is stale now */
-    assert_int_equal(KEG_META_CALL(t->m, compact_chunk, f, 0, sl, 2, &repl), -EAGAIN);
+    assert_int_equal(KEG_META_CALL(t->m, compact_chunk, f, 0, sl, 2, 0, &repl), -EAGAIN);
     keg_free(sl);
     (void)s2;
     /* the replacement is referenced: deleting the file queues it */
     struct keg_unlinked g;
     assert_int_equal(KEG_META_CALL(t->m, unlink, KEG_ROOT_INO, "f", &g), 0);
     assert_int_equal(delq_drain(t->m, repl.id, &seen), 2);
+    assert_true(seen);
+}
+
+/* A compaction that keeps the first slices and replaces only those after them. */
+static void test_compact_keep(void **state)
+{
+    struct t *t = *state;
+    struct keg_slice *sl, *cur;
+    size_t n, cn;
+    int seen;
+    struct keg_unlinked g;
+    uint64_t f = mkfile(t->m, KEG_ROOT_INO, "f");
+    uint64_t s0 = write_at(t->m, f, 0, 100);
+    uint64_t s1 = write_at(t->m, f, 100, 50);
+    uint64_t s2 = write_at(t->m, f, 150, 50);
+    assert_int_equal(KEG_META_CALL(t->m, read_chunk, f, 0, &sl, &n), 0);
+    assert_int_equal(n, 3);
+    uint64_t s3 = write_at(t->m, f, 200, 10);     /* appended after the snapshot */
+    struct keg_slice repl = {.id = new_slice(t->m), .size = 100, .off = 0, .len = 100, .pos = 100};
+    assert_int_equal(KEG_META_CALL(t->m, compact_chunk, f, 0, sl, 3, 3, &repl), -EINVAL);
+    struct keg_slice bad[3] = {sl[0], sl[1], sl[2]};
+    bad[0].len = 99;                              /* a kept slice must match too */
+    assert_int_equal(KEG_META_CALL(t->m, compact_chunk, f, 0, bad, 3, 1, &repl), -EAGAIN);
+    assert_int_equal(KEG_META_CALL(t->m, compact_chunk, f, 0, sl, 3, 1, &repl), 0);
+    keg_free(sl);
+    assert_int_equal(KEG_META_CALL(t->m, read_chunk, f, 0, &cur, &cn), 0);
+    assert_int_equal(cn, 3);
+    assert_int_equal(cur[0].id, s0);
+    assert_int_equal(cur[0].len, 100);
+    assert_int_equal(cur[1].id, repl.id);
+    assert_int_equal(cur[1].pos, 100);
+    assert_int_equal(cur[1].len, 100);
+    assert_int_equal(cur[2].id, s3);
+    keg_free(cur);
+    /* only the replaced slices lost their reference */
+    assert_int_equal(delq_drain(t->m, s1, &seen), 2);
+    assert_true(seen);
+    (void)s2;
+    assert_int_equal(KEG_META_CALL(t->m, unlink, KEG_ROOT_INO, "f", &g), 0);
+    assert_int_equal(delq_drain(t->m, s0, &seen), 3);
     assert_true(seen);
 }
 
@@ -1498,7 +1538,7 @@ static void test_compact_refs(void **state)
     assert_int_equal(n, (size_t)many + 1);
     struct keg_slice repl = {.id = new_slice(t->m), .size = 12288, .off = 0, .len = 12288,
                              .pos = 0};
-    assert_int_equal(KEG_META_CALL(t->m, compact_chunk, f, 0, sl, n, &repl), 0);
+    assert_int_equal(KEG_META_CALL(t->m, compact_chunk, f, 0, sl, n, 0, &repl), 0);
     keg_free(sl);
     /* every written slice is gone but the shared one, still listed twice in f2 */
     assert_int_equal(delq_drain(t->m, shared, &seen), many);
@@ -2095,6 +2135,7 @@ int main(void)
         T(test_purge_many_chunks),
         T(test_compact),
         T(test_compact_refs),
+        T(test_compact_keep),
         T(test_delq),
         cmocka_unit_test_setup_teardown(test_quota, setup_quota, teardown),
         T(test_xattr),

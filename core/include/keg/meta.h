@@ -309,12 +309,14 @@ struct keg_meta_ops {
      * that growing later reads zeros.  mtime = ctime = now.  -ENOSPC on growth
      * past capacity. */
     int  (*truncate)(struct keg_meta *m, uint64_t ino, uint64_t size, struct keg_attr *out);
-    /* Replace the first nold entries of chunk indx by `repl` (one slice),
-     * provided they are still exactly old[0..nold) (else -EAGAIN: someone
-     * rewrote the chunk; entries appended after them are kept).  The old
-     * slices lose a reference.  Used by compaction. */
+    /* Replace entries keep..nold-1 of chunk indx by `repl` (one slice),
+     * provided the first nold entries are still exactly old[0..nold) (else
+     * -EAGAIN: someone rewrote the chunk).  Entries 0..keep-1 stay, and so
+     * do entries appended after old.  The replaced slices lose a reference.
+     * keep < nold.  Used by compaction. */
     int  (*compact_chunk)(struct keg_meta *m, uint64_t ino, uint32_t indx,
-                          const struct keg_slice *old, size_t nold, const struct keg_slice *repl);
+                          const struct keg_slice *old, size_t nold, size_t keep,
+                          const struct keg_slice *repl);
     /* Up to max slices whose blocks can be deleted.  Returns the count.
      * The entries stay queued until delq_ack(). */
     int  (*delq_peek)(struct keg_meta *m, struct keg_del_slice *out, uint32_t max);
