@@ -82,6 +82,7 @@
 #define WB_RATE_WINDOW    5         /* seconds averaged by rate_bps */
 #define WB_BACKOFF_MAX_MS 5000
 #define WB_HOLD_MAX_NS (4 * 1000000000LL) /* longest extra hold in a burst of puts */
+#define WB_EARLY_WRITE (1u << 20)  /* staged objects this large start their disk write at once */
 
 enum wb_state { WB_QUEUED, WB_UPLOADING, WB_PARKED };
 
@@ -319,6 +320,12 @@ static int wb_stage_file(struct wb *wb, const char *key, const char *name, const
         rc = keg_ssd_file_fit(fd, KEGC_HDR + strlen(key) + (uint64_t)len);
     if (rc == -EDQUOT)
         rc = -ENOSPC;
+    /* A large object starts on its way to the disk now: a later fsync()
+     * then waits for what is left, not for every byte staged since the last
+     * one.  Small ones do not: most are replaced within the upload delay,
+     * and one disk request per small file would cost more than it saves. */
+    if (rc == 0 && len >= WB_EARLY_WRITE)
+        (void)sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
     return keg_ssd_file_publish(wb->dirfd, fd, tmp, name, rc);
 }
 
