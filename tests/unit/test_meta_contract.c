@@ -1511,9 +1511,9 @@ static void test_compact_keep(void **state)
     assert_true(seen);
 }
 
-/* Reference counts across a compaction and a purge of long slice lists: more
- * distinct slices than one batch of the engine's reference update, and one
- * slice listed twice in a chunk and shared with another file. */
+/* Reference counts across a compaction and a purge of long slice lists: over
+ * a thousand slices in one compaction, and one slice listed twice in a chunk
+ * and shared with another file. */
 static void test_compact_refs(void **state)
 {
     struct t *t = *state;
