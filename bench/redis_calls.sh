@@ -96,8 +96,9 @@ mkdir -p "$WORK/objects" "$MNT"
 mount_it() {   # mount_it [ARGS]  (META_URL: $MOUNT_META, default $META + --query)
   "$KEGFS" mount -d --log-file "$WORK/mounter.log" "$@" "${MOUNT_META:-$META${QUERY:+&$QUERY}}" "$MNT" > /dev/null \
     || { echo "redis_calls.sh: mount failed" >&2; exit 1; }
-  mkdir -p "$MNT/b"
-  "$FSOPS" -n 20 -p warm create "$MNT/b" > /dev/null   # dial the connection pool
+  mkdir -p "$MNT/b" "$MNT/warm"
+  "$FSOPS" -n 20 -p warm create "$MNT/warm" > /dev/null   # dial the connection pool
+  rm -rf "$MNT/warm"      # a second mount_it warms up again in an empty directory
   sleep 1
 }
 umount_it() {
