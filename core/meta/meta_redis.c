@@ -1679,7 +1679,9 @@ static void mr_names_start(struct mr_priv *p)
                  "lookup asks redis");
 }
 
-int keg_meta_redis_names_stats(struct keg_meta *m, struct keg_meta_name_cache *st)
+/* The name_cache_stats op: *st zeroed when there is no name cache, and then
+ * -ENOENT (no session, or dircache=0). */
+static int mr_name_cache_stats(struct keg_meta *m, struct keg_meta_name_cache *st)
 {
     mr_names_get_stats(PRIV(m)->names, st);
     return PRIV(m)->names ? 0 : -ENOENT;
@@ -2681,5 +2683,5 @@ const struct keg_meta_ops keg_meta_redis_ops = {
     .setlk = mr_setlk,
     .sync = mr_sync,
     .next_chunk = mr_next_chunk,
-    .name_cache_stats = keg_meta_redis_names_stats,
+    .name_cache_stats = mr_name_cache_stats,
 };

@@ -7,16 +7,12 @@
 
 #include "keg/meta.h"
 
+extern const struct keg_meta_ops keg_meta_redis_ops;
+
 /* Writes the server's maxmemory-policy (e.g. "noeviction") into buf (always
  * NUL-terminated).  m must be an open Redis engine instance.
  * Returns 1 if it is "noeviction", 0 if it is another policy, or -errno
  * (-ENOTSUP when the server hides both CONFIG and INFO). */
-extern const struct keg_meta_ops keg_meta_redis_ops;
-
 int keg_meta_redis_policy(struct keg_meta *m, char *buf, size_t len);
-
-/* The directory name cache's counters (*st zeroed when there is none).
- * Returns 0, or -ENOENT when m has no name cache (no session, dircache=0). */
-int keg_meta_redis_names_stats(struct keg_meta *m, struct keg_meta_name_cache *st);
 
 #endif

@@ -408,7 +408,7 @@ static void close_session(struct keg_meta *m)
 static struct keg_meta_name_cache names_stats(struct keg_meta *m)
 {
     struct keg_meta_name_cache st;
-    assert_int_equal(keg_meta_redis_names_stats(m, &st), 0);
+    assert_int_equal(KEG_META_CALL(m, name_cache_stats, &st), 0);
     return st;
 }
 
@@ -637,7 +637,7 @@ static void test_names_limits(void **state)
     }
     /* off: no cache at all, lookups still right */
     struct keg_meta *off = open_session(ns, "dircache=0");
-    assert_int_equal(keg_meta_redis_names_stats(off, &st), -ENOENT);
+    assert_int_equal(KEG_META_CALL(off, name_cache_stats, &st), -ENOENT);
     assert_int_equal(lookup_rc(off, small, "nope"), -ENOENT);
     assert_int_equal(lookup_rc(off, small, "f1"), 0);
     close_session(off);
