@@ -1296,11 +1296,8 @@ static int obj_s3_del_keys(struct keg_obj *o, const char *const *keys, size_t n)
     for (size_t at = 0; at < n; at += S3_DEL_BATCH) {
         size_t m = KEG_MIN(n - at, (size_t)S3_DEL_BATCH);
         int rc = (m == 1 || atomic_load(&s->no_multi_del)) ? 1 : s3_del_batch(s, keys + at, m);
-        for (size_t i = 0; rc == 1 && i < m; i++) {
-            int r1 = obj_s3_del(o, keys[at + i]);
-            if (r1 < 0 && !first)
-                first = r1;
-        }
+        if (rc == 1)
+            rc = keg_obj_del_each(o, keys + at, m);
         if (rc < 0 && !first)
             first = rc;
     }
