@@ -172,10 +172,11 @@ static int worth_merging(const struct keg_slice *sl, size_t n, uint64_t cost, ui
 
 /* The tiered merge (DESIGN): walking back from the newest slice, an older
  * one joins while it is no longer than all those after it together.  Returns
- * how many slices stay in front (0: none or no tier to merge: fewer than two
- * slices, or a hole among them), with the tier's span [*lo, *hi) and bytes. */
-static size_t tier_split(const struct keg_slice *sl, size_t n, uint32_t *lo, uint32_t *hi,
-                         uint64_t *bytes)
+ * how many slices stay in front, and sets the tier's span [*lo, *hi); 0 (lo,
+ * hi untouched) when there is no tier worth merging on its own: fewer than
+ * two slices, all of them, a hole among them, or a span over FS_CMP_AMP x
+ * their bytes. */
+static size_t tier_split(const struct keg_slice *sl, size_t n, uint32_t *lo, uint32_t *hi)
 {
     uint64_t tail = 0;
     uint32_t a = UINT32_MAX;
@@ -191,11 +192,10 @@ static size_t tier_split(const struct keg_slice *sl, size_t n, uint32_t *lo, uin
         b = KEG_MAX(b, s->pos + s->len);
         j--;
     }
-    if (j == 0 || n - j < 2)
+    if (j == 0 || n - j < 2 || (uint64_t)(b - a) > FS_CMP_AMP * tail)
         return 0;
     *lo = a;
     *hi = b;
-    *bytes = tail;
     return j;
 }
 
@@ -213,9 +213,6 @@ static int compact_one(struct keg_fs *fs, uint64_t ino, uint32_t indx, int force
     size_t keep = 0;
     uint32_t lo = 0;
     uint32_t hi = 0;
-    uint32_t tlo = 0;
-    uint32_t thi = 0;
-    uint64_t tbytes = 0;
     int have_data = 0;
     int rc;
 
@@ -237,19 +234,14 @@ static int compact_one(struct keg_fs *fs, uint64_t ino, uint32_t indx, int force
         have_data = 1;
     }
     if (!force)
-        keep = tier_split(sl, n, &tlo, &thi, &tbytes);
-    if (keep > 0 && (uint64_t)(thi - tlo) <= FS_CMP_AMP * tbytes) {
-        lo = tlo;                       /* merge the newest tier only */
-        hi = thi;
+        keep = tier_split(sl, n, &lo, &hi);     /* > 0: merge the newest tier only */
+    if (keep > 0) {
         have_data = 1;
-    } else {
-        keep = 0;
-        if (!force && worth_merging(sl, n, have_data ? hi - lo : 0, min_n) != 0) {
-            KEG_DEBUG("inode %llu chunk %u: %zu slices, merging [%u, %u) not worth it yet "
-                      "(again at %u slices)", (unsigned long long)ino, indx, n, lo, hi, *min_n);
-            rc = FS_CMP_DEFERRED;
-            goto out;
-        }
+    } else if (!force && worth_merging(sl, n, have_data ? hi - lo : 0, min_n) != 0) {
+        KEG_DEBUG("inode %llu chunk %u: %zu slices, merging [%u, %u) not worth it yet "
+                  "(again at %u slices)", (unsigned long long)ino, indx, n, lo, hi, *min_n);
+        rc = FS_CMP_DEFERRED;
+        goto out;
     }
     memset(&repl, 0, sizeof(repl));
     if (have_data) {
