@@ -65,6 +65,148 @@ int keg_ssd_file_write(int fd, int kind, const char *key, const void *obj, size_
     return 0;
 }
 
+/*---------------------------------------------------------------------------
+ * Direct writes
+ *-------------------------------------------------------------------------*/
+
+/* Alignment of the buffer, the offset and the length of a direct write: the
+ * page size, which every block device's logical block size divides. */
+#define SSD_DIO_ALIGN 4096u
+
+struct dio_buf {
+    uint8_t *p;                     /* SSD_DIO_ALIGN-aligned (keg_malloc_aligned) */
+    size_t   cap;
+};
+
+struct keg_ssd_dio {
+    pthread_mutex_t mu;
+    size_t          max_image;      /* images larger than this go the buffered way */
+    unsigned        nbufs;          /* most buffers allocated at once */
+    unsigned        nalloc;         /* allocated now (idle or in use); protected by mu */
+    unsigned        nidle;          /* protected by mu */
+    struct dio_buf *idle;           /* [nbufs]; the first nidle are idle; protected by mu */
+    int             refused;        /* direct I/O refused by the file system; atomic access */
+};
+
+int keg_ssd_dio_open(unsigned nbufs, size_t max_image, struct keg_ssd_dio **out)
+{
+    struct keg_ssd_dio *d = keg_calloc(1, sizeof(*d));
+
+    *out = NULL;
+    if (d)
+        d->idle = keg_calloc(nbufs ? nbufs : 1, sizeof(*d->idle));
+    if (!d || !d->idle) {
+        keg_free(d);
+        return -ENOMEM;
+    }
+    pthread_mutex_init(&d->mu, NULL);
+    d->nbufs = nbufs;
+    d->max_image = max_image;
+    *out = d;
+    return 0;
+}
+
+void keg_ssd_dio_close(struct keg_ssd_dio *d)
+{
+    if (!d)
+        return;
+    for (unsigned i = 0; i < d->nidle; i++)
+        keg_free(d->idle[i].p);
+    keg_free(d->idle);
+    pthread_mutex_destroy(&d->mu);
+    keg_free(d);
+}
+
+int keg_ssd_dio_refused(struct keg_ssd_dio *d)
+{
+    return d ? __atomic_load_n(&d->refused, __ATOMIC_RELAXED) : 0;
+}
+
+/* An idle buffer of at least size bytes (reallocated if smaller), or -EAGAIN
+ * (all in use) / -ENOMEM. */
+static int dio_get(struct keg_ssd_dio *d, size_t size, struct dio_buf *b)
+{
+    pthread_mutex_lock(&d->mu);
+    if (d->nidle > 0) {
+        *b = d->idle[--d->nidle];
+    } else if (d->nalloc < d->nbufs) {
+        d->nalloc++;
+        b->p = NULL;
+        b->cap = 0;
+    } else {
+        pthread_mutex_unlock(&d->mu);
+        return -EAGAIN;
+    }
+    pthread_mutex_unlock(&d->mu);
+    if (b->cap < size) {
+        keg_free(b->p);
+        b->cap = 0;
+        b->p = keg_malloc_aligned(SSD_DIO_ALIGN, size);
+        if (!b->p) {
+            pthread_mutex_lock(&d->mu);
+            d->nalloc--;
+            pthread_mutex_unlock(&d->mu);
+            return -ENOMEM;
+        }
+        b->cap = size;
+    }
+    return 0;
+}
+
+static void dio_put(struct keg_ssd_dio *d, const struct dio_buf *b)
+{
+    pthread_mutex_lock(&d->mu);
+    d->idle[d->nidle++] = *b;
+    pthread_mutex_unlock(&d->mu);
+}
+
+int keg_ssd_file_write_direct(struct keg_ssd_dio *d, int fd, int kind, const char *key,
+                              const void *obj, size_t len)
+{
+    size_t klen = strlen(key);
+    size_t flen = KEGC_HDR + klen + len;
+    size_t alen = (flen + SSD_DIO_ALIGN - 1) & ~(size_t)(SSD_DIO_ALIGN - 1);
+    struct dio_buf b;
+    size_t done = 0;
+    int fl, rc;
+
+    if (!d || keg_ssd_dio_refused(d) || alen > d->max_image || dio_get(d, alen, &b) < 0)
+        return -EAGAIN;
+    kegc_hdr_make(b.p, kind, key, obj, len);
+    memcpy(b.p + KEGC_HDR, key, klen);
+    memcpy(b.p + KEGC_HDR + klen, obj, len);
+    memset(b.p + flen, 0, alen - flen);
+    fl = fcntl(fd, F_GETFL);
+    if (fl < 0) {
+        rc = -errno;
+    } else if (fcntl(fd, F_SETFL, fl | O_DIRECT) < 0) {
+        rc = errno == EINVAL ? -EAGAIN : -errno;     /* EINVAL: no direct I/O here */
+    } else {
+        rc = 0;
+        while (done < alen) {
+            ssize_t n = pwrite(fd, b.p + done, alen - done, (off_t)done);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0) {
+                /* EINVAL: the file system wants a larger alignment */
+                rc = n == 0 ? -EIO : errno == EINVAL ? -EAGAIN : -errno;
+                break;
+            }
+            done += (size_t)n;
+        }
+        if (fcntl(fd, F_SETFL, fl) < 0 && rc == 0)
+            rc = -errno;
+    }
+    dio_put(d, &b);
+    if (rc == -EAGAIN) {
+        __atomic_store_n(&d->refused, 1, __ATOMIC_RELAXED);
+        return rc;
+    }
+    if (rc == 0 && ftruncate(fd, (off_t)flen) < 0)
+        rc = -errno;
+    return rc;
+}
+
 int keg_ssd_file_publish(int dirfd, int fd, const char *tmp, const char *name, int rc)
 {
     if (close(fd) < 0 && rc == 0)

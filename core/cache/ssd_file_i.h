@@ -20,6 +20,36 @@ int keg_ssd_mkdirs(const char *path);
  * Returns 0 or -errno of the failed writev (not mapped). */
 int keg_ssd_file_write(int fd, int kind, const char *key, const void *obj, size_t len);
 
+/* Direct writes: a large file image is written with O_DIRECT from one of a few
+ * page-aligned buffers kept for that, instead of through the page cache.  The
+ * object is copied once into the buffer (user memory, reused), and the device
+ * reads it from there; the buffered way copies it into page cache pages, newly
+ * allocated for every file, which is the slow part of writing large files on
+ * machines where fresh memory is costly (measured: docs/benchmarks.md).
+ * The pool holds at most nbufs buffers, allocated on first use, each kept at
+ * the size of the largest image it has held (at most max_image bytes).
+ * LOCKS: the pool's own mutex, never held during I/O. */
+struct keg_ssd_dio;
+
+/* OWNERSHIP: caller closes it.  Returns 0 or -ENOMEM. */
+int  keg_ssd_dio_open(unsigned nbufs, size_t max_image, struct keg_ssd_dio **out);
+/* Frees the pool and its buffers (none may be in use).  NULL is a no-op. */
+void keg_ssd_dio_close(struct keg_ssd_dio *d);
+/* Writes the whole file image of key (as keg_ssd_file_write) to fd at offset 0
+ * with O_DIRECT, then cuts the file to the image's length (fd may be a reused
+ * spare, longer than the image).  The file's page cache is not used: the bytes
+ * are on the device (not flushed from its cache: fsync for that) on return.
+ * fd's status flags are as before on return.
+ * Returns 0; -EAGAIN when the caller must write it the buffered way instead:
+ * d is NULL, every buffer is busy, the image is larger than max_image, or
+ * this file system refused direct I/O (then every later call returns -EAGAIN
+ * at once; the file's offset is unchanged, its bytes may be any); or -errno of
+ * the failed write or ftruncate. */
+int  keg_ssd_file_write_direct(struct keg_ssd_dio *d, int fd, int kind, const char *key,
+                               const void *obj, size_t len);
+/* 1 once direct writes were refused on this pool's file system (tests, logs). */
+int  keg_ssd_dio_refused(struct keg_ssd_dio *d);
+
 /* Finishes a temp file: closes fd, then, if rc is 0, renames tmp to name (both
  * relative to dirfd, which may be AT_FDCWD); if anything failed, unlinks tmp.
  * rc is the result of writing the file so far.  Returns 0 or the first -errno. */

@@ -69,6 +69,15 @@ char *keg_strdup(const char *s)
     return keg_strndup(s, strlen(s));
 }
 
+void *keg_malloc_aligned(size_t align, size_t n)
+{
+    void *p = NULL;
+
+    if (should_fail() || posix_memalign(&p, align, n ? n : 1) != 0)
+        return NULL;
+    return p;
+}
+
 void keg_free(void *p)
 {
     free(p);

@@ -82,7 +82,8 @@
 #define WB_RATE_WINDOW    5         /* seconds averaged by rate_bps */
 #define WB_BACKOFF_MAX_MS 5000
 #define WB_HOLD_MAX_NS (4 * 1000000000LL) /* longest extra hold in a burst of puts */
-#define WB_EARLY_WRITE (1u << 20)  /* staged objects this large start their disk write at once */
+#define WB_DIRECT_WRITE (1u << 20) /* staged objects this large are written with O_DIRECT */
+#define WB_DIO_BUFS     2          /* aligned buffers for those (ssd_file.c) */
 
 enum wb_state { WB_QUEUED, WB_UPLOADING, WB_PARKED };
 
@@ -110,6 +111,7 @@ struct wb {
     unsigned        drain_ms, retries, backoff_ms, park_ms;
     int             inner_durable; /* bottom store has KEG_OBJ_CAP_DURABLE */
     struct keg_ssd_spare *spare;   /* spare files of the cache below (BORROWED), or NULL */
+    struct keg_ssd_dio *dio;       /* buffers for direct writes of large objects, or NULL */
     unsigned        nworkers;
     pthread_t      *threads;
     unsigned        nthreads;      /* started */
@@ -315,17 +317,24 @@ static int wb_stage_file(struct wb *wb, const char *key, const char *name, const
     }
     if (fd < 0)
         return errno == EDQUOT ? -ENOSPC : -errno;
-    rc = keg_ssd_file_write(fd, KEGC_KIND_STAGED, key, obj, len);
-    if (rc == 0)
-        rc = keg_ssd_file_fit(fd, KEGC_HDR + strlen(key) + (uint64_t)len);
+    /* A large object goes to the disk now, with O_DIRECT: no page cache pages
+     * to fill (the slow part of a large write here), and a later fsync() finds
+     * little left to write.  Small ones go through the page cache: most are
+     * replaced within the upload delay, and one synchronous disk request per
+     * small file would cost more than it saves.  Where direct I/O is refused,
+     * a large object is written buffered and its writeback started at once. */
+    rc = len >= WB_DIRECT_WRITE
+             ? keg_ssd_file_write_direct(wb->dio, fd, KEGC_KIND_STAGED, key, obj, len)
+             : -EAGAIN;
+    if (rc == -EAGAIN) {
+        rc = keg_ssd_file_write(fd, KEGC_KIND_STAGED, key, obj, len);
+        if (rc == 0)
+            rc = keg_ssd_file_fit(fd, KEGC_HDR + strlen(key) + (uint64_t)len);
+        if (rc == 0 && len >= WB_DIRECT_WRITE)
+            (void)sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+    }
     if (rc == -EDQUOT)
         rc = -ENOSPC;
-    /* A large object starts on its way to the disk now: a later fsync()
-     * then waits for what is left, not for every byte staged since the last
-     * one.  Small ones do not: most are replaced within the upload delay,
-     * and one disk request per small file would cost more than it saves. */
-    if (rc == 0 && len >= WB_EARLY_WRITE)
-        (void)sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
     return keg_ssd_file_publish(wb->dirfd, fd, tmp, name, rc);
 }
 
@@ -1307,6 +1316,7 @@ static void wb_free_all(struct wb *wb)
     }
     keg_free(wb->ht);
     keg_free(wb->threads);
+    keg_ssd_dio_close(wb->dio);
     if (wb->dirfd >= 0)
         close(wb->dirfd);
     if (wb->lockfd >= 0)
@@ -1401,6 +1411,9 @@ int keg_wb_create(const struct keg_wb_conf *conf, struct keg_obj *inner, struct 
     wb->write_once = conf->keys_write_once;
     wb->inner_durable = wb_bottom_durable(inner);
     wb->spare = keg_cache_ssd_spare(inner);
+    /* (without the pool, large objects are written buffered: nothing fails) */
+    (void)keg_ssd_dio_open(WB_DIO_BUFS, KEGC_HDR + KEGC_KEY_MAX + KEG_BLOCK_HDR +
+                                            KEG_BLOCK_SIZE_MAX + 4096, &wb->dio);
     wb->nbuckets = 256;
     wb->ht = keg_calloc(wb->nbuckets, sizeof(*wb->ht));
     wb->threads = keg_calloc(wb->nworkers, sizeof(*wb->threads));

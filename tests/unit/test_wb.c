@@ -204,7 +204,9 @@ static struct keg_format vol_format(struct fx *fx)
 }
 
 /* A mounter that dies right after its puts returned (no close, no drain):
- * the next open finds the staged objects and uploads every one. */
+ * the next open finds the staged objects and uploads every one, including a
+ * large one (written with O_DIRECT where the file system allows). */
+#define CRASH_BIG_LEN ((2u << 20) + 5)
 static void test_crash_recovery(void **state)
 {
     struct fx *fx = *state;
@@ -233,12 +235,20 @@ static void test_crash_recovery(void **state)
             if (keg_obj_put(o, key, enc, olen) < 0)
                 _exit(3);
         }
+        {
+            uint8_t *enc = malloc(KEG_BLOCK_HDR + CRASH_BIG_LEN);
+            char key[128];
+            size_t olen = enc ? make_block(21, CRASH_BIG_LEN, enc, KEG_BLOCK_HDR + CRASH_BIG_LEN,
+                                           key, sizeof(key)) : 0;
+            if (!enc || keg_obj_put(o, key, enc, olen) < 0)
+                _exit(4);
+        }
         _exit(0);
     }
     assert_int_equal(waitpid(pid, &status, 0), pid);
     assert_true(WIFEXITED(status));
     assert_int_equal(WEXITSTATUS(status), 0);
-    assert_int_equal(count_files(fx->slot, NULL, NULL), 20);
+    assert_int_equal(count_files(fx->slot, NULL, NULL), 21);
     /* and a write torn by the crash */
     snprintf(tmp, sizeof(tmp), "%s/.tmp.vol1%%2Fchunks%%2F0%%2F0%%2F99_0_3000.Ab12Cd", fx->slot);
     fd = open(tmp, O_CREAT | O_WRONLY, 0600);
@@ -255,15 +265,16 @@ static void test_crash_recovery(void **state)
     assert_int_equal(remaining, 0);
     assert_int_equal(keg_stack_stats(o, &st), 0);
     assert_int_equal(st.has_writeback, 1);
-    assert_int_equal(st.uploaded_objects, 20);
+    assert_int_equal(st.uploaded_objects, 21);
     assert_int_equal(st.staged_objects, 0);
-    assert_int_equal(st.cache_objects, 20);       /* uploads populated the cache */
+    assert_int_equal(st.cache_objects, 21);       /* uploads populated the cache */
     keg_obj_close(o);
     assert_int_equal(count_files(fx->slot, NULL, NULL), 0);
 
     assert_int_equal(keg_obj_open("file", &oc, NULL, &b), 0);
     for (uint64_t id = 1; id <= 20; id++)
         assert_true(has_block(b, id, 3000));
+    assert_true(has_block(b, 21, CRASH_BIG_LEN));
     keg_obj_close(b);
 }
 

@@ -8,6 +8,8 @@
 void *keg_malloc(size_t n);
 void *keg_calloc(size_t nmemb, size_t size);
 void *keg_realloc(void *p, size_t n);
+/* n bytes aligned to align (a power of two, a multiple of sizeof(void *)); keg_free frees it. */
+void *keg_malloc_aligned(size_t align, size_t n);
 char *keg_strdup(const char *s);
 char *keg_strndup(const char *s, size_t n);
 void  keg_free(void *p);
