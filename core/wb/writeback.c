@@ -112,6 +112,7 @@ struct wb {
     int             inner_durable; /* bottom store has KEG_OBJ_CAP_DURABLE */
     struct keg_ssd_spare *spare;   /* spare files of the cache below (BORROWED), or NULL */
     struct keg_ssd_dio *dio;       /* buffers for direct writes of large objects, or NULL */
+    int             dio_noted;     /* logged that direct I/O is refused; atomic access */
     unsigned        nworkers;
     pthread_t      *threads;
     unsigned        nthreads;      /* started */
@@ -327,6 +328,10 @@ static int wb_stage_file(struct wb *wb, const char *key, const char *name, const
              ? keg_ssd_file_write_direct(wb->dio, fd, KEGC_KIND_STAGED, key, obj, len)
              : -EAGAIN;
     if (rc == -EAGAIN) {
+        if (keg_ssd_dio_refused(wb->dio) &&
+            !__atomic_exchange_n(&wb->dio_noted, 1, __ATOMIC_RELAXED))
+            KEG_INFO("%s refuses direct I/O: large blocks are staged through the page cache",
+                     wb->dir);
         rc = keg_ssd_file_write(fd, KEGC_KIND_STAGED, key, obj, len);
         if (rc == 0)
             rc = keg_ssd_file_fit(fd, KEGC_HDR + strlen(key) + (uint64_t)len);
