@@ -23,6 +23,10 @@
 #define CSI_DRIVER_NAME   "csi.kegfs.io"
 #define CSI_DEFAULT_CAPACITY (1ULL << 30)      /* CreateVolume without a capacity range */
 #define CSI_STATE_DIR_DEFAULT "/var/lib/kegfs-csi"
+#define CSI_KUBELET_DIR_DEFAULT "/var/lib/kubelet"
+#define CSI_CACHE_ROOT_DEFAULT "/var/lib/kegfs/cache"
+/* the type /proc/self/mountinfo shows for a kegfs mount (subtype=kegfs) */
+#define CSI_FUSE_FSTYPE "fuse.kegfs"
 #define CSI_MOUNT_TIMEOUT_MS 30000              /* NodePublish: wait for the FUSE mount */
 
 /* gRPC status codes (same numbers as grpc_status_code; handlers do not see gRPC). */
@@ -98,6 +102,20 @@ int csi_check_capability(const Csi__V1__VolumeCapability *cap, struct csi_status
 /* 0 if path is absolute, has no ".." component and is shorter than PATH_MAX. */
 int csi_check_path(const char *path, const char *what, struct csi_status *st);
 
+/* confine.c.  Is path (what names it in messages) root or below it, with no
+ * symbolic link below root?  With create, missing directories are made (mode)
+ * one at a time without following links.  A NULL or empty root is "/".
+ * Returns 0, or -1 with st set:
+ * INVALID_ARGUMENT for a path outside root or through a link. */
+int csi_confine_dir(const char *root, const char *path, int create, mode_t mode,
+                    const char *what, struct csi_status *st);
+/* Is mount flag idx ("name" or "name=value") one a publish may pass to the
+ * mounter?  A cache-dir= value is confined to ctx->cache_root (and created).
+ * Returns 0, or -1 with st set to INVALID_ARGUMENT naming what is allowed. */
+struct csi_ctx;
+int csi_confine_mount_flag(struct csi_ctx *ctx, const char *flag, size_t idx,
+                           struct csi_status *st);
+
 /*----------------------------------------------------------------------------
  * Driver context
  *--------------------------------------------------------------------------*/
@@ -121,6 +139,9 @@ struct csi_ctx {
     const char *driver_name;          /* CSI_DRIVER_NAME */
     const char *node_id;
     const char *state_dir;
+    const char *target_root;          /* node: targets must lie below it, <kubelet-dir>/pods
+                                       * (NULL: "/") */
+    const char *cache_root;           /* node: cache-dir= flags must lie below it (NULL: refused) */
     unsigned    mode;                 /* CSI_MODE_* */
     csi_open_store_fn *open_store;    /* controller: object store of a volume */
     struct csi_state *state;          /* node: recorded publishes (NULL in controller mode) */

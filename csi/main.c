@@ -26,6 +26,11 @@ static void usage(FILE *fp)
         "  --mode MODE          controller | node | all (default all)\n"
         "  --state-dir DIR      node state: publish records, mounter configs, logs\n"
         "                       (default " CSI_STATE_DIR_DEFAULT ")\n"
+        "  --kubelet-dir DIR    the kubelet's root: target paths must lie below DIR/pods,\n"
+        "                       with no symbolic link below it (default "
+        CSI_KUBELET_DIR_DEFAULT ")\n"
+        "  --cache-root DIR     mount flag cache-dir= must lie below DIR; \"\" refuses\n"
+        "                       the flag (default " CSI_CACHE_ROOT_DEFAULT ")\n"
         "  --mounter PATH       the kegfs binary (default: kegfs next to this binary,\n"
         "                       else /usr/local/bin/kegfs)\n"
         "  --workers N          gRPC worker threads (default 8)\n"
@@ -62,7 +67,8 @@ static char *default_mounter(void)
 
 int main(int argc, char **argv)
 {
-    enum { O_ENDPOINT = 0x100, O_NODEID, O_MODE, O_STATE, O_MOUNTER, O_WORKERS, O_WD, O_VERSION };
+    enum { O_ENDPOINT = 0x100, O_NODEID, O_MODE, O_STATE, O_MOUNTER, O_WORKERS, O_WD, O_VERSION,
+           O_KUBELET, O_CACHE_ROOT };
     static const struct option longopts[] = {
         { "endpoint", required_argument, NULL, O_ENDPOINT },
         { "nodeid", required_argument, NULL, O_NODEID },
@@ -70,6 +76,8 @@ int main(int argc, char **argv)
         { "mode", required_argument, NULL, O_MODE },
         { "state-dir", required_argument, NULL, O_STATE },
         { "mounter", required_argument, NULL, O_MOUNTER },
+        { "kubelet-dir", required_argument, NULL, O_KUBELET },
+        { "cache-root", required_argument, NULL, O_CACHE_ROOT },
         { "workers", required_argument, NULL, O_WORKERS },
         { "watchdog-ms", required_argument, NULL, O_WD },
         { "verbose", no_argument, NULL, 'v' },
@@ -81,7 +89,9 @@ int main(int argc, char **argv)
     const char *endpoint = getenv("CSI_ENDPOINT");
     const char *node_id = getenv("NODE_ID");
     const char *state_dir = CSI_STATE_DIR_DEFAULT;
-    char *mounter = NULL;
+    const char *kubelet_dir = CSI_KUBELET_DIR_DEFAULT;
+    const char *cache_root = CSI_CACHE_ROOT_DEFAULT;
+    char *mounter = NULL, *target_root = NULL;
     unsigned long workers = 8, wd_ms = 2000;
     int opt, rc;
     char *end;
@@ -114,6 +124,12 @@ int main(int argc, char **argv)
             break;
         case O_STATE:
             state_dir = optarg;
+            break;
+        case O_KUBELET:
+            kubelet_dir = optarg;
+            break;
+        case O_CACHE_ROOT:
+            cache_root = optarg;
             break;
         case O_MOUNTER:
             keg_free(mounter);
@@ -170,6 +186,13 @@ int main(int argc, char **argv)
 
     ctx.node_id = node_id;
     ctx.state_dir = state_dir;
+    target_root = keg_asprintf("%s/pods", kubelet_dir);
+    if (!target_root) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    ctx.target_root = target_root;
+    ctx.cache_root = *cache_root ? cache_root : NULL;
     ctx.watchdog_ms = (unsigned)wd_ms;
     csi_ctx_init(&ctx);
 
@@ -200,5 +223,6 @@ out:
     csi_state_close(ctx.state);
     csi_ctx_destroy(&ctx);
     keg_free(mounter);
+    keg_free(target_root);
     return rc < 0 ? 1 : 0;
 }

@@ -35,6 +35,7 @@
 
 #include "csi_i.h"
 #include "keg/mem.h"
+#include "keg/mountinfo.h"
 #include "mount_mgr.h"
 #include "state.h"
 #define KEG_LOG_TAG "csi.node"
@@ -113,9 +114,10 @@ static int node_meta_url(const Csi__V1__NodePublishVolumeRequest *req, char **ou
     return *out ? 0 : csi_fail(st, CSI_INTERNAL, "out of memory");
 }
 
-/* Comma-joined mount flags ("" if none).  Returns NULL with st set on bad input. */
-static char *node_options(const Csi__V1__VolumeCapability *cap, int *readonly,
-                          struct csi_status *st)
+/* Comma-joined mount flags ("" if none), each one checked against the
+ * whitelist (confine.c).  Returns NULL with st set on bad input. */
+static char *node_options(struct csi_ctx *ctx, const Csi__V1__VolumeCapability *cap,
+                          int *readonly, struct csi_status *st)
 {
     size_t n = 1;
     const Csi__V1__VolumeCapability__MountVolume *mv = cap->mount;
@@ -143,6 +145,8 @@ static char *node_options(const Csi__V1__VolumeCapability *cap, int *readonly,
             csi_fail(st, CSI_INVALID_ARGUMENT, "mount flag %zu must not start with '-'", i);
             return NULL;
         }
+        if (csi_confine_mount_flag(ctx, f, i, st) < 0)
+            return NULL;
         if (strcmp(f, "ro") == 0) {
             *readonly = 1;
             continue;
@@ -210,7 +214,7 @@ CSI_HANDLER(csi_node_publish_volume, NodePublishVolumeRequest, NodePublishVolume
     if (node_need(ctx, st) < 0)
         return -1;
     if (csi_check_volume_id(req->volume_id, "volume_id", st) < 0 ||
-        csi_check_path(req->target_path, "target_path", st) < 0)
+        csi_confine_dir(ctx->target_root, req->target_path, 0, 0, "target_path", st) < 0)
         return -1;
     if (!req->volume_capability)
         return csi_fail(st, CSI_INVALID_ARGUMENT, "volume_capability is required");
@@ -220,7 +224,7 @@ CSI_HANDLER(csi_node_publish_volume, NodePublishVolumeRequest, NodePublishVolume
     readonly = req->readonly ||
                mode == CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__SINGLE_NODE_READER_ONLY ||
                mode == CSI__V1__VOLUME_CAPABILITY__ACCESS_MODE__MODE__MULTI_NODE_READER_ONLY;
-    char *options = node_options(req->volume_capability, &readonly, st);
+    char *options = node_options(ctx, req->volume_capability, &readonly, st);
     if (!options)
         return -1;
     if (node_meta_url(req, &url, st) < 0)
@@ -228,6 +232,7 @@ CSI_HANDLER(csi_node_publish_volume, NodePublishVolumeRequest, NodePublishVolume
 
     /* lock */
     if (csi_key_trylock(ctx, req->volume_id) < 0) {
+        memset(url, 0, strlen(url));
         keg_free(url);
         return csi_fail(st, CSI_ABORTED, "an operation on volume %s is already in progress",
                         req->volume_id);
@@ -262,12 +267,8 @@ CSI_HANDLER(csi_node_publish_volume, NodePublishVolumeRequest, NodePublishVolume
     }
 
     /* act */
-    rc = node_mkdirs(req->target_path, 0750);
-    if (rc < 0) {
-        csi_fail(st, CSI_INTERNAL, "cannot create target %s: %s", req->target_path,
-                 strerror(-rc));
+    if (csi_confine_dir(ctx->target_root, req->target_path, 1, 0750, "target_path", st) < 0)
         goto out;
-    }
     node_hash(req->target_path, hash);
     config = keg_asprintf("%s/mounts/%s.yaml", ctx->state_dir, hash);
     char *mdir = keg_asprintf("%s/mounts", ctx->state_dir);
@@ -276,7 +277,11 @@ CSI_HANDLER(csi_node_publish_volume, NodePublishVolumeRequest, NodePublishVolume
         csi_fail(st, CSI_INTERNAL, "out of memory");
         goto out;
     }
-    mkdir(mdir, 0700);
+    if (mkdir(mdir, 0700) < 0 && errno != EEXIST) {
+        csi_fail(st, CSI_INTERNAL, "cannot create %s: %s", mdir, strerror(errno));
+        keg_free(mdir);
+        goto out;
+    }
     keg_free(mdir);
     rc = csi_mount_write_config(config, url, CSI_MAP_GET(req, secrets, "access-key"),
                                 CSI_MAP_GET(req, secrets, "secret-key"));
@@ -349,25 +354,41 @@ CSI_HANDLER(csi_node_unpublish_volume, NodeUnpublishVolumeRequest, NodeUnpublish
                         req->volume_id);
 
     found = csi_state_find(ctx->state, req->target_path, &rec) == 0;
-    if (found && strcmp(rec.volume_id, req->volume_id) != 0) {
+    if (!found) {
+        /* Never published here (or already unpublished): touch nothing.  Whatever
+         * is mounted at the path, and the directory itself, belong to someone
+         * else. */
+        KEG_INFO("volume_id=%s target=%s: not published by this plugin, nothing to do",
+                 req->volume_id, req->target_path);
+        goto out;
+    }
+    if (strcmp(rec.volume_id, req->volume_id) != 0) {
         csi_fail(st, CSI_NOT_FOUND, "target %s has volume %s published, not %s",
                  req->target_path, rec.volume_id, req->volume_id);
         goto out;
     }
-    rc = ctx->mm->ops->stop(ctx->mm, req->target_path, found ? rec.pid : 0);
+    /* Only ever unmount our own FUSE mount: something mounted over it by
+     * another party stays, and the call fails until that is gone. */
+    char fstype[64];
+    if (keg_mountinfo_find(req->target_path, fstype, sizeof(fstype)) > 0 &&
+        strcmp(fstype, CSI_FUSE_FSTYPE) != 0) {
+        csi_fail(st, CSI_FAILED_PRECONDITION,
+                 "%s is mounted at %s over the volume; unmount it first", fstype,
+                 req->target_path);
+        goto out;
+    }
+    rc = ctx->mm->ops->stop(ctx->mm, req->target_path, rec.pid);
     if (rc < 0) {
         csi_fail(st, CSI_INTERNAL, "unmounting %s: %s", req->target_path, strerror(-rc));
         goto out;
     }
-    if (found) {
-        if (rec.config[0])
-            unlink(rec.config);
-        rc = csi_state_remove(ctx->state, req->target_path);
-        if (rc < 0) {
-            csi_fail(st, CSI_INTERNAL, "cannot update the state in %s: %s", ctx->state_dir,
-                     strerror(-rc));
-            goto out;
-        }
+    if (rec.config[0])
+        unlink(rec.config);
+    rc = csi_state_remove(ctx->state, req->target_path);
+    if (rc < 0) {
+        csi_fail(st, CSI_INTERNAL, "cannot update the state in %s: %s", ctx->state_dir,
+                 strerror(-rc));
+        goto out;
     }
     if (rmdir(req->target_path) < 0 && errno != ENOENT) {
         if (errno == ENOTEMPTY || errno == EEXIST)
@@ -377,8 +398,7 @@ CSI_HANDLER(csi_node_unpublish_volume, NodeUnpublishVolumeRequest, NodeUnpublish
             KEG_WARN("volume_id=%s target=%s: rmdir: %s", req->volume_id, req->target_path,
                      strerror(errno));
     }
-    KEG_INFO("volume_id=%s target=%s unpublished%s", req->volume_id, req->target_path,
-             found ? "" : " (was not recorded)");
+    KEG_INFO("volume_id=%s target=%s unpublished", req->volume_id, req->target_path);
 out:
     if (found)
         csi_publish_clear(&rec);
@@ -411,9 +431,12 @@ CSI_HANDLER(csi_node_get_volume_stats, NodeGetVolumeStatsRequest, NodeGetVolumeS
 
     if (node_need(ctx, st) < 0)
         return -1;
-    if (csi_check_volume_id(req->volume_id, "volume_id", st) < 0 ||
-        csi_check_path(req->volume_path, "volume_path", st) < 0)
+    if (csi_check_volume_id(req->volume_id, "volume_id", st) < 0)
         return -1;
+    if (!req->volume_path || !*req->volume_path)
+        return csi_fail(st, CSI_INVALID_ARGUMENT, "volume_path is required");
+    /* Any other path that is not where the volume is published -- relative,
+     * with "..", missing -- is a volume not found there (CSI spec). */
     if (csi_state_find(ctx->state, req->volume_path, &rec) < 0)
         return csi_fail(st, CSI_NOT_FOUND, "volume %s is not published at %s", req->volume_id,
                         req->volume_path);

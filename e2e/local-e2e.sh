@@ -27,7 +27,7 @@ trap cleanup EXIT
 
 "$REPO/scripts/redis-server.sh" start "$REDIS_PORT" "$W/redis" >/dev/null
 storage=(--storage file --bucket "$W/bucket")
-mkdir -p "$W/bucket"
+mkdir -p "$W/bucket" "$W/pods"
 if [ "${KEG_E2E_S3:-1}" != 0 ] && [ -n "${KEG_TEST_S3_BUCKET:-}" ]; then
   log "using the running S3 gateway at $KEG_TEST_S3_BUCKET"
   storage=(--storage s3 --bucket "$KEG_TEST_S3_BUCKET"

@@ -48,7 +48,9 @@ class Plugin:
         self.proc = subprocess.Popen(
             [self.args.csi_bin, "--endpoint", "unix://" + self.sock, "--nodeid", "e2e-node",
              "--mode", self.mode, "--state-dir", os.path.join(self.args.workdir, "state"),
-             "--mounter", self.args.mounter],
+             "--mounter", self.args.mounter,
+             "--kubelet-dir", self.args.workdir,
+             "--cache-root", os.path.join(self.args.workdir, "cache")],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         client = csiclient.Client("unix://" + self.sock)
         client.wait_ready(20)

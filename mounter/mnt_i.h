@@ -12,6 +12,7 @@
 #include <stdio.h>
 
 #include "keg/keg.h"
+#include "keg/mountinfo.h"
 
 struct keg_fs;
 
@@ -86,9 +87,11 @@ int mnt_parse_seconds(const char *s, double *out);
 /* Absolute, symlink-free path of p; a dead FUSE mount (ENOTCONN) at the last
  * component is tolerated.  OWNERSHIP: caller keg_free()s *out.  Returns 0 or -errno. */
 int mnt_abspath(const char *p, char **out);
-/* 1 if abs is a mount point (listed in /proc/self/mountinfo), 0 if not, -errno.
- * With fstype non-NULL the file-system type (e.g. "fuse.kegfs") is copied there. */
-int mnt_is_mountpoint(const char *abs, char *fstype, size_t fstype_size);
+/* 1 if abs is a mount point, 0 if not, -errno: see keg_mountinfo_find(). */
+static inline int mnt_is_mountpoint(const char *abs, char *fstype, size_t fstype_size)
+{
+    return keg_mountinfo_find(abs, fstype, fstype_size);
+}
 /* 16 hex digits naming a mount point in the state directory. */
 void mnt_path_hash(const char *abs, char out[17]);
 /* The state directory: $KEGFS_RUN_DIR, else /run/kegfs (root) or

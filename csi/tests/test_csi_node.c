@@ -20,6 +20,8 @@
 static struct csi_ctx ctx;
 static char dir[256];          /* temp dir: state/ and pods/ */
 static char state_dir[300];
+static char kubelet_dir[320];
+static char cache_root[320];
 
 static void st_reset(struct csi_status *st)
 {
@@ -112,6 +114,12 @@ static int setup(void **state)
     ctx.mode = CSI_MODE_NODE;
     ctx.node_id = "node-1";
     ctx.state_dir = state_dir;
+    snprintf(kubelet_dir, sizeof(kubelet_dir), "%s/pods", dir);
+    assert_int_equal(mkdir(kubelet_dir, 0750), 0);
+    ctx.target_root = kubelet_dir;
+    snprintf(cache_root, sizeof(cache_root), "%s/cache", dir);
+    assert_int_equal(mkdir(cache_root, 0700), 0);
+    ctx.cache_root = cache_root;
     csi_ctx_init(&ctx);
     keg_log_set_level(LOG_ERR);
     assert_int_equal(csi_state_open(state_dir, &ctx.state), 0);
@@ -361,6 +369,16 @@ static void test_stats_info_caps(void **state)
     st_reset(&st);
     assert_int_equal(csi_node_get_volume_stats(&ctx, &r, &out, &st), -1);
     assert_int_equal(st.code, CSI_NOT_FOUND);
+    /* a relative or ".." path is a path the volume is not published at
+     * (csi-sanity: "some/path" must be NOT_FOUND) */
+    r.volume_path = "some/path";
+    st_reset(&st);
+    assert_int_equal(csi_node_get_volume_stats(&ctx, &r, &out, &st), -1);
+    assert_int_equal(st.code, CSI_NOT_FOUND);
+    r.volume_path = "/a/../b";
+    st_reset(&st);
+    assert_int_equal(csi_node_get_volume_stats(&ctx, &r, &out, &st), -1);
+    assert_int_equal(st.code, CSI_NOT_FOUND);
     r.volume_path = "";
     st_reset(&st);
     assert_int_equal(csi_node_get_volume_stats(&ctx, &r, &out, &st), -1);
@@ -497,11 +515,131 @@ static void test_state_roundtrip(void **state)
     assert_null(s);
 }
 
+
+/* Targets stay below the kubelet root, never through a link; mount flags come
+ * from the whitelist, and a cache-dir stays below the cache root. */
+static void test_publish_confinement(void **state)
+{
+    struct pub p;
+    struct csi_status st = { 0 };
+    char path[600], outside[400];
+    struct stat sb;
+    KEG_UNUSED(state);
+
+    snprintf(outside, sizeof(outside), "%s/outside", dir);
+    assert_int_equal(mkdir(outside, 0755), 0);
+
+    /* a target outside the kubelet root: refused, nothing created */
+    pub_init(&p, "pvc-c", "a");
+    snprintf(p.target, sizeof(p.target), "%s/new/mount", outside);
+    assert_int_equal(do_publish(&p, &st), -1);
+    assert_int_equal(st.code, CSI_INVALID_ARGUMENT);
+    assert_non_null(strstr(st.msg, "is not below"));
+    snprintf(path, sizeof(path), "%s/new", outside);
+    assert_int_equal(access(path, F_OK), -1);
+
+    /* a prefix that is not a path component boundary ("pods-evil") */
+    pub_init(&p, "pvc-c", "a");
+    snprintf(p.target, sizeof(p.target), "%s-evil/x/mount", kubelet_dir);
+    assert_int_equal(do_publish(&p, &st), -1);
+    assert_int_equal(st.code, CSI_INVALID_ARGUMENT);
+
+    /* a link below the root, to a directory outside: refused, not followed */
+    snprintf(path, sizeof(path), "%s/link", kubelet_dir);
+    assert_int_equal(symlink(outside, path), 0);
+    pub_init(&p, "pvc-c", "a");
+    snprintf(p.target, sizeof(p.target), "%s/link/vol/mount", kubelet_dir);
+    assert_int_equal(do_publish(&p, &st), -1);
+    assert_int_equal(st.code, CSI_INVALID_ARGUMENT);
+    assert_non_null(strstr(st.msg, "symbolic link"));
+    snprintf(path, sizeof(path), "%s/vol", outside);
+    assert_int_equal(access(path, F_OK), -1);
+
+    /* the target itself a link */
+    pub_init(&p, "pvc-c", "a");
+    snprintf(p.target, sizeof(p.target), "%s/link", kubelet_dir);
+    assert_int_equal(do_publish(&p, &st), -1);
+    assert_int_equal(st.code, CSI_INVALID_ARGUMENT);
+    assert_int_equal(fake_mm_ncalls("start"), 0);
+
+    /* mount flags that name files or are unknown: refused */
+    static const char *const bad[] = {
+        "log-file=/etc/passwd", "ca-file=/etc/shadow", "config=/x", "debug", "nonsense",
+        "cache-size=1G/../x", "writeback=$(id)", "ro=1", "cache-dir=", NULL,
+    };
+    for (int i = 0; bad[i]; i++) {
+        pub_init(&p, "pvc-c", "a");
+        p.flags[0] = (char *)bad[i];
+        p.mv.n_mount_flags = 1;
+        p.mv.mount_flags = p.flags;
+        assert_int_equal(do_publish(&p, &st), -1);
+        assert_int_equal(st.code, CSI_INVALID_ARGUMENT);
+    }
+    /* a cache-dir outside the cache root, or through a link: refused, not created */
+    pub_init(&p, "pvc-c", "a");
+    snprintf(path, sizeof(path), "cache-dir=%s/cachex", outside);
+    p.flags[0] = path;
+    p.mv.n_mount_flags = 1;
+    p.mv.mount_flags = p.flags;
+    assert_int_equal(do_publish(&p, &st), -1);
+    assert_int_equal(st.code, CSI_INVALID_ARGUMENT);
+    snprintf(path, sizeof(path), "%s/cachex", outside);
+    assert_int_equal(access(path, F_OK), -1);
+    snprintf(path, sizeof(path), "%s/clink", cache_root);
+    assert_int_equal(symlink(outside, path), 0);
+    snprintf(path, sizeof(path), "cache-dir=%s/clink/v", cache_root);
+    assert_int_equal(do_publish(&p, &st), -1);
+    assert_int_equal(st.code, CSI_INVALID_ARGUMENT);
+    snprintf(path, sizeof(path), "%s/v", outside);
+    assert_int_equal(access(path, F_OK), -1);
+    assert_int_equal(fake_mm_ncalls("start"), 0);
+
+    /* allowed: generic flags, tuning values, a cache-dir below the root */
+    pub_init(&p, "pvc-c", "a");
+    snprintf(path, sizeof(path), "cache-dir=%s/pvc-c", cache_root);
+    p.flags[0] = "noatime";
+    p.flags[1] = "writeback";
+    p.flags[2] = "cache-size=2G";
+    p.flags[3] = path;
+    p.mv.n_mount_flags = 4;
+    p.mv.mount_flags = p.flags;
+    assert_int_equal(do_publish(&p, &st), 0);
+    assert_int_equal(fake_mm_ncalls("start"), 1);
+    snprintf(path, sizeof(path), "%s/pvc-c", cache_root);
+    assert_int_equal(stat(path, &sb), 0);
+    assert_true(S_ISDIR(sb.st_mode));
+    csi_status_clear(&st);
+}
+
+/* Unpublish of a target the plugin never published touches nothing there. */
+static void test_unpublish_unrecorded(void **state)
+{
+    struct csi_status st = { 0 };
+    char target[400], file[450];
+    KEG_UNUSED(state);
+
+    snprintf(target, sizeof(target), "%s/someone-else", kubelet_dir);
+    assert_int_equal(mkdir(target, 0755), 0);
+    assert_int_equal(do_unpublish("pvc-x", target, &st), 0);
+    assert_int_equal(fake_mm_ncalls("stop"), 0);
+    assert_int_equal(access(target, F_OK), 0);          /* not removed */
+    /* not even an empty directory is removed; a file in it stays too */
+    snprintf(file, sizeof(file), "%s/keep", target);
+    FILE *fp = fopen(file, "w");
+    assert_non_null(fp);
+    fclose(fp);
+    assert_int_equal(do_unpublish("pvc-x", target, &st), 0);
+    assert_int_equal(access(file, F_OK), 0);
+    csi_status_clear(&st);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_publish_validation, setup, teardown),
         cmocka_unit_test_setup_teardown(test_publish_unpublish, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_publish_confinement, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unpublish_unrecorded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_static_volume_url, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stats_info_caps, setup, teardown),
         cmocka_unit_test_setup_teardown(test_recovery_and_state_reload, setup, teardown),

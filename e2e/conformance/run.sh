@@ -16,7 +16,7 @@ trap cleanup EXIT
 MOUNTER=$KEGFS_BIN
 mount_flag=()
 if can_mount; then mount_flag=(--mount); fi
-start_plugin "$W" all
+start_plugin "$W" all --kubelet-dir "$W" --cache-root "$W/cache"
 rc=0
 $PY "$REPO/e2e/conformance/sanity.py" --endpoint "unix://$W/csi.sock" \
   --metaurl "sqlite3://$W/meta/" --storage file --bucket "$W/bucket" \

@@ -12,7 +12,10 @@ per check and a final "N passed, M failed" line; exits 1 on any failure.
 """
 import argparse
 import os
+import shutil
+import subprocess
 import sys
+import tempfile
 import traceback
 import uuid
 
@@ -303,6 +306,9 @@ def t_stats_invalid(x):
     S = x.c.node.NodeGetVolumeStats
     expect_code(grpc.StatusCode.NOT_FOUND, S,
                 pb.NodeGetVolumeStatsRequest(volume_id="sanity-x", volume_path="/some/path"))
+    # csi-sanity: a path that does not exist, even a relative one, is NOT_FOUND
+    expect_code(grpc.StatusCode.NOT_FOUND, S,
+                pb.NodeGetVolumeStatsRequest(volume_id="sanity-x", volume_path="some/path"))
     expect_code(grpc.StatusCode.INVALID_ARGUMENT, S,
                 pb.NodeGetVolumeStatsRequest(volume_id="sanity-x"))
     expect_code(grpc.StatusCode.INVALID_ARGUMENT, S,
@@ -337,6 +343,54 @@ def t_mount_cycle(x):
     x.unpublish(v.volume_id, t1)
     x.unpublish(v.volume_id, t2)
     assert not os.path.exists(t1) and not os.path.exists(t2)
+    x.delete(v.volume_id)
+
+
+@check("hostile NodePublish/Unpublish: targets outside the kubelet dir or through links, "
+       "file-naming mount flags, foreign mounts")
+def t_hostile_node(x):
+    v = x.create(x.name("hostile"), 64 * MiB)
+    P = x.publish
+    outside = tempfile.mkdtemp(prefix="kegfs-outside-")
+    try:
+        # a target outside the kubelet dir: refused, its parents not created
+        t = os.path.join(outside, "new", "mount")
+        expect_code(grpc.StatusCode.INVALID_ARGUMENT, P, v, t)
+        assert not os.path.exists(os.path.join(outside, "new")), "created a parent outside"
+        # a link below the kubelet dir pointing outside: refused, not followed
+        link = os.path.join(x.args.target_dir, "link-" + uuid.uuid4().hex[:6])
+        os.symlink(outside, link)
+        expect_code(grpc.StatusCode.INVALID_ARGUMENT, P, v, os.path.join(link, "vol", "mount"))
+        expect_code(grpc.StatusCode.INVALID_ARGUMENT, P, v, link)
+        assert os.listdir(outside) == [], os.listdir(outside)
+        # mount flags naming files the root mounter would write: refused
+        victim = os.path.join(outside, "victim")
+        with open(victim, "w") as f:
+            f.write("x")
+        for flags in (["log-file=" + victim], ["cache-dir=" + os.path.join(outside, "c")],
+                      ["ca-file=" + victim], ["debug"], ["allow_root"]):
+            cap = mount_cap()
+            cap.mount.mount_flags.extend(flags)
+            expect_code(grpc.StatusCode.INVALID_ARGUMENT, P, v, x.target("flags"), False, cap)
+        assert open(victim).read() == "x"
+        assert sorted(os.listdir(outside)) == ["victim"], os.listdir(outside)
+        if x.args.mount:
+            # unpublish of a target never published: a tmpfs mounted there and
+            # the directory stay
+            t = x.target("foreign")
+            os.makedirs(t)
+            subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", t], check=True)
+            try:
+                with open(os.path.join(t, "mine"), "w") as f:
+                    f.write("keep")
+                x.unpublish(v.volume_id, t)
+                assert os.path.ismount(t), "unpublish unmounted a foreign tmpfs"
+                assert open(os.path.join(t, "mine")).read() == "keep"
+            finally:
+                subprocess.run(["umount", t])
+            assert os.path.isdir(t), "unpublish removed a directory it never created"
+    finally:
+        shutil.rmtree(outside, ignore_errors=True)
     x.delete(v.volume_id)
 
 

@@ -101,13 +101,6 @@ static void test_paths(void **state)
     assert_int_equal(mnt_is_mountpoint("/proc/self", NULL, 0), 0);
 }
 
-static void test_mountinfo_unescape(void **state)
-{
-    char s[] = "/mnt/with\\040space\\011tab";
-    unescape_mountinfo(s);
-    assert_string_equal(s, "/mnt/with space\ttab");
-}
-
 static void test_state_file(void **state)
 {
     char dir[] = "/tmp/kegfs-test-run-XXXXXX";
@@ -260,7 +253,6 @@ int main(void)
         cmocka_unit_test(test_parse_u64_seconds),
         cmocka_unit_test(test_fmt_size),
         cmocka_unit_test(test_paths),
-        cmocka_unit_test(test_mountinfo_unescape),
         cmocka_unit_test(test_state_file),
         cmocka_unit_test(test_read_small_file),
         cmocka_unit_test(test_inode_counts),
