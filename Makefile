@@ -2,14 +2,16 @@
 #   make run    install what is missing, build, format and mount the embedded default volume
 #   make test   install what is missing, build (plain and ASan+UBSan), start the real servers
 #               the tests need on 127.0.0.1 (Redis, Ceph S3 gateway), run every test
-# Others: make build, make umount, make test-long, make bench, make clean.
+# Others: make build, make install [PREFIX=/usr/local], make umount, make test-long,
+#         make bench, make clean.
 
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
+PREFIX     ?= /usr/local
 
-.PHONY: all deps deps-test build build-asan run umount test test-unit test-long bench clean
+.PHONY: all deps deps-test build build-asan install run umount test test-unit test-long bench clean
 
 all: build
 
@@ -30,6 +32,9 @@ $(ASAN_BUILD)/CMakeCache.txt:
 
 build-asan: deps $(ASAN_BUILD)/CMakeCache.txt
 	cmake --build $(ASAN_BUILD) -j$(JOBS)
+
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
 
 run: build
 	@scripts/run.sh $(BUILD)/mounter/kegfs

@@ -46,5 +46,29 @@ if [ "$(id -u)" != 0 ]; then
 fi
 echo "install-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+
+# apt_wait CMD...: run an apt-get command; while another apt/dpkg holds its lock
+# (usual on a freshly booted cloud VM running unattended-upgrades), say so and
+# wait for it (up to 15 minutes) instead of failing.
+apt_wait() {
+  local out rc waited=0
+  while :; do
+    out=$("$@" 2>&1) && return 0
+    rc=$?
+    if echo "$out" | grep -qiE 'could not get lock|unable to acquire the dpkg|is another process using it'; then
+      if [ $waited -ge 900 ]; then
+        echo "install-deps: another apt/dpkg still holds the package lock after 15 minutes" >&2
+        echo "$out" >&2
+        return $rc
+      fi
+      [ $waited = 0 ] && echo "install-deps: another apt/dpkg is running; waiting for its lock..." >&2
+      sleep 5
+      waited=$((waited + 5))
+      continue
+    fi
+    echo "$out" >&2
+    return $rc
+  done
+}
+apt_wait $SUDO apt-get update -qq
+apt_wait $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -53,6 +53,12 @@ count() {
     total=$(echo "$line" | sed -E 's/.* failed out of ([0-9]+).*/\1/')
     s=$(grep -cE '\*\*\*Skipped|Not Run' "$log" || true)
     p=$((total - f - s))
+  elif grep -qE '^\[  PASSED  \] [0-9]+ test|^\[  FAILED  \] [0-9]+ test' "$log"; then
+    # a cmocka executable run directly (one summary per group it runs)
+    p=$(grep -E '^\[  PASSED  \] [0-9]+ test' "$log" | grep -oE '[0-9]+' | awk '{s+=$1} END {print s+0}')
+    f=$(grep -E '^\[  FAILED  \] [0-9]+ test' "$log" | grep -oE '[0-9]+' |
+        awk '{s+=$1} END {print s+0}')
+    s=$(grep -E '^\[  SKIPPED \] [0-9]+ test' "$log" | grep -oE '[0-9]+' | awk '{s+=$1} END {print s+0}')
   elif grep -qE '^([A-Za-z]+: )?[0-9]+ passed, [0-9]+ failed' "$log"; then
     local line
     line=$(grep -E '^([A-Za-z]+: )?[0-9]+ passed, [0-9]+ failed' "$log" | tail -1)
@@ -88,7 +94,8 @@ stage() {
   if [ "$rc" != 0 ]; then
     FAILED_STAGES+=("$name")
     # a stage that failed without printing any count still counts as one failure
-    grep -qE 'tests passed|[0-9]+ passed, [0-9]+ failed' "$log" || FAILED=$((FAILED + 1))
+    grep -qE 'tests passed|[0-9]+ passed, [0-9]+ failed|^\[  (PASSED|FAILED)  \] [0-9]+ test' "$log" ||
+      FAILED=$((FAILED + 1))
   fi
   echo "=== $name: rc=$rc in $((SECONDS - t0)) s"
 }
