@@ -101,6 +101,7 @@ stage() {
 }
 
 stage checksrc scripts/checksrc.sh
+stage docs /usr/bin/python3 scripts/check-docs.py
 stage unit ctest --test-dir "$BUILD" --output-on-failure -j2 -L unit
 stage unit-asan env ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir "$ASAN" --output-on-failure -j2 -L unit
