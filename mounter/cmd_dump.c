@@ -159,8 +159,7 @@ int cmd_dump(int argc, char **argv)
             no_progress = 1;
             break;
         default:
-            dump_usage(stderr);
-            return 2;
+            return mnt_usage_error("dump", argc, argv);
         }
     }
     if (optind >= argc || argc - optind > 2) {
@@ -295,8 +294,7 @@ int cmd_load(int argc, char **argv)
             no_progress = 1;
             break;
         default:
-            load_usage(stderr);
-            return 2;
+            return mnt_usage_error("load", argc, argv);
         }
     }
     if (optind >= argc || argc - optind > 2) {

@@ -170,8 +170,7 @@ static int parse_args(int argc, char **argv, struct fmt_args *a)
             usage(stdout);
             return -1;
         default:
-            usage(stderr);
-            return 2;
+            return mnt_usage_error("format", argc, argv);
         }
     }
     return 0;
@@ -476,8 +475,11 @@ int mnt_cmd_format(int argc, char **argv)
     rc = build_format(&a, name, exists, &f);
     if (!rc)
         rc = check_storage(&f);
-    if (!rc)
-        rc = probe_storage(&a, &f);
+    if (rc) {
+        rc = rc == -EINVAL ? 2 : 1;     /* an invalid or missing option value: usage */
+        goto out;
+    }
+    rc = probe_storage(&a, &f);
     if (rc) {
         rc = 1;
         goto out;

@@ -54,7 +54,7 @@ int mnt_cmd_fsck(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     struct mnt_cmdline cl = {
-        .shortopts = "vh", .longopts = longopts, .usage = usage,
+        .name = "fsck", .shortopts = "vh", .longopts = longopts, .usage = usage,
         .usage_error = "fsck needs exactly one META_URL (see 'kegfs fsck --help')",
         .flag_opt = OPT_DEEP, .threads_opt = OPT_THREADS, .threads = 8,
     };

@@ -65,7 +65,7 @@ int mnt_cmd_gc(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     struct mnt_cmdline cl = {
-        .shortopts = "vh", .longopts = longopts, .usage = usage,
+        .name = "gc", .shortopts = "vh", .longopts = longopts, .usage = usage,
         .usage_error = "gc needs exactly one META_URL (see 'kegfs gc --help')",
         .flag_opt = OPT_DELETE, .threads_opt = OPT_THREADS, .threads = 4,
     };

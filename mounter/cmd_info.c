@@ -222,8 +222,7 @@ int mnt_cmd_info(int argc, char **argv)
             usage(stdout);
             return 0;
         }
-        usage(stderr);
-        return 2;
+        return mnt_usage_error("info", argc, argv);
     }
     if (optind >= argc) {
         mnt_error("info needs at least one PATH (see 'kegfs info --help')");

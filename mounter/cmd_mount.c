@@ -540,8 +540,7 @@ static int parse_cmdline(int argc, char **argv, struct mount_opts *o)
             rc = -1;
             goto out;
         case '?':
-            usage(stderr);
-            rc = 2;
+            rc = mnt_usage_error("mount", argc, argv);
             goto out;
         default:
             break;

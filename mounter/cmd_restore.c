@@ -425,8 +425,7 @@ int cmd_restore(int argc, char **argv)
         case OPT_PUT_BACK:
             break;
         default:
-            usage(stderr);
-            return 2;
+            return mnt_usage_error("restore", argc, argv);
         }
     }
     if (optind >= argc) {

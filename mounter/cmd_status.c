@@ -190,8 +190,7 @@ int mnt_cmd_status(int argc, char **argv)
             usage(stdout);
             return 0;
         }
-        usage(stderr);
-        return 2;
+        return mnt_usage_error("status", argc, argv);
     }
     if (argc - optind != 1) {
         mnt_error("status needs META_URL (see 'kegfs status --help')");

@@ -187,7 +187,7 @@ int mnt_cmd_umount(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     struct mnt_cmdline cl = {
-        .shortopts = "fvh", .longopts = longopts, .usage = usage,
+        .name = "umount", .shortopts = "fvh", .longopts = longopts, .usage = usage,
         .usage_error = "umount needs MOUNTPOINT (see 'kegfs umount --help')",
         .flag_opt = 'f',
     };

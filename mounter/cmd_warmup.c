@@ -229,8 +229,7 @@ int mnt_cmd_warmup(int argc, char **argv)
             }
             break;
         default:
-            usage(stderr);
-            return 2;
+            return mnt_usage_error("warmup", argc, argv);
         }
     }
     if (optind >= argc) {

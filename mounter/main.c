@@ -69,6 +69,7 @@ int main(int argc, char **argv)
     int opt;
 
     keg_log_set_level(LOG_WARNING);
+    opterr = 0;     /* every command reports a bad option itself, in one line */
     /* "+": stop at the first non-option (the sub-command). */
     while ((opt = getopt_long(argc, argv, "+vhV", longopts, NULL)) != -1) {
         if (mnt_common_opt(opt, optarg))
@@ -81,12 +82,11 @@ int main(int argc, char **argv)
             printf("kegfs version %s\n", KEG_VERSION);
             return 0;
         default:
-            usage(stderr);
-            return 2;
+            return mnt_usage_error(NULL, argc, argv);
         }
     }
     if (optind >= argc) {
-        usage(stderr);
+        mnt_error("no command given; see 'kegfs --help'");
         return 2;
     }
     const char *name = argv[optind];

@@ -61,6 +61,7 @@ void mnt_open_log_file(void);
  * inputs (threads = its default), call mnt_parse_cmdline, read the outputs. */
 struct option;
 struct mnt_cmdline {
+    const char          *name;         /* the command, for messages ("gc") */
     const char          *shortopts;    /* for getopt_long: "vh", "fvh" ... */
     const struct option *longopts;     /* MNT_COMMON_LONGOPTS and the options below */
     void               (*usage)(FILE *out);
@@ -71,6 +72,9 @@ struct mnt_cmdline {
     uint64_t             threads;      /* in: default; out: --threads */
     const char          *operand;      /* out: BORROWS argv */
 };
+/* Print "kegfs: CMD: unknown option or missing value: 'WORD'; see 'kegfs CMD --help'"
+ * for the option getopt_long just rejected (cmd NULL: the top level).  Returns 2. */
+int mnt_usage_error(const char *cmd, int argc, char **argv);
 /* Returns -1 when the command is to run, else its exit status (0 after -h, 2 usage error). */
 int mnt_parse_cmdline(int argc, char **argv, struct mnt_cmdline *c);
 

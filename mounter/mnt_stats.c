@@ -452,7 +452,7 @@ int mnt_cmd_stats(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     struct mnt_cmdline cl = {
-        .shortopts = "wvh", .longopts = longopts, .usage = usage,
+        .name = "stats", .shortopts = "wvh", .longopts = longopts, .usage = usage,
         .usage_error = "stats needs MOUNTPOINT (see 'kegfs stats --help')",
         .flag_opt = 'w',
     };

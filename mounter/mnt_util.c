@@ -87,6 +87,18 @@ void mnt_open_log_file(void)
         mnt_warn("cannot open --log-file %s", mnt_log_file);
 }
 
+int mnt_usage_error(const char *cmd, int argc, char **argv)
+{
+    /* getopt left the offending word just before optind (optopt: a short option) */
+    const char *word = optind > 0 && optind <= argc ? argv[optind - 1] : "";
+    char shortopt[3] = { '-', (char)optopt, '\0' };
+    if (optopt && optopt < 0x80)
+        word = shortopt;
+    mnt_error("%s%sunknown option or missing value: '%s'; see 'kegfs %s%s--help'",
+              cmd ? cmd : "", cmd ? ": " : "", word, cmd ? cmd : "", cmd ? " " : "");
+    return 2;
+}
+
 int mnt_parse_cmdline(int argc, char **argv, struct mnt_cmdline *c)
 {
     int opt;
@@ -107,8 +119,7 @@ int mnt_parse_cmdline(int argc, char **argv, struct mnt_cmdline *c)
                 return 2;
             }
         } else {
-            c->usage(stderr);
-            return 2;
+            return mnt_usage_error(c->name, argc, argv);
         }
     }
     if (optind != argc - 1) {
