@@ -1143,7 +1143,8 @@ static int mr_parse_spin(const char *s, int *us)
     return 0;
 }
 
-/* Parses the query string (ns=, db=, spin=, dircache=).  Unknown parameters are logged and ignored. */
+/* Parses the query string (ns=, db=, spin=, dircache=).  An unknown parameter is an
+ * error (-EINVAL, logged). */
 static int mr_parse_query(struct mr_priv *p, const char *query, const char *red, char **ns)
 {
     char *q = keg_strdup(query);
@@ -1197,7 +1198,16 @@ static int mr_parse_query(struct mr_priv *p, const char *query, const char *red,
             }
             p->names_cap = (uint32_t)v;
         } else if (*s) {
-            KEG_WARN("META_URL %s: ignoring unknown parameter '%s'", red, s);
+            /* Refused, not ignored: a misspelt ns= would otherwise format or mount
+             * the default namespace, which may be another volume. */
+            KEG_ERR("META_URL %s: unknown parameter '%s' (known: ns, db, spin, dircache)",
+                    red, s);
+            rc = -EINVAL;
+            break;
+        } else if (eq) {
+            KEG_ERR("META_URL %s: a parameter without a name ('=%s')", red, val);
+            rc = -EINVAL;
+            break;
         }
         s = amp ? amp + 1 : NULL;
     }
