@@ -1,8 +1,10 @@
 /* cmd_status.c -- `kegfs status`: settings, sessions and usage of a volume,
  * plus the helpers the tools share (opening the engine, printing a format). */
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -17,17 +19,64 @@
 
 /*----- shared helpers -----*/
 
+int mnt_url_with_password(const char *url, const char *pw, char **out)
+{
+    *out = NULL;
+    const char *sep = strstr(url, "://");
+    if (!sep) {
+        mnt_error("META_URL has no scheme");
+        return 1;
+    }
+    const char *auth = sep + 3;
+    size_t alen = strcspn(auth, "/?");
+    const char *at = memchr(auth, '@', alen);
+    const char *user = at ? auth : "";
+    size_t ulen = at ? (size_t)(at - auth) : 0;
+    const char *host = at ? at + 1 : auth;
+    char *enc = keg_malloc(strlen(pw) * 3 + 1);
+    if (!enc)
+        return 1;
+    size_t e = 0;
+    for (const unsigned char *c = (const unsigned char *)pw; *c; c++) {
+        if (isalnum(*c) || *c == '-' || *c == '.' || *c == '_' || *c == '~') {
+            enc[e++] = (char)*c;
+        } else {
+            static const char hex[] = "0123456789ABCDEF";
+            enc[e++] = '%';
+            enc[e++] = hex[*c >> 4];
+            enc[e++] = hex[*c & 15];
+        }
+    }
+    enc[e] = '\0';
+    *out = keg_asprintf("%.*s%.*s:%s@%s", (int)(auth - url), url, (int)ulen, user, enc, host);
+    memset(enc, 0, e);
+    keg_free(enc);
+    return *out ? 0 : 1;
+}
+
 int mnt_open_meta(const char *url, struct keg_meta **m)
 {
     struct keg_url u;
     const char *why = NULL;
     char red[1024];
+    char *with = NULL;
     *m = NULL;
     keg_url_redact(url, red, sizeof(red));
     int rc = keg_url_parse(url, &u, &why);
     if (rc) {
         mnt_error("invalid META_URL '%s': %s", red, why ? why : strerror(-rc));
         return rc;
+    }
+    /* META_PASSWORD (as JuiceFS): the password of a URL that has none, so that
+     * it need not be on the command line.  (`kegfs mount` takes it earlier.) */
+    const char *envpw = getenv("META_PASSWORD");
+    if (envpw && *envpw && strcmp(u.scheme, "sqlite3") != 0 &&
+        !(u.has_password && u.password[0])) {
+        if (mnt_url_with_password(url, envpw, &with)) {
+            keg_url_free(&u);
+            return -ENOMEM;
+        }
+        url = with;
     }
     if (!keg_meta_find(u.scheme)) {
         mnt_error("unknown META_URL scheme '%s' in '%s' (this build supports:%s%s)",
@@ -38,6 +87,10 @@ int mnt_open_meta(const char *url, struct keg_meta **m)
     }
     keg_url_free(&u);
     rc = keg_meta_open(url, m);
+    if (with) {
+        memset(with, 0, strlen(with));
+        keg_free(with);
+    }
     if (rc) {
         mnt_error("cannot open the metadata engine at %s: %s", red, strerror(-rc));
         *m = NULL;
