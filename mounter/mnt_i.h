@@ -141,6 +141,9 @@ struct mnt_live {
     uint64_t upload_busy_sec;
     /* the Redis directory name cache (the engine's name_cache_stats; has_names 0: none) */
     uint64_t has_names, names_up, names_cached, names_answered, names_drops;
+    /* the remote store (keg_stack_stats; has_store 0: a local store, or an older mounter) */
+    uint64_t has_store, store_failing_sec, store_retrying, store_retrying_puts;
+    uint64_t store_retries, store_failed;
     char     phase[16];                   /* "serving", "draining" */
 };
 /* Start the thread that rewrites the stats file every second.  BORROWS fs (until
