@@ -1,8 +1,10 @@
 /* cmd_status.c -- `kegfs status`: settings, sessions and usage of a volume,
  * plus the helpers the tools share (opening the engine, printing a format). */
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -208,6 +210,53 @@ static int print_session(void *arg, const struct keg_session_info *s)
     return 0;
 }
 
+/* Mount points on this host whose live mounter serves the volume at url (the
+ * same META_URL, passwords aside), as "PATH (pid N)", comma-separated, into buf.
+ * Returns how many. */
+static int local_mounters(const char *url, char *buf, size_t size)
+{
+    char want[1024], have[1024];
+    char *dir = keg_asprintf("%s/mounts", mnt_run_dir());
+    DIR *d = dir ? opendir(dir) : NULL;
+    struct dirent *de;
+    int n = 0;
+    buf[0] = '\0';
+    keg_url_redact(url, want, sizeof(want));
+    while (d && (de = readdir(d)) != NULL) {
+        if (strlen(de->d_name) != 16)
+            continue;           /* state files only (not .stats, temp files) */
+        char *path = keg_asprintf("%s/%s", dir, de->d_name);
+        char *text = NULL, *save = NULL, *mp = NULL, *murl = NULL;
+        uint64_t pid = 0;
+        if (!path || mnt_read_small_file(path, &text) != 0) {
+            keg_free(path);
+            continue;
+        }
+        for (char *ln = strtok_r(text, "\n", &save); ln; ln = strtok_r(NULL, "\n", &save)) {
+            if (strncmp(ln, "pid=", 4) == 0)
+                mnt_parse_u64(ln + 4, &pid);
+            else if (strncmp(ln, "mountpoint=", 11) == 0)
+                mp = ln + 11;
+            else if (strncmp(ln, "meta_url=", 9) == 0)
+                murl = ln + 9;
+        }
+        if (murl && mp && pid > 0 && kill((pid_t)pid, 0) == 0 &&
+            strcmp(keg_url_redact(murl, have, sizeof(have)), want) == 0) {
+            size_t o = strlen(buf);
+            snprintf(buf + o, size - o, "%s%s (pid %llu)", n ? ", " : "", mp,
+                     (unsigned long long)pid);
+            n++;
+        }
+        memset(text, 0, strlen(text));      /* it held the META_URL */
+        keg_free(text);
+        keg_free(path);
+    }
+    if (d)
+        closedir(d);
+    keg_free(dir);
+    return n;
+}
+
 /*----- the command -----*/
 
 static void usage(FILE *out)
@@ -259,7 +308,14 @@ int mnt_cmd_status(int argc, char **argv)
     memset(&f, 0, sizeof(f));
     rc = KEG_META_CALL(m, format_load, &f);
     if (rc == -ENOENT) {
-        mnt_error("no volume is formatted at %s (run 'kegfs format' first)", red);
+        char mounts[1024];
+        if (local_mounters(url, mounts, sizeof(mounts)) > 0)
+            mnt_error("the volume's metadata is GONE from %s: no format there, but it is "
+                      "mounted on this host at %s. The metadata engine lost its data (e.g. "
+                      "Redis restarted without persistence, or flushed); the mount returns "
+                      "EIO. Restore the engine's data from a backup, or unmount", red, mounts);
+        else
+            mnt_error("no volume is formatted at %s (run 'kegfs format' first)", red);
         rc = 1;
         goto out;
     } else if (rc) {
