@@ -226,6 +226,19 @@ int keg_stack_stats(struct keg_obj *top, struct keg_stack_stats *st)
         st->cache_corrupt = c.corrupt;
         st->cache_evictions = c.evictions;
     }
+    for (struct keg_obj *o = top; o; o = o->inner) {
+        struct keg_obj_health h;
+        if (!o->ops->health)
+            continue;
+        o->ops->health(o, &h);
+        st->has_store_health = 1;
+        st->store_failing_ms = h.failing_ms;
+        st->store_retrying = h.retrying;
+        st->store_retrying_puts = h.retrying_puts;
+        st->store_retries = h.retries;
+        st->store_failed = h.failed;
+        break;
+    }
     return 0;
 }
 

@@ -22,7 +22,8 @@ struct keg_cache_ssd_conf {
 struct keg_cache_ssd_stats {
     uint64_t bytes;           /* bytes of cache files indexed */
     uint64_t objects;
-    uint64_t budget;
+    uint64_t budget;          /* bytes it may hold now: the configured budget, or less to
+                               * leave free space on the disk (cache_ssd.c) */
     uint64_t hits;            /* gets served from a verified cache file */
     uint64_t misses;          /* gets that fetched from the inner store (one per single-flight) */
     uint64_t shared;          /* gets that waited for another thread's fetch */
@@ -39,6 +40,11 @@ int keg_cache_ssd_create(const struct keg_cache_ssd_conf *conf, struct keg_obj *
 /* Fills *st (zeroed when o is not a cache_ssd layer).  Returns 0 or -EINVAL. */
 int keg_cache_ssd_stats(struct keg_obj *o, struct keg_cache_ssd_stats *st);
 extern const struct keg_obj_ops keg_cache_ssd_ops;
+/* Drops least recently used cached blocks until at least need bytes of cache
+ * files are gone (or the cache is empty), for writeback staging that found the
+ * disk full: staging comes before caching.  Returns the bytes freed (0 if o is
+ * not a cache layer).  LOCKS: takes the cache's lock. */
+uint64_t keg_cache_ssd_make_room(struct keg_obj *o, uint64_t need);
 /* The cache layer's pool of spare files (core/cache/ssd_file_i.h), NULL if o
  * is not a cache layer or has none.  BORROWED: lives as long as o. */
 struct keg_ssd_spare *keg_cache_ssd_spare(struct keg_obj *o);

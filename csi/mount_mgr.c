@@ -4,7 +4,7 @@
  * DESIGN
  * start() spawns, with posix_spawn (safe in a threaded process),
  *
- *     <mounter> mount --config <cfg> [--read-only] [-o <options>] <target>
+ *     <mounter> mount --config <cfg> [--read-only] -o allow_other [-o <options>] <target>
  *
  * in the foreground (no -d): the plugin keeps the pid, the mounter's stdout
  * and stderr go to <state_dir>/logs/<hash>.log, and the mounter gets its own
@@ -197,6 +197,10 @@ static int mm_start(struct csi_mount_mgr *mm, const struct csi_mount_req *req, p
     argv[argc++] = req->config;
     if (req->readonly)
         argv[argc++] = "--read-only";
+    /* Pods run as any uid, and kubelet and the container runtime look into the
+     * target too: a CSI mount is allow_other (the CLI's default is not). */
+    argv[argc++] = "-o";
+    argv[argc++] = "allow_other";
     if (req->options && *req->options) {
         argv[argc++] = "-o";
         argv[argc++] = req->options;

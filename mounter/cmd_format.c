@@ -484,7 +484,9 @@ int mnt_cmd_format(int argc, char **argv)
         rc = 1;
         goto out;
     }
-    rc = KEG_META_CALL(m, format_init, &f, 0777, 0, 0, exists);
+    /* The root belongs to the user who formats and only they may write to it (a
+     * 0777 root would let every local user write into a mount; chmod it to share). */
+    rc = KEG_META_CALL(m, format_init, &f, 0755, geteuid(), getegid(), exists);
     if (rc) {
         mnt_error("cannot write the format at %s: %s", red, strerror(-rc));
         rc = 1;

@@ -31,6 +31,7 @@
 #define _GNU_SOURCE         /* pipe2 */
 #define FUSE_USE_VERSION 314
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <malloc.h>
@@ -69,6 +70,7 @@ enum {
     OPT_MEM_CACHE_SIZE, OPT_CACHE_DIR, OPT_WRITEBACK, OPT_UPLOAD_WORKERS, OPT_MAX_STAGING,
     OPT_DRAIN_TIMEOUT, OPT_SESSION_TIMEOUT, OPT_HEARTBEAT, OPT_NO_SUPERVISOR, OPT_MISSING_WAIT,
     OPT_INSECURE, OPT_CA_FILE, OPT_S3_CONCURRENCY, OPT_S3_RETRY_DEADLINE, OPT_UPLOAD_DELAY,
+    OPT_META_PASSWORD_FILE,
 };
 
 struct mount_opts {
@@ -98,6 +100,7 @@ struct mount_opts {
     char    *fuse_opts;        /* comma-joined -o values; OWNERSHIP: keg_free */
     char    *log_file;         /* OWNERSHIP: keg_free */
     char    *config;           /* OWNERSHIP: keg_free */
+    char    *meta_password_file; /* file holding the META_URL password; OWNERSHIP: keg_free */
     /* Config-file only (never on argv): the volume and credentials overriding the
      * stored ones.  OWNERSHIP: keg_free (secrets wiped first, free_secret). */
     char    *meta_url;
@@ -133,6 +136,7 @@ static const struct option longopts[] = {
     {"s3-retry-deadline", required_argument, NULL, OPT_S3_RETRY_DEADLINE},
     {"no-allow-other", optional_argument, NULL, OPT_NO_ALLOW_OTHER},
     {"config", required_argument, NULL, OPT_CONFIG},
+    {"meta-password-file", required_argument, NULL, OPT_META_PASSWORD_FILE},
     MNT_COMMON_LONGOPTS,
     {NULL, 0, NULL, 0},
 };
@@ -176,7 +180,8 @@ static void usage(FILE *out)
         "      --no-supervisor      one process: a crash of the mounter leaves a dead mount\n"
         "                           (default as non-root; root mounts keep /dev/fuse in a\n"
         "                           supervisor that restarts a crashed worker)\n"
-        "      --no-allow-other     do not add allow_other (added by default for root)\n"
+        "      --no-allow-other     drop an allow_other given with -o (allow_other lets\n"
+        "                           every local user use the mount; off by default)\n"
         "      --insecure           s3 over https: do NOT verify the server's certificate\n"
         "                           (testing only; anyone on the path can read and alter data)\n"
         "      --ca-file FILE       s3 over https: trust the CA certificates in FILE (PEM)\n"
@@ -185,6 +190,8 @@ static void usage(FILE *out)
         "                           5xx and connection errors (default 60)\n"
         "      --config FILE        YAML file of defaults (keys: long option names, and\n"
         "                           meta-url, access-key, secret-key, session-token)\n"
+        "      --meta-password-file FILE  the META_URL's password is the first line of FILE\n"
+        "                           (mode 0600 or stricter; also: environment META_PASSWORD)\n"
         MNT_COMMON_HELP
         "\n"
         "With -d the log goes to --log-file, default /var/log/kegfs/NAME-HASH.log\n"
@@ -306,6 +313,11 @@ static int apply_opt(struct mount_opts *o, int id, const char *name, const char 
         keg_free(o->log_file);
         o->log_file = v ? keg_strdup(v) : NULL;
         rc = o->log_file ? 0 : -EINVAL;
+        break;
+    case OPT_META_PASSWORD_FILE:
+        keg_free(o->meta_password_file);
+        o->meta_password_file = v && *v ? keg_strdup(v) : NULL;
+        rc = o->meta_password_file ? 0 : -EINVAL;
         break;
     case OPT_CONFIG:
         keg_free(o->config);
@@ -649,7 +661,7 @@ static int build_fuse_args(struct mount_opts *o, const char *volname, struct fus
     }
     char *defaults = keg_asprintf("fsname=kegfs:%s,subtype=kegfs,default_permissions%s%s",
                                   volname,
-                                  (fc.allow_other || (geteuid() == 0 && !o->no_allow_other)) ?
+                                  (fc.allow_other && !o->no_allow_other) ?
                                   ",allow_other" : "", o->read_only ? ",ro" : "");
     if (!defaults || fuse_opt_add_arg(&in, "-o") || fuse_opt_add_arg(&in, defaults))
         rc = 1;
@@ -661,6 +673,150 @@ static int build_fuse_args(struct mount_opts *o, const char *volname, struct fus
 out:
     fuse_opt_free_args(&in);
     return rc;
+}
+
+/*----- the META_URL password: never on argv -----*/
+
+/* The password of META_URL may come from --meta-password-file (first line of a
+ * file that only its owner can read) or the environment variable META_PASSWORD
+ * (as JuiceFS), so that it never appears on the command line.  A password that
+ * was given in the URL on the command line is scrubbed from argv right after
+ * parsing, before the supervisor and the workers are forked (they share the
+ * argv bytes, which `ps` and /proc/PID/cmdline show). */
+
+/* The first line of path, or an error printed.  Refused if group or others may
+ * read the file.  OWNERSHIP: caller frees *out with free_secret().  Returns 0 or 1. */
+static int read_password_file(const char *path, char **out)
+{
+    char buf[1024];
+    struct stat st;
+    ssize_t n;
+    int rc = 1;
+    *out = NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) {
+        mnt_error("--meta-password-file %s: %s", path, strerror(errno));
+        return 1;
+    }
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        mnt_error("--meta-password-file %s: not a regular file", path);
+        goto out;
+    }
+    if (st.st_mode & 077) {
+        mnt_error("--meta-password-file %s is readable by group or others (mode %04o); "
+                  "chmod 600 it", path, (unsigned)(st.st_mode & 07777));
+        goto out;
+    }
+    n = read(fd, buf, sizeof(buf) - 1);
+    if (n < 0) {
+        mnt_error("--meta-password-file %s: %s", path, strerror(errno));
+        goto out;
+    }
+    buf[n] = '\0';
+    buf[strcspn(buf, "\r\n")] = '\0';
+    if (!buf[0]) {
+        mnt_error("--meta-password-file %s: no password on its first line", path);
+        goto out;
+    }
+    *out = keg_strdup(buf);
+    rc = *out ? 0 : 1;
+out:
+    memset(buf, 0, sizeof(buf));
+    close(fd);
+    return rc;
+}
+
+/* Overwrites a password in the argv string arg with its redacted form (same
+ * length or shorter, NUL-padded), so /proc/PID/cmdline no longer holds it. */
+static void scrub_arg(char *arg)
+{
+    struct keg_url u;
+    const char *err;
+    if (keg_url_parse(arg, &u, &err) != 0)
+        return;
+    int has = u.has_password && u.password[0];
+    keg_url_free(&u);
+    if (!has)
+        return;
+    size_t len = strlen(arg);
+    char red[4096];
+    keg_url_redact(arg, red, sizeof(red));
+    if (strlen(red) <= len) {
+        memset(arg, 0, len);
+        memcpy(arg, red, strlen(red));
+        return;
+    }
+    /* a password shorter than "****": blank its bytes where they are */
+    char *auth = strstr(arg, "://") + 3;
+    char *at = memchr(auth, '@', strcspn(auth, "/?"));
+    char *colon = at ? memchr(auth, ':', (size_t)(at - auth)) : NULL;
+    for (char *c = colon ? colon + 1 : at; c && c < at; c++)
+        *c = '*';
+}
+
+/* The META_URL to use: url (TAKES: scrubbed from argv when from_argv), with the
+ * password from --meta-password-file or META_PASSWORD put in.  The environment
+ * variable's value is wiped in place and removed.  OWNERSHIP: caller frees
+ * *out with free_secret().  Returns 0, 1 or 2 (usage; error printed). */
+static int resolve_meta_url(struct mount_opts *o, char *url, int from_argv, char **out)
+{
+    char *pw = NULL;
+    const char *src = NULL;
+    struct keg_url u;
+    const char *err = NULL;
+    int rc = 0;
+    *out = keg_strdup(url);
+    if (from_argv)
+        scrub_arg(url);
+    char *env = getenv("META_PASSWORD");
+    char *envpw = env && *env ? keg_strdup(env) : NULL;
+    if (env) {
+        memset(env, 0, strlen(env));
+        unsetenv("META_PASSWORD");
+    }
+    if (!*out)
+        goto fail;
+    if (o->meta_password_file) {
+        if (read_password_file(o->meta_password_file, &pw))
+            goto fail;
+        src = "--meta-password-file";
+    } else if (envpw) {
+        pw = envpw;
+        envpw = NULL;
+        src = "META_PASSWORD";
+    }
+    if (!pw)
+        goto done;
+    if (keg_url_parse(*out, &u, &err) != 0)
+        goto done;          /* check_volume() reports the malformed URL */
+    int has = u.has_password && u.password[0];
+    int redis = strcmp(u.scheme, "sqlite3") != 0;
+    keg_url_free(&u);
+    if (!redis) {
+        mnt_error("%s: a sqlite3:// volume has no password", src);
+        rc = 2;
+        goto fail;
+    }
+    if (has) {
+        mnt_error("%s gives a password, and META_URL has one too; give it once", src);
+        rc = 2;
+        goto fail;
+    }
+    char *with = NULL;
+    if (mnt_url_with_password(*out, pw, &with))
+        goto fail;
+    free_secret(*out);
+    *out = with;
+done:
+    free_secret(pw);
+    free_secret(envpw);
+    return 0;
+fail:
+    free_secret(pw);
+    free_secret(envpw);
+    free_secret(*out);
+    *out = NULL;
+    return rc ? rc : 1;
 }
 
 /*----- pre-mount checks -----*/
@@ -1234,6 +1390,7 @@ int mnt_cmd_mount(int argc, char **argv)
     struct mount_opts o;
     char volname[64] = "";
     char *abs_mp = NULL;
+    char *url = NULL;       /* META_URL with its password; OWNERSHIP: free_secret */
     int rc;
 
     /* Block buffers are 64 KiB .. 16 MiB.  glibc raises its mmap threshold
@@ -1262,13 +1419,12 @@ int mnt_cmd_mount(int argc, char **argv)
     rc = check_cache_opts(&o);
     if (rc)
         goto out;
-    const char *url;
     const char *mp;
     if (argc - optind == 2) {
-        url = argv[optind];
+        rc = resolve_meta_url(&o, argv[optind], 1, &url);
         mp = argv[optind + 1];
     } else if (argc - optind == 1 && o.meta_url) {
-        url = o.meta_url;
+        rc = resolve_meta_url(&o, o.meta_url, 0, &url);
         mp = argv[optind];
     } else {
         mnt_error("mount needs META_URL and MOUNTPOINT, or MOUNTPOINT alone with meta-url in "
@@ -1276,6 +1432,8 @@ int mnt_cmd_mount(int argc, char **argv)
         rc = 2;
         goto out;
     }
+    if (rc)
+        goto out;
     fuse_set_log_func(fuse_log_to_keg);
     signal(SIGPIPE, SIG_IGN);
 
@@ -1314,7 +1472,9 @@ int mnt_cmd_mount(int argc, char **argv)
         keg_log_set_file(NULL);
     }
 out:
+    free_secret(url);
     keg_free(abs_mp);
+    keg_free(o.meta_password_file);
     keg_free(o.fuse_opts);
     keg_free(o.log_file);
     keg_free(o.config);

@@ -1,8 +1,12 @@
 /* cmd_status.c -- `kegfs status`: settings, sessions and usage of a volume,
  * plus the helpers the tools share (opening the engine, printing a format). */
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -17,17 +21,64 @@
 
 /*----- shared helpers -----*/
 
+int mnt_url_with_password(const char *url, const char *pw, char **out)
+{
+    *out = NULL;
+    const char *sep = strstr(url, "://");
+    if (!sep) {
+        mnt_error("META_URL has no scheme");
+        return 1;
+    }
+    const char *auth = sep + 3;
+    size_t alen = strcspn(auth, "/?");
+    const char *at = memchr(auth, '@', alen);
+    const char *user = at ? auth : "";
+    size_t ulen = at ? (size_t)(at - auth) : 0;
+    const char *host = at ? at + 1 : auth;
+    char *enc = keg_malloc(strlen(pw) * 3 + 1);
+    if (!enc)
+        return 1;
+    size_t e = 0;
+    for (const unsigned char *c = (const unsigned char *)pw; *c; c++) {
+        if (isalnum(*c) || *c == '-' || *c == '.' || *c == '_' || *c == '~') {
+            enc[e++] = (char)*c;
+        } else {
+            static const char hex[] = "0123456789ABCDEF";
+            enc[e++] = '%';
+            enc[e++] = hex[*c >> 4];
+            enc[e++] = hex[*c & 15];
+        }
+    }
+    enc[e] = '\0';
+    *out = keg_asprintf("%.*s%.*s:%s@%s", (int)(auth - url), url, (int)ulen, user, enc, host);
+    memset(enc, 0, e);
+    keg_free(enc);
+    return *out ? 0 : 1;
+}
+
 int mnt_open_meta(const char *url, struct keg_meta **m)
 {
     struct keg_url u;
     const char *why = NULL;
     char red[1024];
+    char *with = NULL;
     *m = NULL;
     keg_url_redact(url, red, sizeof(red));
     int rc = keg_url_parse(url, &u, &why);
     if (rc) {
         mnt_error("invalid META_URL '%s': %s", red, why ? why : strerror(-rc));
         return rc;
+    }
+    /* META_PASSWORD (as JuiceFS): the password of a URL that has none, so that
+     * it need not be on the command line.  (`kegfs mount` takes it earlier.) */
+    const char *envpw = getenv("META_PASSWORD");
+    if (envpw && *envpw && strcmp(u.scheme, "sqlite3") != 0 &&
+        !(u.has_password && u.password[0])) {
+        if (mnt_url_with_password(url, envpw, &with)) {
+            keg_url_free(&u);
+            return -ENOMEM;
+        }
+        url = with;
     }
     if (!keg_meta_find(u.scheme)) {
         mnt_error("unknown META_URL scheme '%s' in '%s' (this build supports:%s%s)",
@@ -38,6 +89,10 @@ int mnt_open_meta(const char *url, struct keg_meta **m)
     }
     keg_url_free(&u);
     rc = keg_meta_open(url, m);
+    if (with) {
+        memset(with, 0, strlen(with));
+        keg_free(with);
+    }
     if (rc) {
         mnt_error("cannot open the metadata engine at %s: %s", red, strerror(-rc));
         *m = NULL;
@@ -155,6 +210,53 @@ static int print_session(void *arg, const struct keg_session_info *s)
     return 0;
 }
 
+/* Mount points on this host whose live mounter serves the volume at url (the
+ * same META_URL, passwords aside), as "PATH (pid N)", comma-separated, into buf.
+ * Returns how many. */
+static int local_mounters(const char *url, char *buf, size_t size)
+{
+    char want[1024], have[1024];
+    char *dir = keg_asprintf("%s/mounts", mnt_run_dir());
+    DIR *d = dir ? opendir(dir) : NULL;
+    struct dirent *de;
+    int n = 0;
+    buf[0] = '\0';
+    keg_url_redact(url, want, sizeof(want));
+    while (d && (de = readdir(d)) != NULL) {
+        if (strlen(de->d_name) != 16)
+            continue;           /* state files only (not .stats, temp files) */
+        char *path = keg_asprintf("%s/%s", dir, de->d_name);
+        char *text = NULL, *save = NULL, *mp = NULL, *murl = NULL;
+        uint64_t pid = 0;
+        if (!path || mnt_read_small_file(path, &text) != 0) {
+            keg_free(path);
+            continue;
+        }
+        for (char *ln = strtok_r(text, "\n", &save); ln; ln = strtok_r(NULL, "\n", &save)) {
+            if (strncmp(ln, "pid=", 4) == 0)
+                mnt_parse_u64(ln + 4, &pid);
+            else if (strncmp(ln, "mountpoint=", 11) == 0)
+                mp = ln + 11;
+            else if (strncmp(ln, "meta_url=", 9) == 0)
+                murl = ln + 9;
+        }
+        if (murl && mp && pid > 0 && kill((pid_t)pid, 0) == 0 &&
+            strcmp(keg_url_redact(murl, have, sizeof(have)), want) == 0) {
+            size_t o = strlen(buf);
+            snprintf(buf + o, size - o, "%s%s (pid %llu)", n ? ", " : "", mp,
+                     (unsigned long long)pid);
+            n++;
+        }
+        memset(text, 0, strlen(text));      /* it held the META_URL */
+        keg_free(text);
+        keg_free(path);
+    }
+    if (d)
+        closedir(d);
+    keg_free(dir);
+    return n;
+}
+
 /*----- the command -----*/
 
 static void usage(FILE *out)
@@ -205,7 +307,14 @@ int mnt_cmd_status(int argc, char **argv)
     memset(&f, 0, sizeof(f));
     rc = KEG_META_CALL(m, format_load, &f);
     if (rc == -ENOENT) {
-        mnt_error("no volume is formatted at %s (run 'kegfs format' first)", red);
+        char mounts[1024];
+        if (local_mounters(url, mounts, sizeof(mounts)) > 0)
+            mnt_error("the volume's metadata is GONE from %s: no format there, but it is "
+                      "mounted on this host at %s. The metadata engine lost its data (e.g. "
+                      "Redis restarted without persistence, or flushed); the mount returns "
+                      "EIO. Restore the engine's data from a backup, or unmount", red, mounts);
+        else
+            mnt_error("no volume is formatted at %s (run 'kegfs format' first)", red);
         rc = 1;
         goto out;
     } else if (rc) {

@@ -148,6 +148,9 @@ struct mnt_live {
     uint64_t upload_busy_sec;
     /* the Redis directory name cache (the engine's name_cache_stats; has_names 0: none) */
     uint64_t has_names, names_up, names_cached, names_answered, names_drops;
+    /* the remote store (keg_stack_stats; has_store 0: a local store, or an older mounter) */
+    uint64_t has_store, store_failing_sec, store_retrying, store_retrying_puts;
+    uint64_t store_retries, store_failed;
     char     phase[16];                   /* "serving", "draining" */
 };
 /* Start the thread that rewrites the stats file every second.  BORROWS fs (until
@@ -178,9 +181,14 @@ void mnt_stats_open(int files, int dirs);
 struct keg_meta;
 struct keg_format;
 /* Open the engine at url with clear messages for an unknown scheme, a
- * malformed URL or an unreachable engine (printed; the URL redacted).
+ * malformed URL or an unreachable engine (printed; the URL redacted).  A
+ * password in the environment variable META_PASSWORD is used when url has none.
  * OWNERSHIP: caller closes *m with keg_meta_close().  Returns 0 or -errno. */
 int  mnt_open_meta(const char *url, struct keg_meta **m);
+/* url with the password pw put in (percent-encoded), keeping the user name; for
+ * META_PASSWORD and --meta-password-file.  OWNERSHIP: caller wipes and frees *out
+ * with keg_free().  Returns 0 or 1 (error printed). */
+int  mnt_url_with_password(const char *url, const char *pw, char **out);
 /* Print the settings of f, secrets shown as "****". */
 void mnt_print_format(FILE *out, const struct keg_format *f);
 

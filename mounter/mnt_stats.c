@@ -71,7 +71,8 @@ static const struct {
     F(open_files), F(open_dirs), F(restarts), F(mem_budget), F(mem_write_bytes),
     F(mem_read_bytes), F(mem_read_limit), F(mem_read_floor), F(mem_read_cap),
     F(upload_busy_sec), F(has_names), F(names_up), F(names_cached), F(names_answered),
-    F(names_drops),
+    F(names_drops), F(has_store), F(store_failing_sec), F(store_retrying),
+    F(store_retrying_puts), F(store_retries), F(store_failed),
 };
 #undef F
 #define NFIELDS (sizeof(fields) / sizeof(fields[0]))
@@ -198,7 +199,14 @@ static void collect(struct mnt_live *l)
     l->staged_objects = s.staged_objects;
     l->unsynced_objects = s.unsynced_objects;
     l->uploading = s.uploading;
-    l->failing_objects = s.failing_objects;
+    /* failing: parked after failed attempts, or being retried by the store now */
+    l->failing_objects = s.failing_objects + s.store_retrying_puts;
+    l->has_store = (uint64_t)s.has_store_health;
+    l->store_failing_sec = (s.store_failing_ms + 999) / 1000;
+    l->store_retrying = s.store_retrying;
+    l->store_retrying_puts = s.store_retrying_puts;
+    l->store_retries = s.store_retries;
+    l->store_failed = s.store_failed;
     l->uploaded_bytes = s.uploaded_bytes;
     l->uploaded_objects = s.uploaded_objects;
     l->upload_errors = s.upload_errors;
@@ -393,6 +401,17 @@ void mnt_stats_print(FILE *out, const struct mnt_live *l, const char *in)
         fputc('\n', out);
     } else {
         fprintf(out, "%swriteback: off\n", in);
+    }
+    if (l->has_store) {
+        if (l->store_failing_sec)
+            fprintf(out, "%sstore:     FAILING for %llus: %llu requests retrying (%llu uploads)",
+                    in, (unsigned long long)l->store_failing_sec,
+                    (unsigned long long)l->store_retrying,
+                    (unsigned long long)l->store_retrying_puts);
+        else
+            fprintf(out, "%sstore:     ok", in);
+        fprintf(out, "; %llu retries, %llu requests ran out of retries\n",
+                (unsigned long long)l->store_retries, (unsigned long long)l->store_failed);
     }
     if (l->mem_budget) {
         fprintf(out, "%smemory:    budget %s; read cache %s", in,

@@ -40,7 +40,9 @@ void mnt_error(const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(last_error, sizeof(last_error), fmt, ap);
     va_end(ap);
-    fprintf(stderr, "kegfs: %s\n", last_error);
+    fputs("kegfs: ", stderr);
+    keg_log_fputs_escaped(stderr, last_error);      /* names may hold control bytes */
+    fputc('\n', stderr);
     fflush(stderr);
 }
 
@@ -52,10 +54,12 @@ const char *mnt_last_error(void)
 void mnt_warn(const char *fmt, ...)
 {
     va_list ap;
-    fputs("kegfs: ", stderr);
+    char msg[2048];
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
+    fputs("kegfs: ", stderr);
+    keg_log_fputs_escaped(stderr, msg);
     fputc('\n', stderr);
 }
 

@@ -29,9 +29,16 @@
  * The index (hash + LRU list, in memory) is rebuilt at open by scanning the
  * directory: temp files left by a crash are removed, names that are not a
  * canonical escaped key are removed, the LRU order starts as the files'
- * access/modification time.  Eviction keeps the indexed bytes <= budget,
- * dropping least recently used files; an object larger than the budget is
- * never cached.
+ * access/modification time.  Eviction keeps the indexed bytes <= limit,
+ * dropping least recently used files; an object larger than the limit is
+ * not cached.
+ *
+ * The limit is the budget, lowered so that the cache leaves CS_KEEP_FREE of
+ * its file system free (cs_limit_now, at every insert): the directory is often
+ * on a disk shared with writeback staging and others, and clean cached blocks
+ * are the one thing there that can always be dropped.  Writeback staging that
+ * still finds the disk full asks the cache to make room
+ * (keg_cache_ssd_make_room): staging comes before caching.
  *
  * Cache entry states:
  *   ABSENT   no index entry, no fill             (a file may exist only as a temp file)
@@ -39,7 +46,7 @@
  *   CACHED   an index entry; its file exists unless removed behind our back
  * Invariants (under cs->mu):
  *   | cs->bytes == sum of fsize over indexed entries              |
- *   | cs->bytes <= budget after every insert returns               |
+ *   | cs->bytes <= cs->limit <= budget after every insert returns  |
  *   | at most one fill per key; a fill's data is read-only once done |
  *   | a fill is freed when refs drops to 0 (leader + waiters)      |
  *   | an entry is on the LRU list iff it is in the hash            |
@@ -55,6 +62,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #define KEG_LOG_TAG "cache_ssd"
@@ -74,6 +82,11 @@
  * blocks as an unlink would. */
 #define CS_SPARE_MAX      1024
 #define CS_SPARE_FILE_MAX CS_FILE_MAX
+
+/* Free space the cache leaves on its file system: a tenth of it, at least
+ * 32 MiB (room for a few staged blocks) and at most 1 GiB. */
+#define CS_KEEP_FREE_MIN  (32ULL << 20)
+#define CS_KEEP_FREE_MAX  (1ULL << 30)
 
 struct cs_ent {
     struct cs_ent *hnext;         /* hash chain */
@@ -98,6 +111,7 @@ struct cs_fill {
 struct cache_ssd {
     char            *dir;         /* <conf dir>/blocks */
     uint64_t         budget;
+    uint64_t         limit;       /* budget lowered to leave disk space free; protected by mu */
     pthread_mutex_t  mu;
     pthread_cond_t   fill_cv;     /* a fill finished */
     struct cs_ent  **ht;          /* protected by mu */
@@ -217,13 +231,13 @@ static struct cs_ent *cs_ent_new(const char *key, uint64_t fsize, uint64_t olen)
     return e;
 }
 
-/* Detaches least recently used entries until bytes <= budget.
+/* Detaches least recently used entries until bytes <= limit.
  * OWNERSHIP: returns them chained through hnext; caller unlinks their files
  * (cs_drop_victims) without the lock.  LOCKS: caller holds cs->mu. */
 static struct cs_ent *cs_evict_locked(struct cache_ssd *cs)
 {
     struct cs_ent *victims = NULL;
-    while (cs->bytes > cs->budget && cs->lru.prev != &cs->lru) {
+    while (cs->bytes > cs->limit && cs->lru.prev != &cs->lru) {
         struct cs_ent *e = cs->lru.prev;
         cs_remove(cs, e);
         e->hnext = victims;
@@ -231,6 +245,27 @@ static struct cs_ent *cs_evict_locked(struct cache_ssd *cs)
         cs->st.evictions++;
     }
     return victims;
+}
+
+/* Recomputes cs->limit: the budget, or less so that CS_KEEP_FREE of the file
+ * system stays free (the cache's own files count as free: they can go).
+ * Returns the new limit.  LOCKS: takes cs->mu. */
+static uint64_t cs_limit_now(struct cache_ssd *cs)
+{
+    struct statvfs sv;
+    uint64_t lim = cs->budget;
+    int known = statvfs(cs->dir, &sv) == 0 && sv.f_frsize > 0;
+    pthread_mutex_lock(&cs->mu);
+    if (known) {
+        uint64_t total = (uint64_t)sv.f_blocks * sv.f_frsize;
+        uint64_t avail = (uint64_t)sv.f_bavail * sv.f_frsize;
+        uint64_t keep = KEG_MIN(KEG_MAX(total / 10, CS_KEEP_FREE_MIN), CS_KEEP_FREE_MAX);
+        uint64_t room = cs->bytes + avail;      /* what the cache could hold at most */
+        lim = KEG_MIN(lim, room > keep ? room - keep : 0);
+    }
+    cs->limit = lim;
+    pthread_mutex_unlock(&cs->mu);
+    return lim;
 }
 
 /*---------------------------------------------------------------------------
@@ -306,8 +341,13 @@ static void cs_store(struct cache_ssd *cs, struct cs_fill *f, const char *key, c
     struct cs_ent *e = NULL, *victims = NULL;
     int fd = -1, rc = 0;
 
-    if (fsize > cs->budget)
+    if (fsize > cs_limit_now(cs)) {
+        pthread_mutex_lock(&cs->mu);    /* no room: the cache yields what it must */
+        victims = cs_evict_locked(cs);
+        pthread_mutex_unlock(&cs->mu);
+        cs_drop_victims(cs, victims);
         return;
+    }
     path = cs_path(cs, key, "", name);
     tmp = cs_path2(cs, key, KEGC_TMP_PREFIX, name, ".XXXXXX");
     e = cs_ent_new(key, fsize, len);
@@ -616,7 +656,9 @@ static int cs_adopt(struct cache_ssd *cs, const char *key, const char *name, uin
     uint32_t hcrc;
     int fd = -1, rc, taken = 0;
 
-    if (fsize > cs->budget)
+    /* The file is on this disk already (a staging file): adopting it costs no
+     * space, but a limit below it means the disk is short: leave it alone. */
+    if (fsize > cs_limit_now(cs))
         return 0;
     snprintf(sfx, sizeof(sfx), ".a%lu", (unsigned long)++seq);
     path = cs_path(cs, key, "", name);
@@ -842,13 +884,17 @@ static int cs_rebuild(struct cache_ssd *cs)
         else
             keg_free(ents[i]);
     }
+    pthread_mutex_unlock(&cs->mu);
+    cs_limit_now(cs);
+    pthread_mutex_lock(&cs->mu);
     victims = cs_evict_locked(cs);
     pthread_mutex_unlock(&cs->mu);
     cs_drop_victims(cs, victims);
     keg_free(ents);
     if (rc == 0)
-        KEG_INFO("cache %s: %zu objects, %llu bytes (budget %llu)%s", cs->dir, cs->nents,
-                 (unsigned long long)cs->bytes, (unsigned long long)cs->budget,
+        KEG_INFO("cache %s: %zu objects, %llu bytes (budget %llu, %llu with the disk's free "
+                 "space)%s", cs->dir, cs->nents, (unsigned long long)cs->bytes,
+                 (unsigned long long)cs->budget, (unsigned long long)cs->limit,
                  removed ? "; removed leftover temp files" : "");
     return rc;
 }
@@ -913,6 +959,7 @@ int keg_cache_ssd_create(const struct keg_cache_ssd_conf *conf, struct keg_obj *
         goto fail3;
     }
     cs->budget = conf->budget;
+    cs->limit = conf->budget;
     cs->lru.next = cs->lru.prev = &cs->lru;
     rc = keg_ssd_mkdirs(cs->dir);
     if (rc < 0) {
@@ -954,6 +1001,28 @@ fail1:
     return rc;
 }
 
+uint64_t keg_cache_ssd_make_room(struct keg_obj *o, uint64_t need)
+{
+    struct cs_ent *victims = NULL;
+    uint64_t freed = 0;
+    if (!o || o->ops != &keg_cache_ssd_ops)
+        return 0;
+    struct cache_ssd *cs = o->priv;
+    pthread_mutex_lock(&cs->mu);
+    while (freed < need && cs->lru.prev != &cs->lru) {
+        struct cs_ent *e = cs->lru.prev;
+        freed += e->fsize;
+        cs_remove(cs, e);
+        e->hnext = victims;
+        victims = e;
+        cs->st.evictions++;
+    }
+    cs->limit = KEG_MIN(cs->limit, cs->bytes);      /* until the next cs_limit_now */
+    pthread_mutex_unlock(&cs->mu);
+    cs_drop_victims(cs, victims);
+    return freed;
+}
+
 struct keg_ssd_spare *keg_cache_ssd_spare(struct keg_obj *o)
 {
     if (!o || o->ops != &keg_cache_ssd_ops)
@@ -973,7 +1042,7 @@ int keg_cache_ssd_stats(struct keg_obj *o, struct keg_cache_ssd_stats *st)
     *st = cs->st;
     st->bytes = cs->bytes;
     st->objects = cs->nents;
-    st->budget = cs->budget;
+    st->budget = cs->limit;
     pthread_mutex_unlock(&cs->mu);
     return 0;
 }

@@ -217,6 +217,9 @@ struct mr_priv {
     uint32_t        ino_batch;      /* size of the last inode alloc_ids (0: none yet); lock */
     int             pre_busy;       /* a mknod is reserving the next batch; lock */
     struct mr_ratelim lim[LIM_N];   /* protected by lock */
+    int             vol_seen;       /* the format key was read: the volume exists; atomic */
+    int             gone;           /* ... and its format key vanished since; atomic */
+    int64_t         gone_checked;   /* keg_mono_ns of the last check of it; atomic */
 };
 
 #define PRIV(m) ((struct mr_priv *)(m)->priv)
@@ -699,10 +702,73 @@ static int mr_exec(struct mr_priv *p, int argc, const char **argv, const size_t 
     }
 }
 
+/*----------------------------------------------------------------------------
+ * A volume whose keys vanished
+ *
+ * A Redis restarted without persistence (or flushed, or the namespace deleted
+ * under a mount) answers every op of a mounted volume with "no such inode":
+ * applications would see ENOENT everywhere, even for the mount point.  Once an
+ * instance has read the volume's format key (vol_seen), a sign of such a loss
+ * -- a script reloaded after NOSCRIPT (the server restarted), the session gone
+ * at a heartbeat, an op answered ENOENT -- makes it check that the key still
+ * exists (at most once per MR_GONE_CHECK_NS, except after NOSCRIPT).  If it
+ * does not, the volume is gone: one ERROR line, and every op fails with -EIO
+ * (not -ENOENT) until a check finds the key again.
+ *--------------------------------------------------------------------------*/
+
+#define MR_GONE_CHECK_NS 1000000000LL
+
+static int mr_gone(struct mr_priv *p)
+{
+    return __atomic_load_n(&p->gone, __ATOMIC_ACQUIRE);
+}
+
+/* Checks that the format key exists (force: even if checked less than
+ * MR_GONE_CHECK_NS ago).  Returns 1 if the volume is gone, else 0. */
+static int mr_volume_check(struct mr_priv *p, int force, const char *why)
+{
+    int64_t now = keg_mono_ns();
+    int64_t last = __atomic_load_n(&p->gone_checked, __ATOMIC_ACQUIRE);
+    if (!__atomic_load_n(&p->vol_seen, __ATOMIC_ACQUIRE))
+        return 0;
+    if (!force && now - last < MR_GONE_CHECK_NS)
+        return mr_gone(p);
+    if (!__atomic_compare_exchange_n(&p->gone_checked, &last, now, 0, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE) && !force)
+        return mr_gone(p);      /* another thread is checking */
+    char key[128];
+    size_t kl = (size_t)snprintf(key, sizeof(key), "%ssetting", p->prefix);
+    const char *argv[] = {"EXISTS", key};
+    size_t lens[] = {6, kl};
+    redisReply *r = NULL;
+    if (mr_exec(p, 2, argv, lens, 1, "volume_check", &r) != 0)
+        return mr_gone(p);      /* unreachable: not a verdict */
+    int exists = r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+    int known = r->type == REDIS_REPLY_INTEGER;
+    freeReplyObject(r);
+    if (!known)
+        return mr_gone(p);
+    int was = __atomic_exchange_n(&p->gone, !exists, __ATOMIC_ACQ_REL);
+    char addr[sizeof(p->addr)];
+    mr_addr(p, addr, sizeof(addr));
+    if (!exists && !was)
+        KEG_ERR("the volume's metadata is gone from redis %s: its format key %ssetting does "
+                "not exist any more (seen after: %s). Redis was restarted without persistence "
+                "(no AOF/RDB), flushed, or the namespace was deleted; every operation fails "
+                "with EIO until it is restored. Unmount; see docs/redis.md", addr,
+                p->prefix, why);
+    else if (exists && was)
+        KEG_WARN("the volume's metadata at redis %s is back; operations resume", addr);
+    return !exists;
+}
+
 /* printf-style command (read-only or idempotent ones only). */
 static int mr_cmd(struct mr_priv *p, const char *what, redisReply **out, int argc,
                   const char **argv, const size_t *lens)
 {
+    *out = NULL;
+    if (mr_gone(p) && mr_volume_check(p, 0, what))
+        return -EIO;
     int rc = mr_exec(p, argc, argv, lens, 1, what, out);
     if (rc)
         return rc;
@@ -954,6 +1020,8 @@ static int mr_eval(struct mr_priv *p, int id, const struct mr_args *args, redisR
         argv[argc] = args->v[i];
         lens[argc++] = args->len[i];
     }
+    if (mr_gone(p) && mr_volume_check(p, 0, mr_scripts[id].name))
+        return -EIO;
     for (int tries = 0;; tries++) {
         redisReply *r;
         rc = mr_exec(p, argc, argv, lens, mr_scripts[id].idem, mr_scripts[id].name, &r);
@@ -966,6 +1034,8 @@ static int mr_eval(struct mr_priv *p, int id, const struct mr_args *args, redisR
                 rc = mr_load_script(p, id);
                 if (rc)
                     return rc;
+                if (mr_volume_check(p, 1, "the redis server restarted"))
+                    return -EIO;
                 continue;
             }
             uint32_t sup;
@@ -995,6 +1065,8 @@ static int mr_eval(struct mr_priv *p, int id, const struct mr_args *args, redisR
             if (st == EIO && r->elements > 1 && r->element[1]->type == REDIS_REPLY_STRING)
                 KEG_ERR("%s: %s (run fsck)", mr_scripts[id].name, r->element[1]->str);
             freeReplyObject(r);
+            if (st == ENOENT && mr_volume_check(p, 0, mr_scripts[id].name))
+                return -EIO;    /* not "no such file": the whole volume is gone */
             return (st > 0 && st < 4096) ? -(int)st : -EIO;
         }
         *out = r;
@@ -1143,7 +1215,8 @@ static int mr_parse_spin(const char *s, int *us)
     return 0;
 }
 
-/* Parses the query string (ns=, db=, spin=, dircache=).  Unknown parameters are logged and ignored. */
+/* Parses the query string (ns=, db=, spin=, dircache=).  An unknown parameter is an
+ * error (-EINVAL, logged). */
 static int mr_parse_query(struct mr_priv *p, const char *query, const char *red, char **ns)
 {
     char *q = keg_strdup(query);
@@ -1197,7 +1270,16 @@ static int mr_parse_query(struct mr_priv *p, const char *query, const char *red,
             }
             p->names_cap = (uint32_t)v;
         } else if (*s) {
-            KEG_WARN("META_URL %s: ignoring unknown parameter '%s'", red, s);
+            /* Refused, not ignored: a misspelt ns= would otherwise format or mount
+             * the default namespace, which may be another volume. */
+            KEG_ERR("META_URL %s: unknown parameter '%s' (known: ns, db, spin, dircache)",
+                    red, s);
+            rc = -EINVAL;
+            break;
+        } else if (eq) {
+            KEG_ERR("META_URL %s: a parameter without a name ('=%s')", red, val);
+            rc = -EINVAL;
+            break;
         }
         s = amp ? amp + 1 : NULL;
     }
@@ -1520,6 +1602,7 @@ static int mr_format_load(struct keg_meta *m, struct keg_format *f)
         return -EIO;
     }
     *f = tmp;
+    __atomic_store_n(&p->vol_seen, 1, __ATOMIC_RELEASE);
     return 0;
 }
 
@@ -1532,6 +1615,8 @@ static int mr_destroy(struct keg_meta *m)
     char cursor[32] = "0";
     uint64_t total = 0;
     snprintf(pattern, sizeof(pattern), "%s*", p->prefix);
+    __atomic_store_n(&p->vol_seen, 0, __ATOMIC_RELEASE);   /* its keys go on purpose */
+    __atomic_store_n(&p->gone, 0, __ATOMIC_RELEASE);
     do {
         const char *argv[] = {"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"};
         size_t lens[] = {4, strlen(cursor), 5, strlen(pattern), 5, 4};
@@ -1724,6 +1809,7 @@ static int mr_session_heartbeat(struct keg_meta *m)
         freeReplyObject(r);
     else if (rc == -ENOENT)
         KEG_WARN("session %" PRIu64 " was removed by another client (stale heartbeat?)", sid);
+    /* mr_eval found the volume gone (logged there) */
     return rc;
 }
 

@@ -19,7 +19,9 @@
  *
  * The database file is created only by format_init: every other path opens
  * with SQLITE_OPEN_READWRITE, so status/info on a missing file report
- * -ENOENT ("not formatted") and leave nothing behind.
+ * -ENOENT ("not formatted") and leave nothing behind.  The file and its
+ * -wal/-shm are mode 0600: the database holds the object store's secret key
+ * (sq_secure_files).
  *
  * LOCKS: p->lock protects the idle list; p->wlock is taken around every write
  * transaction (never while holding p->lock).
@@ -74,6 +76,7 @@ struct sq_priv {
     struct sq_conn *idle;       /* protected by lock */
     unsigned        nconn;      /* open connections (idle or in use); protected by lock */
     uint64_t        sid;        /* session id or 0; atomic access */
+    int             secured;    /* file modes checked (sq_secure_files); atomic access */
     int             inited;
 };
 
@@ -163,6 +166,57 @@ static void sq_conn_free(struct sq_conn *c)
     keg_free(c);
 }
 
+/* Tightens path to 0600 if group or others have any access (the database holds
+ * the object store's secret key).  Returns 0, or -errno if it cannot be checked. */
+static int sq_secure_one(const char *path, int fd)
+{
+    struct stat sb;
+    int rc = fd >= 0 ? fstat(fd, &sb) : stat(path, &sb);
+    if (rc != 0)
+        return -errno;
+    if (!(sb.st_mode & 077))
+        return 0;
+    rc = fd >= 0 ? fchmod(fd, sb.st_mode & 0700) : chmod(path, sb.st_mode & 0700);
+    if (rc != 0) {
+        rc = -errno;
+        KEG_WARN("%s is readable by other users (mode %04o) and holds the volume's secrets; "
+                 "cannot tighten it: %s", path, (unsigned)(sb.st_mode & 07777), strerror(-rc));
+        return 0;
+    }
+    KEG_WARN("%s had mode %04o; tightened to %04o (it holds the volume's secrets)", path,
+             (unsigned)(sb.st_mode & 07777), (unsigned)(sb.st_mode & 0700));
+    return 0;
+}
+
+/* The database and its -wal/-shm files are owner-only.  With create, the file is
+ * made here with mode 0600 before SQLite opens it, so it never exists with a
+ * wider mode (SQLite gives -wal and -shm the mode of the database file).  An
+ * existing file with a wider mode is tightened, with a WARN line.  Runs once per
+ * instance; failure to check is not fatal (SQLite reports a missing file). */
+static void sq_secure_files(struct sq_priv *p, int create)
+{
+    static const char *const sfx[] = { "-wal", "-shm", "-journal" };
+    if (__atomic_load_n(&p->secured, __ATOMIC_ACQUIRE))
+        return;
+    if (create) {
+        int fd = open(p->path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+        if (fd < 0)
+            return;     /* sqlite3_open_v2 reports it */
+        sq_secure_one(p->path, fd);
+        close(fd);
+    } else if (sq_secure_one(p->path, -1) != 0) {
+        return;         /* missing: "not formatted", reported by the caller */
+    }
+    for (size_t i = 0; i < sizeof(sfx) / sizeof(sfx[0]); i++) {
+        char *f = keg_asprintf("%s%s", p->path, sfx[i]);
+        if (!f)
+            return;
+        sq_secure_one(f, -1);
+        keg_free(f);
+    }
+    __atomic_store_n(&p->secured, 1, __ATOMIC_RELEASE);
+}
+
 /* OWNERSHIP: *out is returned with sq_conn_put(). */
 static int sq_conn_open(struct sq_priv *p, int create, struct sq_conn **out)
 {
@@ -173,6 +227,7 @@ static int sq_conn_open(struct sq_priv *p, int create, struct sq_conn **out)
     *out = NULL;
     if (!c)
         return -ENOMEM;
+    sq_secure_files(p, create);
     rc = sqlite3_open_v2(p->path, &c->db, flags, NULL);
     if (rc != SQLITE_OK) {
         if (rc == SQLITE_CANTOPEN && !create) {

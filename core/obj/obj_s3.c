@@ -20,6 +20,19 @@
  * RequestTimeout, InternalError, ServiceUnavailable, Throttling, and curl
  * connect/timeout/send/recv/empty/partial errors.  Never retried: 400/403/404.
  *
+ * Health (docs/s3.md, "When the store fails"): the first retried failure after a
+ * success marks the store failing and logs one WARN line (at most one per
+ * S3_WARN_EVERY_MS: a flapping store does not flood the log; a long outage
+ * repeats it with its age); the next success logs the recovery (INFO) if the
+ * failure was announced.  ops->health reports the requests retrying now, the
+ * retries and the requests that ran out of retries, for `kegfs stats`.
+ *
+ * One deadline per read: when a GET runs out of retries, its key is remembered
+ * (gone[]) until S3_GONE_MS passes or any request succeeds, and a GET of that
+ * key meanwhile fails at once with -EHOSTDOWN.  The kernel reads a failed page
+ * again right away (readahead, then the page itself): without this an
+ * application would wait two deadlines for one EIO.
+ *
  * Bodies: PUT reads the caller's buffer (READFUNCTION, hashed into
  * x-amz-content-sha256); GET writes into the caller's buffer directly and drops
  * anything beyond what was asked.  Error bodies (<Code>, <Message>) go to a small
@@ -67,6 +80,9 @@
 #define S3_ERRBODY_MAX         4096
 #define S3_LIST_MAX_PAGES      1000000
 #define S3_GET_EXCESS_MAX      (256u << 10)   /* unranged GET: abort after this much surplus */
+#define S3_WARN_EVERY_MS       30000    /* at most one "failing" WARN per 30 s */
+#define S3_GONE_MAX            64       /* GET keys remembered as just failed */
+#define S3_GONE_MS             10000    /* ... for at most this long */
 
 /*----------------------------------------------------------------------------
  * Instance
@@ -100,6 +116,19 @@ struct obj_s3 {
     char              last_error[512]; /* protected by err_lock */
     atomic_ulong      retries;        /* attempts that were retried (stats) */
     atomic_int        no_multi_del;   /* the server refused DeleteObjects */
+    atomic_ulong      retrying;       /* requests retrying now */
+    atomic_ulong      retrying_puts;  /* ... of them PUTs */
+    atomic_ulong      failed;         /* requests that ran out of retries */
+    atomic_int        failing;        /* 1 while failing_since is set (fast path of s3_ok) */
+    /* protected by err_lock: */
+    uint64_t          failing_since;  /* mono ms of the first failure since a success, or 0 */
+    uint64_t          last_warn;      /* mono ms of the last "failing" WARN, or 0 */
+    int               announced;      /* this failure was logged: log the recovery */
+    unsigned          ngone;          /* entries used in gone[] */
+    struct {
+        uint64_t      hash;           /* of the key */
+        uint64_t      until;          /* mono ms */
+    } gone[S3_GONE_MAX];
 };
 
 /*----------------------------------------------------------------------------
@@ -856,15 +885,143 @@ nomem:
     return -ENOMEM;
 }
 
+/*----------------------------------------------------------------------------
+ * Health: failure and recovery of the store, keys of GETs that just failed
+ *--------------------------------------------------------------------------*/
+
+static uint64_t key_hash(const char *key)
+{
+    uint64_t h = 1469598103934665603ull;           /* FNV-1a */
+    for (const unsigned char *p = (const unsigned char *)key; *p; p++)
+        h = (h ^ *p) * 1099511628211ull;
+    return h;
+}
+
+/* A retryable failure (line says what) of a request.  LOCKS: takes err_lock. */
+static void s3_failing(struct obj_s3 *s, const char *line)
+{
+    uint64_t now = mono_ms();
+    pthread_mutex_lock(&s->err_lock);
+    if (!s->failing_since) {
+        s->failing_since = now;
+        s->announced = 0;
+        atomic_store(&s->failing, 1);
+    }
+    if (!s->last_warn || now - s->last_warn >= S3_WARN_EVERY_MS) {
+        uint64_t age = now - s->failing_since;
+        s->last_warn = now;
+        s->announced = 1;
+        if (age < 1000)
+            KEG_WARN("S3 store %s%s is failing: %s; each request is retried for up to %"
+                     PRIu64 " s", s->base_url, s->base_path, line, s->deadline_ms / 1000);
+        else
+            KEG_WARN("S3 store %s%s still failing after %" PRIu64 " s (%lu requests "
+                     "retrying, %lu ran out of retries): %s", s->base_url, s->base_path,
+                     age / 1000, (unsigned long)atomic_load(&s->retrying),
+                     (unsigned long)atomic_load(&s->failed), line);
+    }
+    pthread_mutex_unlock(&s->err_lock);
+}
+
+/* A request got an answer: the store works.  LOCKS: takes err_lock. */
+static void s3_ok(struct obj_s3 *s)
+{
+    if (!atomic_load(&s->failing))
+        return;
+    uint64_t now = mono_ms();
+    pthread_mutex_lock(&s->err_lock);
+    if (s->failing_since) {
+        if (s->announced)
+            KEG_INFO("S3 store %s%s recovered after %.1f s (%lu requests retrying, %lu ran "
+                     "out of retries meanwhile)", s->base_url, s->base_path,
+                     (double)(now - s->failing_since) / 1000.0,
+                     (unsigned long)atomic_load(&s->retrying),
+                     (unsigned long)atomic_load(&s->failed));
+        s->failing_since = 0;
+        s->announced = 0;
+        s->ngone = 0;
+        atomic_store(&s->failing, 0);
+    }
+    pthread_mutex_unlock(&s->err_lock);
+}
+
+/* Remember that a GET of key ran out of retries.  LOCKS: takes err_lock. */
+static void s3_gone_add(struct obj_s3 *s, const char *key)
+{
+    uint64_t now = mono_ms(), h = key_hash(key);
+    pthread_mutex_lock(&s->err_lock);
+    if (s->failing_since) {     /* else a success came in between */
+        /* the same key or an expired entry, else a new one, else the oldest */
+        unsigned slot = s->ngone;
+        for (unsigned i = 0; i < s->ngone && slot == s->ngone; i++)
+            if (s->gone[i].hash == h || s->gone[i].until <= now)
+                slot = i;
+        if (slot == S3_GONE_MAX) {
+            slot = 0;
+            for (unsigned i = 1; i < s->ngone; i++)
+                if (s->gone[i].until < s->gone[slot].until)
+                    slot = i;
+        } else if (slot == s->ngone) {
+            s->ngone++;
+        }
+        s->gone[slot].hash = h;
+        s->gone[slot].until = now + KEG_MIN(s->deadline_ms, (uint64_t)S3_GONE_MS);
+    }
+    pthread_mutex_unlock(&s->err_lock);
+}
+
+/* 1 if a GET of key ran out of retries moments ago, with no success since. */
+static int s3_gone(struct obj_s3 *s, const char *key)
+{
+    int hit = 0;
+    if (!atomic_load(&s->failing))
+        return 0;
+    uint64_t now = mono_ms(), h = key_hash(key);
+    pthread_mutex_lock(&s->err_lock);
+    for (unsigned i = 0; i < s->ngone; i++)
+        if (s->gone[i].hash == h && s->gone[i].until > now)
+            hit = 1;
+    pthread_mutex_unlock(&s->err_lock);
+    return hit;
+}
+
+static int obj_s3_health(struct keg_obj *o, struct keg_obj_health *h)
+{
+    struct obj_s3 *s = o->priv;
+    uint64_t now = mono_ms();
+    memset(h, 0, sizeof(*h));
+    pthread_mutex_lock(&s->err_lock);
+    if (s->failing_since)
+        h->failing_ms = KEG_MAX(now - s->failing_since, (uint64_t)1);
+    pthread_mutex_unlock(&s->err_lock);
+    h->retrying = atomic_load(&s->retrying);
+    h->retrying_puts = atomic_load(&s->retrying_puts);
+    h->retries = atomic_load(&s->retries);
+    h->failed = atomic_load(&s->failed);
+    return 0;
+}
+
+/*----------------------------------------------------------------------------
+ * Requests
+ *--------------------------------------------------------------------------*/
+
 /* Run r with retries.  Returns 0 (r->status says which 2xx/accepted status)
  * or the mapped -errno.  LOCKS: takes and returns one pool handle. */
 static int s3_do(struct obj_s3 *s, struct s3_req *r)
 {
     uint64_t start = mono_ms(), deadline = start + s->deadline_ms;
-    struct s3_conn *c = pool_get(s);
+    int is_get = strcmp(r->op, "GET") == 0 && r->key;
+    int is_put = strcmp(r->op, "PUT") == 0;
+    int retrying = 0;           /* counted in s->retrying */
+    struct s3_conn *c;
     int rc = 0;
     unsigned attempt;
 
+    if (is_get && s3_gone(s, r->key)) {
+        KEG_DEBUG("GET %s: ran out of retries moments ago; failing at once", r->key);
+        return -EHOSTDOWN;
+    }
+    c = pool_get(s);
     if (!c)
         return -ENOMEM;
     r->h = c->h;
@@ -912,11 +1069,13 @@ static int s3_do(struct obj_s3 *s, struct s3_req *r)
 
         if (cc == CURLE_OK && ((r->ok_404 && status == 404 && !code_is(code, "NoSuchBucket")) ||
                                (r->ok_416 && status == 416))) {
+            s3_ok(s);
             rc = 0;
             break;
         }
         enum s3_verdict v = s3_classify((int)cc, status, code, &err);
         if (v == S3_OK) {
+            s3_ok(s);
             rc = 0;
             break;
         }
@@ -930,6 +1089,8 @@ static int s3_do(struct obj_s3 *s, struct s3_req *r)
                      status, *code ? code : "(no error code)", *msg ? ": " : "", msg);
         if (v == S3_FAIL) {
             rc = err;
+            if (cc == CURLE_OK)
+                s3_ok(s);       /* it answered (403, 404, ...): the store is up */
             set_last_error(s, line);
             if (code_is(code, "NoSuchBucket"))
                 KEG_ERR("%s (bucket \"%s\" does not exist at %s)", line, s->t.bucket,
@@ -943,6 +1104,7 @@ static int s3_do(struct obj_s3 *s, struct s3_req *r)
                 KEG_ERR("%s", line);
             break;
         }
+        s3_failing(s, line);
         now = mono_ms();
         uint64_t delay = s3_backoff_ms(attempt, S3_BACKOFF_BASE_MS, S3_BACKOFF_CAP_MS, rand64());
         /* The last attempt is made at the deadline rather than given up early. */
@@ -955,11 +1117,25 @@ static int s3_do(struct obj_s3 *s, struct s3_req *r)
                      attempt + 1, now - start);
             set_last_error(s, fin);
             KEG_ERR("%s", fin);
+            atomic_fetch_add(&s->failed, 1);
+            if (is_get)
+                s3_gone_add(s, r->key);
             break;
+        }
+        if (!retrying) {
+            retrying = 1;
+            atomic_fetch_add(&s->retrying, 1);
+            if (is_put)
+                atomic_fetch_add(&s->retrying_puts, 1);
         }
         atomic_fetch_add(&s->retries, 1);
         KEG_DEBUG("%s; retry %u in %" PRIu64 " ms", line, attempt + 1, delay);
         sleep_ms(delay);
+    }
+    if (retrying) {
+        atomic_fetch_sub(&s->retrying, 1);
+        if (is_put)
+            atomic_fetch_sub(&s->retrying_puts, 1);
     }
     r->h = NULL;
     pool_put(s, c);
@@ -1410,4 +1586,5 @@ const struct keg_obj_ops keg_obj_s3_ops = {
     .del_keys = obj_s3_del_keys,
     .head = obj_s3_head,
     .list = obj_s3_list,
+    .health = obj_s3_health,
 };

@@ -67,8 +67,20 @@ static void write_line(FILE *out, int level, const char *tag, const char *fmt, v
     strftime(ts, sizeof(ts), "%Y-%m-%d %H:%M:%S", &tm);
     fprintf(out, "%s.%06ld kegfs[%d] %s [%s] ", ts, (long)tv.tv_usec, (int)getpid(),
             level_name(level), tag);
-    vfprintf(out, fmt, ap);
+    char msg[4096];
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    keg_log_fputs_escaped(out, msg);
     fputc('\n', out);
+}
+
+void keg_log_fputs_escaped(FILE *out, const char *s)
+{
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p < 0x20 || *p == 0x7f)
+            fprintf(out, "\\x%02x", *p);
+        else
+            fputc(*p, out);
+    }
 }
 
 void keg_log_vmsg(int level, const char *tag, const char *fmt, va_list ap)

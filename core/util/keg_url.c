@@ -79,11 +79,19 @@ int keg_url_parse(const char *url, struct keg_url *out, const char **err)
     size_t alen = strcspn(auth, "/?");
     const char *rest = auth + alen;
 
-    /* userinfo: up to the last '@' of the authority */
+    /* userinfo: up to the '@' of the authority.  A second '@' is refused: which
+     * one ends the password is a guess ("redis://:@@h" could be an empty password
+     * and a typo), and a wrong guess sends a password to the wrong place. */
     const char *at = NULL;
-    for (const char *p = auth; p < auth + alen; p++)
+    for (const char *p = auth; p < auth + alen; p++) {
+        if (*p == '@' && at) {
+            why = "more than one '@' before the host: write '@' in a user name or password "
+                  "as %40";
+            goto bad;
+        }
         if (*p == '@')
             at = p;
+    }
     const char *hostp = auth;
     if (at) {
         const char *colon = memchr(auth, ':', (size_t)(at - auth));

@@ -84,6 +84,7 @@
 #define WB_HOLD_MAX_NS (4 * 1000000000LL) /* longest extra hold in a burst of puts */
 #define WB_DIRECT_WRITE (1u << 20) /* staged objects this large are written with O_DIRECT */
 #define WB_DIO_BUFS     2          /* aligned buffers for those (ssd_file.c) */
+#define WB_BYPASS_WARN_NS (30 * 1000000000LL) /* one "staging failed" WARN per 30 s */
 
 enum wb_state { WB_QUEUED, WB_UPLOADING, WB_PARKED };
 
@@ -137,6 +138,8 @@ struct wb {
     int64_t         rate_sec[WB_RATE_SLOTS];    /* protected by mu */
     uint64_t        rate_bytes[WB_RATE_SLOTS];  /* protected by mu */
     int             stop;          /* protected by mu */
+    uint64_t        bypassed;      /* puts not staged for lack of disk space; protected by mu */
+    int64_t         bypass_warned; /* keg_mono_ns of the last WARN about them; protected by mu */
     int64_t         delay_ns;      /* upload delay of a new object */
     int64_t         last_put_ns;   /* monotonic time of the last staged put; protected by mu */
     int             write_once;    /* conf->keys_write_once */
@@ -711,16 +714,36 @@ static int wb_put(struct keg_obj *o, const char *key, const void *buf, size_t le
     }
 
     rc = wb_stage_file(wb, key, name, buf, len);
+    if (rc == -ENOSPC) {
+        /* Staging comes before caching: drop clean cached blocks (twice the
+         * room this object needs: the next puts come soon) and try again. */
+        uint64_t need = 2 * (KEGC_HDR + strlen(key) + (uint64_t)len);
+        uint64_t freed = keg_cache_ssd_make_room(o->inner, need);
+        if (freed) {
+            KEG_DEBUG("staging %s: disk full, %llu bytes of cached blocks dropped", key,
+                      (unsigned long long)freed);
+            rc = wb_stage_file(wb, key, name, buf, len);
+        }
+    }
 
     pthread_mutex_lock(&wb->mu);
     wb->reserving--;
     if (rc < 0) {
+        int64_t now = keg_mono_ns();
+        int warn = !wb->bypass_warned || now - wb->bypass_warned >= WB_BYPASS_WARN_NS;
         wb->staged_bytes -= len;
+        wb->bypassed++;
+        if (warn)
+            wb->bypass_warned = now;
+        uint64_t bypassed = wb->bypassed;
         pthread_cond_broadcast(&wb->done_cv);
         pthread_mutex_unlock(&wb->mu);
         keg_free(ne);
-        KEG_WARN("staging %s in %s failed (%s): uploading it directly", key, wb->dir,
-                 strerror(-rc));
+        /* At most one line per WB_BYPASS_WARN_NS: a full disk would log one per block. */
+        if (warn)
+            KEG_WARN("staging %s in %s failed (%s): uploading it directly, not through "
+                     "writeback (%llu objects so far)", key, wb->dir, strerror(-rc),
+                     (unsigned long long)bypassed);
         return keg_obj_put(o->inner, key, buf, len);
     }
     /* The workers sleep until the head of the FIFO is due.  A new entry

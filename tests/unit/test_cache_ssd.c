@@ -644,6 +644,45 @@ static void test_eviction_budget(void **state)
     keg_obj_close(o);
 }
 
+/* Writeback staging that found the disk full asks the cache for room: least
+ * recently used blocks go, at least the bytes asked for, and the cache stays
+ * usable (it fills again from the store). */
+static void test_make_room(void **state)
+{
+    struct fx *fx = *state;
+    const uint32_t blen = 10000;
+    struct keg_cache_ssd_stats st;
+    struct keg_obj *o = open_cache(fx, "file", 1 << 20);
+
+    for (uint64_t id = 1; id <= 6; id++)
+        put_block(o, id, blen);
+    check_block(o, 1, blen);                /* 1 is the most recent now */
+    assert_int_equal(keg_cache_ssd_stats(o, &st), 0);
+    assert_int_equal(st.objects, 6);
+    uint64_t before = st.bytes, du0 = du(fx->cache);
+    uint64_t one = before / 6;
+    uint64_t freed = keg_cache_ssd_make_room(o, 2 * one + 1);   /* needs three files */
+    assert_int_equal(freed, 3 * one);
+    assert_int_equal(keg_cache_ssd_stats(o, &st), 0);
+    assert_int_equal(st.objects, 3);
+    assert_int_equal(st.bytes, before - freed);
+    assert_int_equal(st.evictions, 3);
+    assert_true(du(fx->cache) <= du0 - freed);
+    int gets = atomic_load(&cnt_of(o)->gets);
+    check_block(o, 1, blen);                /* the most recent stayed */
+    assert_int_equal(atomic_load(&cnt_of(o)->gets), gets);
+    check_block(o, 2, blen);                /* the oldest went: fetched, cached again */
+    assert_int_equal(atomic_load(&cnt_of(o)->gets), gets + 1);
+    check_block(o, 2, blen);
+    assert_int_equal(atomic_load(&cnt_of(o)->gets), gets + 1);
+    /* more than the cache holds: everything goes; not a cache layer: 0 */
+    assert_true(keg_cache_ssd_make_room(o, 1ULL << 40) > 0);
+    assert_int_equal(keg_cache_ssd_stats(o, &st), 0);
+    assert_int_equal(st.objects, 0);
+    assert_int_equal(keg_cache_ssd_make_room(o->inner, 100), 0);
+    keg_obj_close(o);
+}
+
 struct sf_arg {
     struct keg_obj    *o;
     pthread_barrier_t *bar;
@@ -1037,6 +1076,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_direct_write, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_store_corruption_not_cached, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_eviction_budget, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_make_room, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_spare_files, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_spare_pool_bounds, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_single_flight, fx_setup, fx_teardown),

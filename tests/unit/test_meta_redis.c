@@ -202,6 +202,12 @@ static void test_url_errors(void **state)
         "unix://relative.sock",                          /* socket path must be absolute */
         "redis+sentinel://127.0.0.1:1",                  /* no master name */
         "redis+sentinel://:pw@127.0.0.1:1,127.0.0.1:2/", /* no master name */
+        "redis://127.0.0.1:1/7?nss=vol",                 /* misspelt ns: not the default ns */
+        "redis://127.0.0.1:1/7?ns=vol&tiemout=5",        /* any unknown parameter */
+        "redis://127.0.0.1:1/7?=vol",                    /* a parameter without a name */
+        "unix:///tmp/x.sock?nss=vol",
+        "redis+sentinel://127.0.0.1:1/mymaster?nss=vol",
+        "redis://:@@127.0.0.1:1/6",                      /* which '@' ends the password? */
         NULL,
     };
     (void)state;
@@ -211,6 +217,12 @@ static void test_url_errors(void **state)
         assert_int_equal(keg_meta_open(bad[i], &m), -EINVAL);
         assert_null(m);
     }
+    log_reset();
+    assert_int_equal(keg_meta_open("redis://127.0.0.1:1/7?nss=vol", &m), -EINVAL);
+    assert_true(log_has("unknown parameter 'nss'"));
+    log_reset();
+    assert_int_equal(keg_meta_open("redis://:@@127.0.0.1:1/6", &m), -EINVAL);
+    assert_true(log_has("%40"));
     log_reset();
     assert_int_equal(keg_meta_open("rediss://:pw@127.0.0.1:1/0", &m), -EINVAL);
     assert_true(log_has("rediss:// needs hiredis with TLS; use stunnel"));

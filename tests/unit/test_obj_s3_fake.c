@@ -353,6 +353,178 @@ static void test_retries_run_out(void **state)
     keg_obj_close(o);
 }
 
+/*--- health: failure and recovery logged once, counted; one deadline per GET ---*/
+
+static pthread_mutex_t cap_lock = PTHREAD_MUTEX_INITIALIZER;
+static char cap_log[16384];
+
+static void cap_sink(void *arg, int level, const char *tag, const char *fmt, va_list ap)
+{
+    char line[1024];
+    (void)arg;
+    vsnprintf(line, sizeof(line), fmt, ap);
+    pthread_mutex_lock(&cap_lock);
+    size_t o = strlen(cap_log);
+    snprintf(cap_log + o, sizeof(cap_log) - o, "%s [%s] %s\n",
+             level == LOG_ERR ? "ERROR" : level == LOG_WARNING ? "WARN" :
+             level == LOG_INFO ? "INFO" : "DEBUG", tag, line);
+    pthread_mutex_unlock(&cap_lock);
+}
+
+static void cap_start(void)
+{
+    cap_log[0] = '\0';
+    keg_log_set_sink(cap_sink, NULL);
+    keg_log_set_level(LOG_INFO);
+}
+
+static void cap_stop(void)
+{
+    keg_log_set_level(LOG_CRIT);
+    keg_log_set_sink(NULL, NULL);
+}
+
+static int lines_with(const char *needle)
+{
+    int n = 0;
+    for (const char *q = strstr(cap_log, needle); q; q = strstr(q + 1, needle))
+        n++;
+    return n;
+}
+
+static struct keg_obj_health health(struct keg_obj *o)
+{
+    struct keg_obj_health h;
+    assert_non_null(o->ops->health);
+    assert_int_equal(o->ops->health(o, &h), 0);
+    return h;
+}
+
+/* An outage the requests survive: one WARN when it starts (not one per retry),
+ * one INFO when the store answers again, counters for `kegfs stats`. */
+static void test_failure_logged_and_counted(void **state)
+{
+    (void)state;
+    struct keg_obj *o = open_fake(10000);
+    cap_start();
+    struct keg_obj_health h = health(o);
+    assert_int_equal(h.failing_ms, 0);
+    assert_int_equal(h.retries, 0);
+    script(5, R_500, R_SLOWDOWN, R_500, R_500, R_OK_EMPTY);
+    assert_int_equal(keg_obj_put(o, "k", "x", 1), 0);
+    assert_int_equal(nreq(), 5);
+    assert_int_equal(lines_with("WARN [obj_s3] S3 store http://127.0.0.1:"), 1);
+    assert_int_equal(lines_with("/bkt is failing: PUT k: HTTP 500"), 1);
+    assert_int_equal(lines_with("INFO [obj_s3] S3 store http://127.0.0.1:"), 1);
+    assert_int_equal(lines_with("/bkt recovered after"), 1);
+    h = health(o);
+    assert_int_equal(h.failing_ms, 0);
+    assert_int_equal(h.retrying, 0);
+    assert_int_equal(h.retries, 4);
+    assert_int_equal(h.failed, 0);
+
+    /* a second failure within 30 s is counted, not logged again */
+    cap_log[0] = '\0';
+    script(2, R_500, R_OK_EMPTY);
+    assert_int_equal(keg_obj_put(o, "k2", "x", 1), 0);
+    assert_int_equal(lines_with("is failing"), 0);
+    assert_int_equal(lines_with("recovered"), 0);
+    assert_int_equal(health(o).retries, 5);
+
+    /* a request that runs out of retries: counted as failed; the store stays failing */
+    cap_stop();
+    keg_obj_close(o);
+    o = open_fake(400);
+    cap_start();
+    script(1, R_500);
+    assert_int_equal(keg_obj_put(o, "k3", "x", 1), -EAGAIN);
+    h = health(o);
+    assert_true(h.failing_ms > 0);
+    assert_int_equal(h.failed, 1);
+    assert_int_equal(h.retrying, 0);
+    assert_int_equal(lines_with("is failing"), 1);
+    assert_int_equal(lines_with("ERROR [obj_s3] PUT k3: HTTP 500"), 1);
+    /* a success: the store works again */
+    script(1, R_OK_EMPTY);
+    assert_int_equal(keg_obj_put(o, "k3", "x", 1), 0);
+    assert_int_equal(health(o).failing_ms, 0);
+    assert_int_equal(lines_with("recovered"), 1);
+    cap_stop();
+    keg_obj_close(o);
+}
+
+struct bg_put {
+    struct keg_obj *o;
+    int             rc;
+};
+
+static void *bg_put_main(void *arg)
+{
+    struct bg_put *b = arg;
+    b->rc = keg_obj_put(b->o, "slow", "x", 1);
+    return NULL;
+}
+
+/* While a put is being retried, health says so (the stats' "failing" uploads). */
+static void test_retrying_gauge(void **state)
+{
+    (void)state;
+    struct keg_obj *o = open_fake(1500);
+    struct bg_put b = { .o = o, .rc = 1 };
+    pthread_t t;
+    script(1, R_SLOWDOWN);
+    assert_int_equal(pthread_create(&t, NULL, bg_put_main, &b), 0);
+    struct keg_obj_health h = { 0 };
+    for (int i = 0; i < 200 && h.retrying_puts == 0; i++) {
+        usleep(5000);
+        h = health(o);
+    }
+    assert_int_equal(h.retrying, 1);
+    assert_int_equal(h.retrying_puts, 1);
+    assert_true(h.failing_ms > 0);
+    pthread_join(t, NULL);
+    assert_int_equal(b.rc, -EAGAIN);
+    h = health(o);
+    assert_int_equal(h.retrying, 0);
+    assert_int_equal(h.retrying_puts, 0);
+    assert_int_equal(h.failed, 1);
+    keg_obj_close(o);
+}
+
+/* The kernel reads a page whose read failed again at once: that second GET of
+ * the same key fails at once (-EHOSTDOWN, no request), so the application waits
+ * one deadline, not two.  Other keys still get their own deadline, and once the
+ * store answers the key is read again. */
+static void test_get_one_deadline(void **state)
+{
+    (void)state;
+    unsigned char buf[100];
+    struct keg_obj *o = open_fake(500);
+    script(1, R_500);
+    int64_t t0 = keg_mono_ns();
+    assert_int_equal(keg_obj_get(o, "blk", 0, buf, 100), -EAGAIN);
+    int64_t ms = (keg_mono_ns() - t0) / 1000000;
+    assert_true(ms >= 450 && ms < 3000);
+    int n = nreq();
+    assert_true(n >= 2);
+    t0 = keg_mono_ns();
+    assert_int_equal(keg_obj_get(o, "blk", 0, buf, 100), -EHOSTDOWN);
+    assert_int_equal(keg_obj_get(o, "blk", 10, buf, 10), -EHOSTDOWN);
+    ms = (keg_mono_ns() - t0) / 1000000;
+    assert_true(ms < 100);
+    assert_int_equal(nreq(), n);                 /* nothing sent */
+    /* another key: its own deadline */
+    assert_int_equal(keg_obj_get(o, "blk2", 0, buf, 100), -EAGAIN);
+    assert_true(nreq() > n);
+    /* the store answers a put: the failed key is read again */
+    script(1, R_OK_EMPTY);
+    assert_int_equal(keg_obj_put(o, "other", "x", 1), 0);
+    script(1, R_BODY_206);
+    assert_int_equal(keg_obj_get(o, "blk", 30, buf, 40), 40);
+    assert_memory_equal(buf, object + 30, 40);
+    keg_obj_close(o);
+}
+
 static int count_of(const char *hay, const char *needle)
 {
     int n = 0;
@@ -483,6 +655,9 @@ int main(void)
         cmocka_unit_test(test_retry_then_ok),
         cmocka_unit_test(test_no_retry_on_403),
         cmocka_unit_test(test_retries_run_out),
+        cmocka_unit_test(test_failure_logged_and_counted),
+        cmocka_unit_test(test_retrying_gauge),
+        cmocka_unit_test(test_get_one_deadline),
         cmocka_unit_test(test_get_guards),
         cmocka_unit_test(test_del_keys_wire),
         cmocka_unit_test(test_del_keys_fallback),

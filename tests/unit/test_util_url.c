@@ -62,11 +62,20 @@ static void test_parse_redis(void **state)
     assert_string_equal(u.query, "ns=vol1&x=y");
     keg_url_free(&u);
 
-    /* unescaped '@' in a password: the last '@' ends the userinfo */
-    assert_int_equal(keg_url_parse("rediss://u:a@b@h/1", &u, &err), 0);
+    /* '@' in a password is written %40; an unescaped second '@' is refused */
+    assert_int_equal(keg_url_parse("rediss://u:a%40b@h/1", &u, &err), 0);
     assert_string_equal(u.password, "a@b");
     assert_string_equal(u.host, "h");
     assert_int_equal(u.port, 0);
+    keg_url_free(&u);
+    assert_int_equal(keg_url_parse("rediss://u:a@b@h/1", &u, &err), -EINVAL);
+    assert_non_null(strstr(err, "%40"));
+    assert_int_equal(keg_url_parse("redis://:@@host/6", &u, &err), -EINVAL);
+    assert_int_equal(keg_url_parse("redis://@@host/6", &u, &err), -EINVAL);
+    /* an '@' after the authority (in the path or query) is not userinfo */
+    assert_int_equal(keg_url_parse("redis://:pw@h/1?ns=a@b", &u, &err), 0);
+    assert_string_equal(u.password, "pw");
+    assert_string_equal(u.host, "h");
     keg_url_free(&u);
 
     /* user without password */

@@ -14,6 +14,7 @@
 #define KEG_LOG_H
 
 #include <stdarg.h>
+#include <stdio.h>
 #include <syslog.h>   /* LOG_ERR, LOG_WARNING, LOG_INFO, LOG_DEBUG */
 
 #include "keg/keg.h"
@@ -27,6 +28,10 @@ void keg_log_set_level(int level);
 void keg_log_set_sink(keg_log_fn *fn, void *arg);
 /* Also append log lines to this file (NULL: stop).  Returns 0 or -errno. */
 int keg_log_set_file(const char *path);
+/* Writes s to out with control bytes (< 0x20, 0x7f) as \xNN, so that a name
+ * from the command line or the network cannot drive the terminal or forge a
+ * log line.  Every log line goes through it. */
+void keg_log_fputs_escaped(FILE *out, const char *s);
 void keg_log_msg(int level, const char *tag, const char *fmt, ...) KEG_PRINTF(3, 4);
 void keg_log_vmsg(int level, const char *tag, const char *fmt, va_list ap);
 

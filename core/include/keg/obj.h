@@ -15,6 +15,8 @@
  *   -EINVAL     request rejected (400)              -- not retried
  *   -EAGAIN     throttled / 5xx after retries ran out
  *   -ETIMEDOUT  no answer within the deadline
+ *   -EHOSTDOWN  get (s3): a get of this key ran out of retries moments ago and the
+ *               store has not answered since; failed at once (not transient)
  *   -EIO        anything else (message in the log, never secrets)
  *   -ENOSPC     the store is full
  */
@@ -59,6 +61,16 @@ typedef int keg_obj_list_cb(void *arg, const char *key, uint64_t size);
  * (then the file was not moved). */
 typedef int keg_obj_take_fn(void *arg, const char *dst);
 
+/* How a remote store is doing (ops->health). */
+struct keg_obj_health {
+    uint64_t failing_ms;      /* how long requests have been failing without a success
+                               * (0: the store answers) */
+    uint64_t retrying;        /* requests retrying right now */
+    uint64_t retrying_puts;   /* ... of them, puts (uploads) */
+    uint64_t retries;         /* attempts that were retried, since open */
+    uint64_t failed;          /* requests that ran out of retries, since open */
+};
+
 struct keg_obj_ops {
     const char *name;            /* "file", "s3", "mem", "faulty", "cache_mem", ... */
     unsigned    version;
@@ -100,6 +112,9 @@ struct keg_obj_ops {
      * not (still the caller's), -errno if the put failed.  Optional (NULL: put). */
     int     (*put_file)(struct keg_obj *o, const char *key, const void *buf, size_t len,
                         keg_obj_take_fn *take, void *arg);
+    /* Fills *h: failures and retries of a remote store.  Optional (NULL: a local
+     * store or a layer; keg_stack_stats asks the layers below).  Returns 0. */
+    int     (*health)(struct keg_obj *o, struct keg_obj_health *h);
 };
 
 struct keg_obj {

@@ -60,6 +60,13 @@ struct keg_stack_stats {
     uint64_t cache_shared;        /* misses that waited for another reader's fetch */
     uint64_t cache_corrupt;       /* cache files that failed verification (refetched) */
     uint64_t cache_evictions;
+    /* the remote store (its ops->health; has_store_health 0: a local store) */
+    int      has_store_health;
+    uint64_t store_failing_ms;    /* requests failing for this long, 0: the store answers */
+    uint64_t store_retrying;      /* requests retrying right now */
+    uint64_t store_retrying_puts; /* ... of them uploads */
+    uint64_t store_retries;       /* retried attempts, since open */
+    uint64_t store_failed;        /* requests that ran out of retries, since open */
 };
 
 /* Open the stack for volume f.  Unwinds everything on failure.

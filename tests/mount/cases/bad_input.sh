@@ -2,7 +2,8 @@
 # bad_input.sh -- wrong input to the CLI fails with a non-zero exit and a message that names
 # the problem, and changes nothing: bad META_URL scheme, format over an existing volume,
 # mount on a missing / non-empty / already mounted directory, an unformatted volume,
-# status of a missing sqlite db (no file may be created), umount of a non-mount.
+# status of a missing sqlite db (no file may be created), umount of a non-mount, unknown
+# Redis URL parameters, an ambiguous '@', control bytes in a rejected name (shown escaped).
 # timeout: 120
 . "$(dirname "$0")/../lib.sh"
 need_kegfs
@@ -27,6 +28,20 @@ expect_fail 'capacity' \
 expect_fail 'storage|nosuch' \
   "$KEGFS" format --storage nosuch --bucket "$B/objs" "sqlite3://$B/m1.db" vol1
 expect_fail 'usage|needs|META_URL|NAME|missing' "$KEGFS" format
+# a misspelt or unknown Redis URL parameter is refused (it would format the default
+# namespace); so is a second unescaped '@' (ambiguous password).  No server is contacted.
+expect_fail "unknown parameter 'nss'" \
+  "$KEGFS" format --storage file --bucket "$B/objs" "redis://127.0.0.1:1/7?nss=vol" vol1
+expect_fail "%40" "$KEGFS" format --storage file --bucket "$B/objs" "redis://:@@127.0.0.1:1/6" vol1
+expect_fail "unknown parameter 'nss'" "$KEGFS" status "redis://127.0.0.1:1/7?nss=vol"
+# control bytes in a rejected name are escaped, never written raw to the terminal
+"$KEGFS" format --storage file --bucket "$B/objs" "sqlite3://$B/m1.db" $'bad\e[2Jname' \
+  > "$B/ctl.out" 2>&1 && fail "format accepted a volume name with an escape sequence"
+grep -q $'\e' "$B/ctl.out" && fail "a raw ESC byte reached the terminal: $(od -c "$B/ctl.out" | head -3)"
+grep -qF 'bad\x1b[2Jname' "$B/ctl.out" || fail "the rejected name is not shown escaped: $(cat -v "$B/ctl.out")"
+"$KEGFS" status $'redis://127.0.0.1:1/0?n\as=x' > "$B/ctl2.out" 2>&1 && fail "status accepted ?n\\as"
+grep -q $'\a' "$B/ctl2.out" && fail "a raw BEL byte reached the terminal: $(cat -v "$B/ctl2.out")"
+grep -qF 'n\x07s' "$B/ctl2.out" || fail "the parameter name is not shown escaped: $(cat -v "$B/ctl2.out")"
 expect_fail 'usage|unknown|sub-?command|command' "$KEGFS" frobnicate
 
 # 2. format over the mounted, existing volume without --force: refused, volume unchanged

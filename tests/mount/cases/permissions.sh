@@ -3,6 +3,8 @@
 # in a 1777 dir, the sticky bit protects other users' files, 0600 files and 0755 dirs of
 # root are closed, new files are owned by the creator; root still can do everything.
 # timeout: 120
+# mount: -o allow_other
+# (uid 65534 uses the mount: a CLI mount is owner-only by default)
 . "$(dirname "$0")/../lib.sh"
 need_cmd setpriv
 [ "$(id -u)" = 0 ] || skip "needs root"

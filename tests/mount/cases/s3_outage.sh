@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# s3_outage.sh -- what a mounter says and does while the S3 gateway is down (kill -9):
+#   1. an uncached read fails with EIO after one retry deadline (--s3-retry-deadline 5),
+#      not two: the kernel reads a failed page again at once, and that second read must
+#      not wait another deadline;
+#   2. the failure is logged once as a WARN line ("S3 store ... is failing"), and
+#      `kegfs stats` shows the store FAILING with the requests being retried, uploads
+#      among them;
+#   3. an fsync that the outage delays succeeds once the gateway is back, the recovery is
+#      logged ("recovered after"), and `kegfs stats` shows the store ok again.
+# The gateway is the runner's ($KEG_S3_DIR, see s3_gateway_restart.sh); it is started
+# again on every way out.
+# needs: s3
+# timeout: 180
+# allow-log: gave up after|reading block .* failed|[Cc]ouldn't connect
+. "$(dirname "$0")/../lib.sh"
+. "$(dirname "$0")/../obj_lib.sh"
+need_kegfs
+[ "${STORAGE:-}" = s3 ] || skip "needs --storage s3"
+need_objstore
+
+S3SRV=$(cd "$(dirname "$0")/../../.." && pwd)/scripts/s3-server.sh
+[ -x "$S3SRV" ] || skip "no $S3SRV"
+GW_DIR=${KEG_S3_DIR:-}
+[ -n "$GW_DIR" ] && [ -f "$GW_DIR/ceph.conf" ] \
+  || skip "KEG_S3_DIR does not name a running s3-server.sh directory"
+GW_PORT=${OBJ_S3_ENDPOINT##*:}
+case "$GW_PORT" in ''|*[!0-9]*) skip "cannot tell the gateway's port from $BUCKET" ;; esac
+grep -q "beast endpoint=127.0.0.1:$GW_PORT " "$GW_DIR/ceph.conf" \
+  || skip "the gateway of $GW_DIR does not serve port $GW_PORT of $BUCKET"
+[ -f "$GW_DIR/pids/rgw" ] || skip "no gateway running in $GW_DIR"
+export KEG_S3_PORT=$GW_PORT
+
+# a gateway started from here must outlive the case's cgroup (s3_gateway_restart.sh)
+gw_uncage() {
+  local pid mon path root
+  pid=$(cat "$GW_DIR/pids/rgw" 2>/dev/null) && mon=$(cat "$GW_DIR/pids/mon" 2>/dev/null) \
+    || return 0
+  path=$(sed -n 's/^0:://p' "/proc/$mon/cgroup" 2>/dev/null)
+  root=$(awk '{ for (i = 7; i < NF; i++) if ($i == "-") { if ($(i + 1) == "cgroup2") print $5; break } }' \
+         /proc/self/mountinfo | head -1)
+  [ -n "$path" ] && [ -n "$root" ] || return 0
+  echo "$pid" > "$root${path%/}/cgroup.procs" 2>/dev/null || true
+}
+gw() {   # gw kill-gw|start-gw
+  "$S3SRV" "$1" "$GW_DIR" >> "$WORK/gw.log" 2>&1 || return 1
+  [ "$1" != start-gw ] || gw_uncage
+}
+GW_KILLED=0
+writer=""
+on_exit() {
+  [ -z "$writer" ] || kill "$writer" 2>/dev/null
+  [ $GW_KILLED = 0 ] || gw start-gw || echo "WARNING: could not start the gateway again" >&2
+}
+trap on_exit EXIT
+stats() { "$KEGFS" stats "$MNT" 2>&1; }
+
+head -c $((8 << 20)) /dev/urandom > "$WORK/f"
+cp "$WORK/f" "$MNT/f" && sync || fail "write f"
+mt_umount
+mt_mount --s3-retry-deadline 5          # nothing of f is cached now
+stats | grep -q '^ *store: *ok' || fail "stats before the outage: $(stats)"
+
+#--- 1. an uncached read while the gateway is down: EIO after one deadline ----------
+gw kill-gw || fail "kill-gw: $(tail -3 "$WORK/gw.log")"
+GW_KILLED=1
+t0=$(date +%s%N)
+err=$(timeout 120 cat "$MNT/f" 2>&1 >/dev/null) && fail "read of f succeeded with the gateway down"
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+note "read while down: $ms ms: $err"
+echo "$err" | grep -q 'Input/output error' || fail "read error: $err"
+[ "$ms" -ge 4500 ] || fail "the read failed after $ms ms, before the 5 s deadline"
+[ "$ms" -lt 9000 ] || fail "the read took $ms ms: more than one 5 s deadline"
+
+#--- 2. logged once, shown in stats ----------------------------------------------------
+n=$(grep -c 'WARN \[obj_s3\] S3 store .* is failing' "$MT_LOG")
+[ "$n" = 1 ] || fail "$n 'is failing' WARN lines (want 1): $(grep 'obj_s3' "$MT_LOG" | tail -5)"
+wait_for 5 sh -c "'$KEGFS' stats '$MNT' | grep -q 'store: *FAILING for'" \
+  || fail "stats do not show the failing store: $(stats)"
+# an fsync during the outage: its upload is retried (failing), then succeeds
+head -c $((1 << 20)) /dev/urandom > "$WORK/g"
+( dd if="$WORK/g" of="$MNT/g" bs=1M conv=fsync status=none 2> "$WORK/dd.err"
+  echo $? > "$WORK/dd.rc" ) &
+writer=$!
+wait_for 10 sh -c "'$KEGFS' stats '$MNT' | grep -qE 'store: *FAILING.*\\([1-9][0-9]* uploads\\)'" \
+  || fail "stats do not show the upload being retried: $(stats)"
+note "during the outage: $(stats | grep -E 'store:')"
+
+#--- 3. the gateway comes back: the fsync succeeds, the recovery is logged ---------------
+gw start-gw || fail "start-gw: $(tail -5 "$WORK/gw.log")"
+GW_KILLED=0
+wait_for 60 test -s "$WORK/dd.rc" || fail "the fsync did not finish after the gateway came back"
+writer=""
+assert_eq "$(cat "$WORK/dd.rc")" 0 "dd (write + fsync) across the outage: $(cat "$WORK/dd.err")"
+grep -q 'INFO \[obj_s3\] S3 store .* recovered after' "$MT_LOG" \
+  || fail "no recovery line: $(grep 'obj_s3' "$MT_LOG" | tail -5)"
+wait_for 5 sh -c "'$KEGFS' stats '$MNT' | grep -q 'store: *ok'" || fail "stats after: $(stats)"
+stats | grep -qE 'store: *ok; [1-9][0-9]* retries, [1-9][0-9]* requests ran out' \
+  || fail "stats do not count the retries and the failed read: $(stats)"
+cmp "$WORK/g" "$MNT/g" || fail "g differs"
+cmp "$WORK/f" "$MNT/f" || fail "f differs after the gateway came back"
+exit 0
