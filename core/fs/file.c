@@ -63,7 +63,10 @@
 
 #define FS_MAX_WSLICES 1000
 #define FS_MAX_FILE_SIZE (KEG_CHUNK_SIZE * (uint64_t)UINT32_MAX)
-#define FS_COPY_RETRIES 5
+/* copy_file_range: plans tried before the bytes are copied instead (the
+ * source's slices keep being replaced), and the fallback's buffer */
+#define FS_COPY_RETRIES 10
+#define FS_COPY_BUF     (1u << 20)
 #define FS_USYNC_MAX 4096     /* slices an fsync syncs one by one; more: the whole store */
 /* A sequential writer commits a full chunk's slice at most this often: a
  * commit waits for the inode's block puts in flight, so committing every
@@ -692,20 +695,14 @@ static int write_piece(struct keg_fs *fs, struct fs_inode *ip, uint32_t indx, ui
     return 0;
 }
 
-ssize_t keg_fs_write(struct keg_fs *fs, struct keg_fh *fh, uint64_t off, const void *buf,
-                     size_t size)
+/* Buffer size bytes at file offset off.  LOCKS: takes ip->mu. */
+static ssize_t write_at(struct keg_fs *fs, struct fs_inode *ip, uint64_t off, const void *buf,
+                        size_t size)
 {
-    struct fs_inode *ip = fh->ip;
     const uint8_t *src = buf;
     size_t done = 0;
     int rc = 0;
 
-    if (fs->read_only)
-        return -EROFS;
-    if ((fh->flags & O_ACCMODE) == O_RDONLY)
-        return -EBADF;
-    if (size == 0)
-        return 0;
     if (off >= FS_MAX_FILE_SIZE || size > FS_MAX_FILE_SIZE - off)
         return -EFBIG;
     pthread_mutex_lock(&ip->mu);
@@ -738,6 +735,18 @@ ssize_t keg_fs_write(struct keg_fs *fs, struct keg_fh *fh, uint64_t off, const v
 out:
     pthread_mutex_unlock(&ip->mu);
     return rc < 0 ? rc : (ssize_t)size;
+}
+
+ssize_t keg_fs_write(struct keg_fs *fs, struct keg_fh *fh, uint64_t off, const void *buf,
+                     size_t size)
+{
+    if (fs->read_only)
+        return -EROFS;
+    if ((fh->flags & O_ACCMODE) == O_RDONLY)
+        return -EBADF;
+    if (size == 0)
+        return 0;
+    return write_at(fs, fh->ip, off, buf, size);
 }
 
 /*----------------------------------------------------------------------------
@@ -1144,6 +1153,49 @@ static int copy_plan(struct keg_fs *fs, uint64_t src, uint64_t off_in, uint64_t 
     return 0;
 }
 
+/* Sleep before re-planning a copy whose source changed: 1, 2, 4 .. 64 ms,
+ * each a random time in [d/2, d] so that racing copies spread out. */
+static void copy_backoff(unsigned attempt)
+{
+    int64_t ms = (int64_t)1 << KEG_MIN(attempt, 6u);
+    int64_t ns = ms * 500000 + (int64_t)(retry_rand() % (uint64_t)(ms * 500000 + 1));
+    struct timespec ts = {ns / 1000000000, ns % 1000000000};
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
+}
+
+/* The fallback of a copy that could not share the source's slices: the bytes
+ * are read and written through dst's buffer like write(2) would.  src bytes
+ * [off_in, off_in+n) are committed and do not overlap the destination range.
+ * Returns the bytes copied (short at the source's current end) or -errno.
+ * LOCKS: neither src->mu nor dst->mu may be held. */
+static ssize_t copy_bytes(struct keg_fs *fs, struct fs_inode *src, uint64_t off_in,
+                          struct fs_inode *dst, uint64_t off_out, uint64_t n)
+{
+    size_t cap = (size_t)KEG_MIN(n, (uint64_t)FS_COPY_BUF);
+    uint8_t *buf = keg_malloc(cap);
+    uint64_t done = 0;
+    ssize_t rc = 0;
+
+    if (!buf)
+        return -ENOMEM;
+    while (done < n) {
+        size_t l = (size_t)KEG_MIN(n - done, (uint64_t)cap);
+        rc = fs_read_range(fs, src, off_in + done, buf, l);
+        if (rc <= 0)
+            break;
+        l = (size_t)rc;
+        rc = write_at(fs, dst, off_out + done, buf, l);
+        if (rc < 0)
+            break;
+        done += l;
+    }
+    keg_free(buf);
+    if (rc < 0 && done == 0)
+        return rc;
+    return (ssize_t)done;
+}
+
 ssize_t keg_fs_copy_range(struct keg_fs *fs, const struct keg_ctx *c, struct keg_fh *in,
                           uint64_t off_in, struct keg_fh *out, uint64_t off_out, size_t len,
                           int flags)
@@ -1182,18 +1234,25 @@ ssize_t keg_fs_copy_range(struct keg_fs *fs, const struct keg_ctx *c, struct keg
         return 0;
     n = KEG_MIN((uint64_t)len, a.size - off_in);
 
+    /* The plan names the source's slices as read_chunk saw them; compaction
+     * (here or on another mounter) or a truncate may drop one of them before
+     * write_slices adds the references, which the engine then refuses with
+     * -EAGAIN and changes nothing.  Plan again from the new slice lists, with
+     * a short backoff; a source that keeps changing is copied byte by byte. */
     pthread_mutex_lock(&dst->mu);
     rc = fs_commit_locked(fs, dst);     /* a write may have raced in */
-    for (int attempt = 0; rc == 0 && attempt < FS_COPY_RETRIES; attempt++) {
+    for (unsigned attempt = 0; rc == 0; attempt++) {
         rc = copy_plan(fs, src->ino, off_in, off_out, n, &cv);
         if (rc < 0)
             break;
         rc = KEG_META_CALL(fs->meta, write_slices, dst->ino, cv.n, cv.v, off_out + n,
                            KEG_WS_SHARE, NULL, &a);
-        if (rc != -EAGAIN)
+        if (rc != -EAGAIN || attempt + 1 >= FS_COPY_RETRIES)
             break;
         KEG_DEBUG("copy_range: source of inode %llu changed, retrying",
                   (unsigned long long)src->ino);
+        copy_backoff(attempt);
+        rc = 0;
     }
     fs_inode_drop_chunks(dst);
     if (rc == 0)
@@ -1202,8 +1261,11 @@ ssize_t keg_fs_copy_range(struct keg_fs *fs, const struct keg_ctx *c, struct keg
         usync_note(dst, NULL);          /* shares the source's blocks: sync them all */
     pthread_mutex_unlock(&dst->mu);
     keg_free(cv.v);
-    if (rc == -EAGAIN)
-        rc = -EBUSY;
+    if (rc == -EAGAIN) {
+        KEG_DEBUG("copy_range: source of inode %llu kept changing, copying the bytes",
+                  (unsigned long long)src->ino);
+        return copy_bytes(fs, src, off_in, dst, off_out, n);
+    }
     return rc < 0 ? rc : (ssize_t)n;
 }
 
