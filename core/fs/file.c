@@ -500,6 +500,7 @@ void fs_writer_drop(struct keg_fs *fs, struct fs_inode *ip, int delete_uploaded)
     ip->wfirst = ip->wlast = NULL;
     ip->nws = 0;
     ip->wend = 0;
+    ip->wappend = 0;
     ip->wgen++;
 }
 
@@ -589,8 +590,23 @@ int fs_commit_locked(struct keg_fs *fs, struct fs_inode *ip)
     rc = KEG_META_CALL(fs->meta, write_slices, ip->ino, n, cs, ip->wend, 0, &nslices, &attr);
     if (rc == 0 && nslices > FS_COMPACT_THRESHOLD) {
         for (size_t k = 0; k < n; k++) {
-            if (k == 0 || cs[k].indx != cs[k - 1].indx)
+            if (cs[k].indx != KEG_INDX_APPEND && (k == 0 || cs[k].indx != cs[k - 1].indx))
                 fs_compact_queue_n(fs, ip->ino, cs[k].indx, nslices);
+        }
+    }
+    if (rc == 0 && ip->wappend > 0) {
+        /* the engine put the appends at the end: [attr.size - wappend, attr.size) */
+        uint64_t base = attr.size - ip->wappend;
+        if (nslices > FS_COMPACT_THRESHOLD) {
+            for (uint64_t c = base / KEG_CHUNK_SIZE; c <= (attr.size - 1) / KEG_CHUNK_SIZE; c++)
+                fs_compact_queue_n(fs, ip->ino, (uint32_t)c, nslices);
+        }
+        if (base != ip->wakoff && fs->inval_fn) {
+            /* another mounter appended first: the kernel cached these
+             * bytes (and the size) at wakoff */
+            KEG_DEBUG("inode %llu: appends placed at %llu, not %llu", (unsigned long long)ip->ino,
+                      (unsigned long long)base, (unsigned long long)ip->wakoff);
+            fs->inval_fn(fs->inval_arg, ip->ino, 0, 0);
         }
     }
     keg_free(cs);
@@ -706,6 +722,8 @@ static ssize_t write_at(struct keg_fs *fs, struct fs_inode *ip, uint64_t off, co
     if (off >= FS_MAX_FILE_SIZE || size > FS_MAX_FILE_SIZE - off)
         return -EFBIG;
     pthread_mutex_lock(&ip->mu);
+    if (ip->wappend > 0)
+        commit_deferred(fs, ip);    /* appends are placed after every other slice */
     if (ip->werr == -ENOSPC || ip->werr == -EDQUOT) {
         rc = ip->werr;
         goto out;
@@ -735,6 +753,94 @@ static ssize_t write_at(struct keg_fs *fs, struct fs_inode *ip, uint64_t off, co
 out:
     pthread_mutex_unlock(&ip->mu);
     return rc < 0 ? rc : (ssize_t)size;
+}
+
+/* Buffer one piece of an O_APPEND write: at the end of the newest buffered
+ * slice when that is an append slice with room, else in a new one.  Append
+ * slices are written in order and never rewritten, so every block before the
+ * end is complete.  LOCKS: ip->mu held. */
+static int append_piece(struct keg_fs *fs, struct fs_inode *ip, const uint8_t *src, uint32_t n)
+{
+    struct fs_wslice *ws = ip->wlast;
+    int rc;
+    if (!ws || ws->indx != KEG_INDX_APPEND || ws->len + (uint64_t)n > KEG_CHUNK_SIZE) {
+        rc = ws_new(fs, KEG_INDX_APPEND, 0, &ws);
+        if (rc < 0)
+            return rc;
+        if (ip->wlast)
+            ip->wlast->next = ws;
+        else
+            ip->wfirst = ws;
+        ip->wlast = ws;
+        ip->nws++;
+    }
+    rc = ws_put(fs, ip, ws, ws->len, src, n);
+    if (rc < 0)
+        return rc;
+    ip->wappend += n;
+    rc = ws_upload_full(fs, ip, ws, ws->len);
+    if (rc < 0)
+        return rc;
+    if ((ws->len >= KEG_CHUNK_SIZE && keg_mono_ns() - ip->wcommit_ns >= FS_COMMIT_INTERVAL_NS) ||
+        ip->nws >= FS_MAX_WSLICES || atomic_load(&fs->wbytes) > fs->buffer_size)
+        commit_deferred(fs, ip);
+    return 0;
+}
+
+ssize_t keg_fs_append(struct keg_fs *fs, struct keg_fh *fh, uint64_t koff, const void *buf,
+                      size_t size)
+{
+    struct fs_inode *ip = fh->ip;
+    const uint8_t *src = buf;
+    size_t done = 0;
+    int rc = 0;
+
+    if (fs->read_only)
+        return -EROFS;
+    if ((fh->flags & O_ACCMODE) == O_RDONLY)
+        return -EBADF;
+    if (size == 0)
+        return 0;
+    pthread_mutex_lock(&ip->mu);
+    if ((ip->attr_valid ? ip->size : koff) + ip->wappend + size > FS_MAX_FILE_SIZE) {
+        rc = -EFBIG;
+        goto out;
+    }
+    if (ip->werr == -ENOSPC || ip->werr == -EDQUOT) {
+        rc = ip->werr;
+        goto out;
+    }
+    if (ip->wappend > 0 && koff != ip->wakoff + ip->wappend)
+        ip->wakoff = UINT64_MAX;    /* the kernel's idea moved: invalidate after the commit */
+    while (done < size) {
+        if (ip->wappend == 0)       /* (also after a commit inside this write) */
+            ip->wakoff = koff + done;
+        uint32_t n = (uint32_t)KEG_MIN((uint64_t)(size - done), (uint64_t)KEG_CHUNK_SIZE);
+        up_throttle(fs);
+        rc = append_piece(fs, ip, src + done, n);
+        if (rc < 0) {
+            KEG_ERR("append to inode %llu failed: %s", (unsigned long long)ip->ino,
+                    strerror(-rc));
+            fs_writer_drop(fs, ip, 1);
+            ip->werr = rc;
+            goto out;
+        }
+        done += n;
+        ip->wtime_ns = keg_now_ns();
+        if (ip->werr == -ENOSPC || ip->werr == -EDQUOT) {
+            rc = ip->werr;
+            goto out;
+        }
+    }
+out:
+    pthread_mutex_unlock(&ip->mu);
+    return rc < 0 ? rc : (ssize_t)size;
+}
+
+void keg_fs_set_inval(struct keg_fs *fs, keg_fs_inval_fn *fn, void *arg)
+{
+    fs->inval_fn = fn;
+    fs->inval_arg = arg;
 }
 
 ssize_t keg_fs_write(struct keg_fs *fs, struct keg_fh *fh, uint64_t off, const void *buf,
