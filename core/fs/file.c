@@ -886,10 +886,14 @@ int keg_fs_open(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, int fl
     int rc;
 
     KEG_UNUSED(c);
+    uint64_t tok;
+    int dirty;
+
     *fhp = NULL;
     *keep_cache = 0;
     if (fs->read_only && wr)
         return -EROFS;
+    tok = fs_attr_token(fs, ino);       /* before the engine read: see keep_cache below */
     rc = KEG_META_CALL(fs->meta, getattr, ino, &a);
     if (rc < 0)
         return rc;
@@ -916,8 +920,12 @@ int keg_fs_open(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, int fl
         }
     }
     fs_inode_set_attr(ip, &a);
+    /* Buffered writes here (e.g. O_DIRECT ones, which bypassed the page cache)
+     * or a commit that finished after the engine read: the attributes do not
+     * describe what the kernel may have cached, so it must drop its pages. */
+    dirty = ip->wfirst != NULL || (tok != UINT64_MAX && tok != ip->wgen);
     pthread_mutex_unlock(&ip->mu);
-    *keep_cache = fs_seen_check(fs, &a) && !(flags & O_TRUNC);
+    *keep_cache = fs_seen_check(fs, &a) && !(flags & O_TRUNC) && !dirty;
     *fhp = fh;
     return 0;
 }
