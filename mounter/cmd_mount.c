@@ -1154,6 +1154,7 @@ static int run_session(struct mount_opts *o, const char *url, const char *abs_mp
     notify(notify_fd, "OK");
     notify_fd = -1;
 
+    mnt_inval_start(se, fs);
     cfg = fuse_loop_cfg_create();
     if (cfg) {
         fuse_loop_cfg_set_clone_fd(cfg, 0);
@@ -1174,6 +1175,7 @@ static int run_session(struct mount_opts *o, const char *url, const char *abs_mp
         kill(getppid(), SIGTERM);    /* the supervisor owns the mount: it detaches it */
     fuse_session_unmount(se);       /* (a no-op on a /dev/fd/N session) */
     mnt_stats_phase("draining");
+    mnt_inval_stop();
     keg_fs_settle(fs);    /* files deleted just before: drop their blocks, do not upload them */
     drain_staged(o, fs);
     mnt_stats_stop();

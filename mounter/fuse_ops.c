@@ -484,6 +484,10 @@ static void mnt_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
         fuse_reply_buf(req, buf, (size_t)n);
 }
 
+#ifndef O_DIRECT
+#define O_DIRECT __O_DIRECT     /* glibc names it so without _GNU_SOURCE */
+#endif
+
 static void mnt_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
                       struct fuse_file_info *fi)
 {
@@ -491,7 +495,18 @@ static void mnt_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t si
     struct keg_fh *fh = req_fh(req, ino, fi);
     if (!fh)
         return;
-    ssize_t n = keg_fs_write(mnt(req)->fs, fh, (uint64_t)off, buf, size);
+    /* O_APPEND: core/fs places the bytes at the end when it commits them (the
+     * kernel's off may be stale: another mount appended).  Not for the
+     * write-back of mmap'ed pages, which have their place. */
+    int append = (fi->flags & O_APPEND) && !fi->writepage;
+    ssize_t n = append ? keg_fs_append(mnt(req)->fs, fh, (uint64_t)off, buf, size)
+                       : keg_fs_write(mnt(req)->fs, fh, (uint64_t)off, buf, size);
+    /* A direct write does not go through the page cache, and the kernel does
+     * not drop pages that buffered readers fetched meanwhile (nor after an
+     * asynchronous one): drop them before write() returns.  This request
+     * holds no page lock of the file (a buffered one would). */
+    if (n > 0 && (fi->flags & O_DIRECT) && !fi->writepage)
+        mnt_inval_range(ino, append ? 0 : (uint64_t)off, append ? 0 : (uint64_t)n);
     if (n < 0)
         fuse_reply_err(req, (int)-n);
     else

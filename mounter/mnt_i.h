@@ -252,6 +252,16 @@ struct mnt_super_conf {
 int mnt_super_run(const struct mnt_super_conf *sc, int notify_fd);
 
 /*--- FUSE side (fuse_ops.c) ---*/
+/* mnt_inval.c: the kernel's page cache invalidated for core/fs (its
+ * invalidation hook, sent by one thread) and for O_DIRECT writes (at once).
+ * start: also installs the hook on fs; stop: before the session and fs go. */
+struct fuse_session;
+int  mnt_inval_start(struct fuse_session *se, struct keg_fs *fs);
+void mnt_inval_stop(void);
+/* Drop the kernel's cached pages of ino in [off, off+len) and its attributes,
+ * now.  Only where the calling request holds no page lock of ino. */
+void mnt_inval_range(uint64_t ino, uint64_t off, uint64_t len);
+
 struct mnt_state {
     struct keg_fs *fs;
     double attr_timeout;        /* seconds the kernel keeps attributes */

@@ -63,7 +63,10 @@
 
 #define FS_MAX_WSLICES 1000
 #define FS_MAX_FILE_SIZE (KEG_CHUNK_SIZE * (uint64_t)UINT32_MAX)
-#define FS_COPY_RETRIES 5
+/* copy_file_range: plans tried before the bytes are copied instead (the
+ * source's slices keep being replaced), and the fallback's buffer */
+#define FS_COPY_RETRIES 10
+#define FS_COPY_BUF     (1u << 20)
 #define FS_USYNC_MAX 4096     /* slices an fsync syncs one by one; more: the whole store */
 /* A sequential writer commits a full chunk's slice at most this often: a
  * commit waits for the inode's block puts in flight, so committing every
@@ -497,6 +500,7 @@ void fs_writer_drop(struct keg_fs *fs, struct fs_inode *ip, int delete_uploaded)
     ip->wfirst = ip->wlast = NULL;
     ip->nws = 0;
     ip->wend = 0;
+    ip->wappend = 0;
     ip->wgen++;
 }
 
@@ -586,8 +590,23 @@ int fs_commit_locked(struct keg_fs *fs, struct fs_inode *ip)
     rc = KEG_META_CALL(fs->meta, write_slices, ip->ino, n, cs, ip->wend, 0, &nslices, &attr);
     if (rc == 0 && nslices > FS_COMPACT_THRESHOLD) {
         for (size_t k = 0; k < n; k++) {
-            if (k == 0 || cs[k].indx != cs[k - 1].indx)
+            if (cs[k].indx != KEG_INDX_APPEND && (k == 0 || cs[k].indx != cs[k - 1].indx))
                 fs_compact_queue_n(fs, ip->ino, cs[k].indx, nslices);
+        }
+    }
+    if (rc == 0 && ip->wappend > 0) {
+        /* the engine put the appends at the end: [attr.size - wappend, attr.size) */
+        uint64_t base = attr.size - ip->wappend;
+        if (nslices > FS_COMPACT_THRESHOLD) {
+            for (uint64_t c = base / KEG_CHUNK_SIZE; c <= (attr.size - 1) / KEG_CHUNK_SIZE; c++)
+                fs_compact_queue_n(fs, ip->ino, (uint32_t)c, nslices);
+        }
+        if (base != ip->wakoff && fs->inval_fn) {
+            /* another mounter appended first: the kernel cached these
+             * bytes (and the size) at wakoff */
+            KEG_DEBUG("inode %llu: appends placed at %llu, not %llu", (unsigned long long)ip->ino,
+                      (unsigned long long)base, (unsigned long long)ip->wakoff);
+            fs->inval_fn(fs->inval_arg, ip->ino, 0, 0);
         }
     }
     keg_free(cs);
@@ -692,23 +711,19 @@ static int write_piece(struct keg_fs *fs, struct fs_inode *ip, uint32_t indx, ui
     return 0;
 }
 
-ssize_t keg_fs_write(struct keg_fs *fs, struct keg_fh *fh, uint64_t off, const void *buf,
-                     size_t size)
+/* Buffer size bytes at file offset off.  LOCKS: takes ip->mu. */
+static ssize_t write_at(struct keg_fs *fs, struct fs_inode *ip, uint64_t off, const void *buf,
+                        size_t size)
 {
-    struct fs_inode *ip = fh->ip;
     const uint8_t *src = buf;
     size_t done = 0;
     int rc = 0;
 
-    if (fs->read_only)
-        return -EROFS;
-    if ((fh->flags & O_ACCMODE) == O_RDONLY)
-        return -EBADF;
-    if (size == 0)
-        return 0;
     if (off >= FS_MAX_FILE_SIZE || size > FS_MAX_FILE_SIZE - off)
         return -EFBIG;
     pthread_mutex_lock(&ip->mu);
+    if (ip->wappend > 0)
+        commit_deferred(fs, ip);    /* appends are placed after every other slice */
     if (ip->werr == -ENOSPC || ip->werr == -EDQUOT) {
         rc = ip->werr;
         goto out;
@@ -738,6 +753,106 @@ ssize_t keg_fs_write(struct keg_fs *fs, struct keg_fh *fh, uint64_t off, const v
 out:
     pthread_mutex_unlock(&ip->mu);
     return rc < 0 ? rc : (ssize_t)size;
+}
+
+/* Buffer one piece of an O_APPEND write: at the end of the newest buffered
+ * slice when that is an append slice with room, else in a new one.  Append
+ * slices are written in order and never rewritten, so every block before the
+ * end is complete.  LOCKS: ip->mu held. */
+static int append_piece(struct keg_fs *fs, struct fs_inode *ip, const uint8_t *src, uint32_t n)
+{
+    struct fs_wslice *ws = ip->wlast;
+    int rc;
+    if (!ws || ws->indx != KEG_INDX_APPEND || ws->len + (uint64_t)n > KEG_CHUNK_SIZE) {
+        rc = ws_new(fs, KEG_INDX_APPEND, 0, &ws);
+        if (rc < 0)
+            return rc;
+        if (ip->wlast)
+            ip->wlast->next = ws;
+        else
+            ip->wfirst = ws;
+        ip->wlast = ws;
+        ip->nws++;
+    }
+    rc = ws_put(fs, ip, ws, ws->len, src, n);
+    if (rc < 0)
+        return rc;
+    ip->wappend += n;
+    rc = ws_upload_full(fs, ip, ws, ws->len);
+    if (rc < 0)
+        return rc;
+    if ((ws->len >= KEG_CHUNK_SIZE && keg_mono_ns() - ip->wcommit_ns >= FS_COMMIT_INTERVAL_NS) ||
+        ip->nws >= FS_MAX_WSLICES || atomic_load(&fs->wbytes) > fs->buffer_size)
+        commit_deferred(fs, ip);
+    return 0;
+}
+
+ssize_t keg_fs_append(struct keg_fs *fs, struct keg_fh *fh, uint64_t koff, const void *buf,
+                      size_t size)
+{
+    struct fs_inode *ip = fh->ip;
+    const uint8_t *src = buf;
+    size_t done = 0;
+    int rc = 0;
+
+    if (fs->read_only)
+        return -EROFS;
+    if ((fh->flags & O_ACCMODE) == O_RDONLY)
+        return -EBADF;
+    if (size == 0)
+        return 0;
+    pthread_mutex_lock(&ip->mu);
+    if ((ip->attr_valid ? ip->size : koff) + ip->wappend + size > FS_MAX_FILE_SIZE) {
+        rc = -EFBIG;
+        goto out;
+    }
+    if (ip->werr == -ENOSPC || ip->werr == -EDQUOT) {
+        rc = ip->werr;
+        goto out;
+    }
+    if (ip->wappend > 0 && koff != ip->wakoff + ip->wappend)
+        ip->wakoff = UINT64_MAX;    /* the kernel's idea moved: invalidate after the commit */
+    while (done < size) {
+        if (ip->wappend == 0)       /* (also after a commit inside this write) */
+            ip->wakoff = koff + done;
+        uint32_t n = (uint32_t)KEG_MIN((uint64_t)(size - done), (uint64_t)KEG_CHUNK_SIZE);
+        up_throttle(fs);
+        rc = append_piece(fs, ip, src + done, n);
+        if (rc < 0) {
+            KEG_ERR("append to inode %llu failed: %s", (unsigned long long)ip->ino,
+                    strerror(-rc));
+            fs_writer_drop(fs, ip, 1);
+            ip->werr = rc;
+            goto out;
+        }
+        done += n;
+        ip->wtime_ns = keg_now_ns();
+        if (ip->werr == -ENOSPC || ip->werr == -EDQUOT) {
+            rc = ip->werr;
+            goto out;
+        }
+    }
+out:
+    pthread_mutex_unlock(&ip->mu);
+    return rc < 0 ? rc : (ssize_t)size;
+}
+
+void keg_fs_set_inval(struct keg_fs *fs, keg_fs_inval_fn *fn, void *arg)
+{
+    fs->inval_fn = fn;
+    fs->inval_arg = arg;
+}
+
+ssize_t keg_fs_write(struct keg_fs *fs, struct keg_fh *fh, uint64_t off, const void *buf,
+                     size_t size)
+{
+    if (fs->read_only)
+        return -EROFS;
+    if ((fh->flags & O_ACCMODE) == O_RDONLY)
+        return -EBADF;
+    if (size == 0)
+        return 0;
+    return write_at(fs, fh->ip, off, buf, size);
 }
 
 /*----------------------------------------------------------------------------
@@ -771,10 +886,14 @@ int keg_fs_open(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, int fl
     int rc;
 
     KEG_UNUSED(c);
+    uint64_t tok;
+    int dirty;
+
     *fhp = NULL;
     *keep_cache = 0;
     if (fs->read_only && wr)
         return -EROFS;
+    tok = fs_attr_token(fs, ino);       /* before the engine read: see keep_cache below */
     rc = KEG_META_CALL(fs->meta, getattr, ino, &a);
     if (rc < 0)
         return rc;
@@ -801,8 +920,12 @@ int keg_fs_open(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, int fl
         }
     }
     fs_inode_set_attr(ip, &a);
+    /* Buffered writes here (e.g. O_DIRECT ones, which bypassed the page cache)
+     * or a commit that finished after the engine read: the attributes do not
+     * describe what the kernel may have cached, so it must drop its pages. */
+    dirty = ip->wfirst != NULL || (tok != UINT64_MAX && tok != ip->wgen);
     pthread_mutex_unlock(&ip->mu);
-    *keep_cache = fs_seen_check(fs, &a) && !(flags & O_TRUNC);
+    *keep_cache = fs_seen_check(fs, &a) && !(flags & O_TRUNC) && !dirty;
     *fhp = fh;
     return 0;
 }
@@ -1144,6 +1267,49 @@ static int copy_plan(struct keg_fs *fs, uint64_t src, uint64_t off_in, uint64_t 
     return 0;
 }
 
+/* Sleep before re-planning a copy whose source changed: 1, 2, 4 .. 64 ms,
+ * each a random time in [d/2, d] so that racing copies spread out. */
+static void copy_backoff(unsigned attempt)
+{
+    int64_t ms = (int64_t)1 << KEG_MIN(attempt, 6u);
+    int64_t ns = ms * 500000 + (int64_t)(retry_rand() % (uint64_t)(ms * 500000 + 1));
+    struct timespec ts = {ns / 1000000000, ns % 1000000000};
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
+}
+
+/* The fallback of a copy that could not share the source's slices: the bytes
+ * are read and written through dst's buffer like write(2) would.  src bytes
+ * [off_in, off_in+n) are committed and do not overlap the destination range.
+ * Returns the bytes copied (short at the source's current end) or -errno.
+ * LOCKS: neither src->mu nor dst->mu may be held. */
+static ssize_t copy_bytes(struct keg_fs *fs, struct fs_inode *src, uint64_t off_in,
+                          struct fs_inode *dst, uint64_t off_out, uint64_t n)
+{
+    size_t cap = (size_t)KEG_MIN(n, (uint64_t)FS_COPY_BUF);
+    uint8_t *buf = keg_malloc(cap);
+    uint64_t done = 0;
+    ssize_t rc = 0;
+
+    if (!buf)
+        return -ENOMEM;
+    while (done < n) {
+        size_t l = (size_t)KEG_MIN(n - done, (uint64_t)cap);
+        rc = fs_read_range(fs, src, off_in + done, buf, l);
+        if (rc <= 0)
+            break;
+        l = (size_t)rc;
+        rc = write_at(fs, dst, off_out + done, buf, l);
+        if (rc < 0)
+            break;
+        done += l;
+    }
+    keg_free(buf);
+    if (rc < 0 && done == 0)
+        return rc;
+    return (ssize_t)done;
+}
+
 ssize_t keg_fs_copy_range(struct keg_fs *fs, const struct keg_ctx *c, struct keg_fh *in,
                           uint64_t off_in, struct keg_fh *out, uint64_t off_out, size_t len,
                           int flags)
@@ -1182,18 +1348,25 @@ ssize_t keg_fs_copy_range(struct keg_fs *fs, const struct keg_ctx *c, struct keg
         return 0;
     n = KEG_MIN((uint64_t)len, a.size - off_in);
 
+    /* The plan names the source's slices as read_chunk saw them; compaction
+     * (here or on another mounter) or a truncate may drop one of them before
+     * write_slices adds the references, which the engine then refuses with
+     * -EAGAIN and changes nothing.  Plan again from the new slice lists, with
+     * a short backoff; a source that keeps changing is copied byte by byte. */
     pthread_mutex_lock(&dst->mu);
     rc = fs_commit_locked(fs, dst);     /* a write may have raced in */
-    for (int attempt = 0; rc == 0 && attempt < FS_COPY_RETRIES; attempt++) {
+    for (unsigned attempt = 0; rc == 0; attempt++) {
         rc = copy_plan(fs, src->ino, off_in, off_out, n, &cv);
         if (rc < 0)
             break;
         rc = KEG_META_CALL(fs->meta, write_slices, dst->ino, cv.n, cv.v, off_out + n,
                            KEG_WS_SHARE, NULL, &a);
-        if (rc != -EAGAIN)
+        if (rc != -EAGAIN || attempt + 1 >= FS_COPY_RETRIES)
             break;
         KEG_DEBUG("copy_range: source of inode %llu changed, retrying",
                   (unsigned long long)src->ino);
+        copy_backoff(attempt);
+        rc = 0;
     }
     fs_inode_drop_chunks(dst);
     if (rc == 0)
@@ -1202,8 +1375,11 @@ ssize_t keg_fs_copy_range(struct keg_fs *fs, const struct keg_ctx *c, struct keg
         usync_note(dst, NULL);          /* shares the source's blocks: sync them all */
     pthread_mutex_unlock(&dst->mu);
     keg_free(cv.v);
-    if (rc == -EAGAIN)
-        rc = -EBUSY;
+    if (rc == -EAGAIN) {
+        KEG_DEBUG("copy_range: source of inode %llu kept changing, copying the bytes",
+                  (unsigned long long)src->ino);
+        return copy_bytes(fs, src, off_in, dst, off_out, n);
+    }
     return rc < 0 ? rc : (ssize_t)n;
 }
 

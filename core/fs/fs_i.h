@@ -155,7 +155,11 @@ struct fs_inode {
     /* writer */
     struct fs_wslice *wfirst, *wlast;
     uint32_t          nws;      /* buffered slices */
-    uint64_t          wend;     /* highest buffered end (file offset), 0: none */
+    uint64_t          wend;     /* highest buffered end (file offset), 0: none;
+                                 * O_APPEND slices (indx KEG_INDX_APPEND, always
+                                 * after the others) do not count */
+    uint64_t          wappend;  /* bytes in buffered O_APPEND slices */
+    uint64_t          wakoff;   /* the kernel's offset of the first of them */
     uint64_t          wgen;     /* bumped when buffered writes are dropped (committed
                                  * or discarded): getattr re-reads a racing answer */
     int64_t           wtime_ns; /* time of the last buffered write */
@@ -384,6 +388,10 @@ struct keg_fs {
     struct fs_cmp_item *cmp_parked; /* chunks not worth merging yet, oldest first */
     unsigned          cmp_nparked;
     pthread_t         cmp_thr;
+
+    /* the owner's cache invalidation hook (keg_fs_set_inval) */
+    keg_fs_inval_fn  *inval_fn;
+    void             *inval_arg;
 
     /* trash (trash.c): allocated on first use when the volume has trash_days */
     _Atomic(struct fs_trash *) trash;

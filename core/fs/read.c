@@ -843,7 +843,7 @@ ssize_t keg_fs_read(struct keg_fs *fs, struct keg_fh *fh, uint64_t off, void *bu
      * so that the kernel does not shrink the file it just extended. */
     for (int tries = 0; n >= 0 && (size_t)n < size && tries < 3; tries++) {
         pthread_mutex_lock(&ip->mu);
-        dirty = ip->wfirst != NULL && ip->wend > off + (uint64_t)n;
+        dirty = ip->wfirst != NULL && (ip->wend > off + (uint64_t)n || ip->wappend > 0);
         pthread_mutex_unlock(&ip->mu);
         if (!dirty)
             break;

@@ -511,7 +511,9 @@
  * Data
  *------------------------------------------------------------------------*/
 
-/* ARGV: 4 ino, 5 min_size, 6 flags, 7 packed (indx, slice) records.
+/* ARGV: 4 ino, 5 min_size, 6 flags, 7 packed (indx, slice) records; records
+ * with indx 4294967295 (KEG_INDX_APPEND, last) go at the end of the file as it
+ * is once the others are in, split at chunk boundaries.
  * -> {0, attr, longest slice list} */
 #define MR_LUA_WRITE \
 "local ino = tonumber(ARGV[4])\n" \
@@ -521,6 +523,7 @@
 "if t == IFDIR then return {EISDIR} end\n" \
 "if t ~= IFREG then return {EPERM} end\n" \
 "local flags, recs = tonumber(ARGV[6]), ARGV[7]\n" \
+"local APP = 4294967295\n" \
 "if band(flags, 1) ~= 0 then\n" \
 "  for i = 1, #recs - 27, 28 do\n" \
 "    local _, id = struct.unpack('<I4I8', recs, i)\n" \
@@ -528,15 +531,35 @@
 "  end\n" \
 "end\n" \
 "local new = math.max(a.size, tonumber(ARGV[5]))\n" \
+"for i = 1, #recs - 27, 28 do\n" \
+"  local indx, _, _, _, len = struct.unpack('<I4I8I4I4I4', recs, i)\n" \
+"  if indx == APP then new = new + len end\n" \
+"end\n" \
+"if new >= 9007199254740992 then return {27} end\n" \
 "local delta = charge(new) - charge(a.size)\n" \
 "if not space_ok(delta) then return {ENOSPC} end\n" \
 "local maxn = 0\n" \
-"for i = 1, #recs - 27, 28 do\n" \
-"  local indx, id = struct.unpack('<I4I8', recs, i)\n" \
-"  local len = redis.call('APPEND', P .. 'c' .. N(ino) .. '_' .. N(indx), string.sub(recs, i + 4, i + 27))\n" \
+"local function add(indx, id, rec)\n" \
+"  local len = redis.call('APPEND', P .. 'c' .. N(ino) .. '_' .. N(indx), rec)\n" \
 "  if len / 24 > maxn then maxn = len / 24 end\n" \
 "  if len == 24 then redis.call('ZADD', P .. 'C' .. N(ino), indx, N(indx)) end\n" \
 "  if id ~= 0 then redis.call('HINCRBY', P .. 'sliceRef', N(id), 1) end\n" \
+"end\n" \
+"local cur = math.max(a.size, tonumber(ARGV[5]))\n" \
+"for i = 1, #recs - 27, 28 do\n" \
+"  local indx, id, size, off, len = struct.unpack('<I4I8I4I4I4', recs, i)\n" \
+"  if indx ~= APP then\n" \
+"    add(indx, id, string.sub(recs, i + 4, i + 27))\n" \
+"  else\n" \
+"    local done = 0\n" \
+"    while done < len do\n" \
+"      local cpos = cur % CHUNK\n" \
+"      local l = math.min(len - done, CHUNK - cpos)\n" \
+"      add(math.floor(cur / CHUNK), id, struct.pack('<I8I4I4I4I4', id, size, off + done, l, cpos))\n" \
+"      done = done + l\n" \
+"      cur = cur + l\n" \
+"    end\n" \
+"  end\n" \
 "end\n" \
 "space_add(delta)\n" \
 "a.size = new\n" \

@@ -2192,34 +2192,63 @@ static int sq_get_reg(struct sq_conn *c, uint64_t ino, struct keg_attr *x)
     return S_ISREG(x->mode) ? 0 : -EPERM;
 }
 
+/* One slice reference of write_slices: a new or shared reference to its
+ * slice (holes have none), then the record appended to its chunk. */
+static int sq_write_one(struct sq_conn *c, struct sq_data_arg *a, uint32_t indx,
+                        const struct keg_slice *s)
+{
+    uint32_t cnt;
+    int rc;
+    if (s->id) {
+        rc = (a->flags & KEG_WS_SHARE) ? sq_ref_share(c, s->id) : sq_ref_new(c, s->id, s->size);
+        if (rc)
+            return rc;
+    }
+    rc = sq_chunk_append(c, a->ino, indx, s, &cnt);
+    if (rc)
+        return rc;
+    a->nslices = KEG_MAX(a->nslices, cnt);
+    return 0;
+}
+
 static int sq_write_slices_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
 {
     struct sq_data_arg *a = arg;
     struct keg_attr *x = &a->out;
+    uint64_t size;
     int rc = sq_get_reg(c, a->ino, x);
     if (rc)
         return rc;
     a->nslices = 0;
+    size = KEG_MAX(x->size, a->size);
     for (size_t i = 0; i < a->n; i++) {
         const struct keg_chunk_slice *cs = &a->cs[i];
-        uint32_t cnt;
-        if (cs->s.id) {
-            rc = (a->flags & KEG_WS_SHARE) ? sq_ref_share(c, cs->s.id)
-                                           : sq_ref_new(c, cs->s.id, cs->s.size);
+        if (cs->indx != KEG_INDX_APPEND) {
+            rc = sq_write_one(c, a, cs->indx, &cs->s);
             if (rc)
                 return rc;
+            continue;
         }
-        rc = sq_chunk_append(c, a->ino, cs->indx, &cs->s, &cnt);
-        if (rc)
-            return rc;
-        a->nslices = KEG_MAX(a->nslices, cnt);
+        /* O_APPEND: at the end as it is now, split at chunk boundaries */
+        for (uint32_t done = 0; done < cs->s.len;) {
+            uint32_t cpos = (uint32_t)(size % KEG_CHUNK_SIZE);
+            uint32_t l = (uint32_t)KEG_MIN((uint64_t)(cs->s.len - done), KEG_CHUNK_SIZE - cpos);
+            struct keg_slice s = cs->s;
+            s.off += done;
+            s.len = l;
+            s.pos = cpos;
+            rc = sq_write_one(c, a, (uint32_t)(size / KEG_CHUNK_SIZE), &s);
+            if (rc)
+                return rc;
+            done += l;
+            size += l;
+        }
     }
-    if (a->size > x->size) {
-        rc = sq_charge(c, (int64_t)keg_meta_charge(a->size) - (int64_t)keg_meta_charge(x->size),
-                       0);
+    if (size > x->size) {
+        rc = sq_charge(c, (int64_t)keg_meta_charge(size) - (int64_t)keg_meta_charge(x->size), 0);
         if (rc)
             return rc;
-        x->size = a->size;
+        x->size = size;
     }
     if (!(a->flags & KEG_WS_NOMTIME))
         sq_now(x, 1, 1);
@@ -2231,10 +2260,16 @@ static int sq_write_slices(struct keg_meta *m, uint64_t ino, size_t n,
                            uint32_t *nslices, struct keg_attr *out)
 {
     struct sq_data_arg a = {.ino = ino, .n = n, .cs = cs, .size = min_size, .flags = flags};
+    int appends = 0;
     for (size_t i = 0; i < n; i++) {
         const struct keg_slice *s = &cs[i].s;
+        if (cs[i].indx == KEG_INDX_APPEND)
+            appends = 1;
+        else if (appends)
+            return -EINVAL;     /* appends come last */
         if ((uint64_t)s->pos + s->len > KEG_CHUNK_SIZE || s->len == 0 ||
-            (s->id && (uint64_t)s->off + s->len > s->size))
+            (s->id && (uint64_t)s->off + s->len > s->size) ||
+            (cs[i].indx == KEG_INDX_APPEND && s->pos != 0))
             return -EINVAL;
     }
     int rc = sq_txn(m, SQ_WRITE, sq_write_slices_fn, &a);

@@ -1271,6 +1271,166 @@ static void test_write_share(void **state)
     assert_int_equal(attr(t->m, f3).size, 0);
 }
 
+/* An O_APPEND slice of len bytes (placed by the engine). */
+static struct keg_chunk_slice app_slice(struct keg_meta *m, uint32_t len)
+{
+    struct keg_chunk_slice cs = {
+        .indx = KEG_INDX_APPEND,
+        .s = {.id = new_slice(m), .size = len, .off = 0, .len = len, .pos = 0},
+    };
+    return cs;
+}
+
+static void test_write_append(void **state)
+{
+    struct t *t = *state;
+    struct keg_attr a;
+    struct keg_slice *sl = NULL;
+    size_t n = 0;
+    int seen;
+    uint64_t f = mkfile(t->m, KEG_ROOT_INO, "f");
+
+    /* an append lands at the end, whatever min_size says */
+    write_at(t->m, f, 0, 1000);
+    struct keg_chunk_slice x = app_slice(t->m, 300);
+    assert_int_equal(KEG_META_CALL(t->m, write_slices, f, 1, &x, 0, 0, NULL, &a), 0);
+    assert_int_equal(a.size, 1300);
+    assert_int_equal(KEG_META_CALL(t->m, read_chunk, f, 0, &sl, &n), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(sl[1].id, x.s.id);
+    assert_int_equal(sl[1].pos, 1000);
+    assert_int_equal(sl[1].off, 0);
+    assert_int_equal(sl[1].len, 300);
+    keg_free(sl);
+
+    /* positioned slices first (and min_size), then the appends in order */
+    struct keg_chunk_slice mix[3] = {
+        {.indx = 0, .s = {.id = new_slice(t->m), .size = 100, .off = 0, .len = 100, .pos = 5000}},
+        app_slice(t->m, 50),
+        app_slice(t->m, 70),
+    };
+    assert_int_equal(KEG_META_CALL(t->m, write_slices, f, 3, mix, 5100, 0, NULL, &a), 0);
+    assert_int_equal(a.size, 5220);
+    assert_int_equal(attr(t->m, f).size, 5220);
+    assert_int_equal(KEG_META_CALL(t->m, read_chunk, f, 0, &sl, &n), 0);
+    assert_int_equal(n, 5);
+    assert_int_equal(sl[2].pos, 5000);
+    assert_int_equal(sl[3].id, mix[1].s.id);
+    assert_int_equal(sl[3].pos, 5100);
+    assert_int_equal(sl[4].id, mix[2].s.id);
+    assert_int_equal(sl[4].pos, 5150);
+    keg_free(sl);
+
+    /* across a chunk boundary: two references to consecutive ranges of one slice */
+    assert_int_equal(KEG_META_CALL(t->m, truncate, f, CHUNK - 100, &a), 0);
+    struct keg_chunk_slice y = app_slice(t->m, 300);
+    assert_int_equal(KEG_META_CALL(t->m, write_slices, f, 1, &y, 0, 0, NULL, &a), 0);
+    assert_int_equal(a.size, CHUNK + 200);
+    assert_int_equal(KEG_META_CALL(t->m, read_chunk, f, 0, &sl, &n), 0);
+    assert_int_equal(sl[n - 1].id, y.s.id);
+    assert_int_equal(sl[n - 1].pos, CHUNK - 100);
+    assert_int_equal(sl[n - 1].off, 0);
+    assert_int_equal(sl[n - 1].len, 100);
+    assert_int_equal(sl[n - 1].size, 300);
+    keg_free(sl);
+    assert_int_equal(KEG_META_CALL(t->m, read_chunk, f, 1, &sl, &n), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(sl[0].id, y.s.id);
+    assert_int_equal(sl[0].pos, 0);
+    assert_int_equal(sl[0].off, 100);
+    assert_int_equal(sl[0].len, 200);
+    keg_free(sl);
+    /* both references count: the slice is queued for deletion once, when both go */
+    assert_int_equal(KEG_META_CALL(t->m, truncate, f, CHUNK, &a), 0);
+    delq_drain(t->m, y.s.id, &seen);
+    assert_false(seen);
+    assert_int_equal(KEG_META_CALL(t->m, truncate, f, 0, &a), 0);
+    delq_drain(t->m, y.s.id, &seen);
+    assert_true(seen);
+
+    /* bad input: an append before a positioned slice, an append with a position */
+    struct keg_chunk_slice bad[2] = {
+        app_slice(t->m, 10),
+        {.indx = 0, .s = {.id = new_slice(t->m), .size = 10, .off = 0, .len = 10, .pos = 0}},
+    };
+    assert_int_equal(KEG_META_CALL(t->m, write_slices, f, 2, bad, 10, 0, NULL, &a), -EINVAL);
+    bad[0].s.pos = 5;
+    assert_int_equal(KEG_META_CALL(t->m, write_slices, f, 1, bad, 0, 0, NULL, &a), -EINVAL);
+    assert_int_equal(attr(t->m, f).size, 0);
+}
+
+#define AP_THREADS 4
+#define AP_EACH    100
+
+struct ap_arg {
+    struct keg_meta *m;
+    uint64_t ino;
+    uint64_t ids[AP_EACH];
+    int errors;
+};
+
+static void *ap_run(void *arg)
+{
+    struct ap_arg *p = arg;
+    for (int i = 0; i < AP_EACH; i++) {
+        struct keg_attr a;
+        struct keg_chunk_slice cs = {.indx = KEG_INDX_APPEND};
+        if (KEG_META_CALL(p->m, alloc_ids, KEG_ID_SLICE, 1, &cs.s.id) != 0) {
+            p->errors++;
+            continue;
+        }
+        cs.s.size = cs.s.len = 10 + (uint32_t)(i % 7);
+        if (KEG_META_CALL(p->m, write_slices, p->ino, 1, &cs, 0, 0, NULL, &a) != 0)
+            p->errors++;
+        p->ids[i] = cs.s.id;
+    }
+    return NULL;
+}
+
+/* Appends of several instances at once: every one lands, none overlaps. */
+static void test_write_append_concurrent(void **state)
+{
+    struct t *t = *state;
+    struct keg_meta *m2 = second(t);
+    struct ap_arg aa[AP_THREADS];
+    pthread_t th[AP_THREADS];
+    struct keg_slice *sl = NULL;
+    size_t n = 0;
+    uint64_t f = mkfile(t->m, KEG_ROOT_INO, "log");
+    uint64_t total = 0;
+
+    for (int i = 0; i < AP_THREADS; i++) {
+        memset(&aa[i], 0, sizeof(aa[i]));
+        aa[i].m = i % 2 ? m2 : t->m;
+        aa[i].ino = f;
+        assert_int_equal(pthread_create(&th[i], NULL, ap_run, &aa[i]), 0);
+    }
+    for (int i = 0; i < AP_THREADS; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(aa[i].errors, 0);
+    }
+    for (int i = 0; i < AP_EACH; i++)
+        total += 10 + (uint64_t)(i % 7);
+    total *= AP_THREADS;
+    assert_int_equal(attr(m2, f).size, total);
+    assert_int_equal(KEG_META_CALL(t->m, read_chunk, f, 0, &sl, &n), 0);
+    assert_int_equal(n, AP_THREADS * AP_EACH);
+    /* in list order, each starts where the previous ended: no gap, no overlap */
+    uint64_t end = 0;
+    for (size_t k = 0; k < n; k++) {
+        assert_int_equal(sl[k].pos, end);
+        assert_int_equal(sl[k].off, 0);
+        end += sl[k].len;
+        int found = 0;
+        for (int i = 0; i < AP_THREADS && !found; i++)
+            for (int j = 0; j < AP_EACH && !found; j++)
+                found = aa[i].ids[j] == sl[k].id;
+        assert_true(found);
+    }
+    assert_int_equal(end, total);
+    keg_free(sl);
+}
+
 static void test_truncate(void **state)
 {
     struct t *t = *state;
@@ -2129,6 +2289,8 @@ int main(void)
         T(test_readdir),
         T(test_write_read_chunks),
         T(test_write_share),
+        T(test_write_append),
+        T(test_write_append_concurrent),
         T(test_truncate),
         T(test_truncate_huge_sparse),
         T(test_next_chunk),

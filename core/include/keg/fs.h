@@ -138,6 +138,22 @@ int keg_fs_create(struct keg_fs *fs, const struct keg_ctx *c, uint64_t parent, c
                   uint32_t mode, int flags, struct keg_attr *out, struct keg_fh **fh);
 uint64_t keg_fh_ino(const struct keg_fh *fh);
 ssize_t keg_fs_read(struct keg_fs *fs, struct keg_fh *fh, uint64_t off, void *buf, size_t size);
+/* write(2) of size bytes on a descriptor opened with O_APPEND.  The bytes
+ * are buffered like any write, but their position is chosen when they are
+ * committed: the metadata engine puts them at the file's end as it is then
+ * (write_slices, KEG_INDX_APPEND), so appends of several mounters never
+ * overwrite each other.  koff is where the caller (the kernel) believes the
+ * file ends; when the commit puts them elsewhere, the invalidation hook is
+ * called for the inode (keg_fs_set_inval).  Returns size or -errno. */
+ssize_t keg_fs_append(struct keg_fs *fs, struct keg_fh *fh, uint64_t koff, const void *buf,
+                      size_t size);
+/* The owner's hook for data it may cache (the kernel's page cache) that
+ * changed behind its back: bytes [off, off+len) of ino (len 0: to the end,
+ * and its size).  Called from any thread, also inside a request on ino and
+ * with core locks held: it must not wait for file system requests (queue the
+ * work).  fn NULL: none (the default).  Set before concurrent use. */
+typedef void keg_fs_inval_fn(void *arg, uint64_t ino, uint64_t off, uint64_t len);
+void keg_fs_set_inval(struct keg_fs *fs, keg_fs_inval_fn *fn, void *arg);
 ssize_t keg_fs_write(struct keg_fs *fs, struct keg_fh *fh, uint64_t off, const void *buf,
                      size_t size);
 /* close(2) of one descriptor: commits buffered data, drops the POSIX locks

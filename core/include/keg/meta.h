@@ -160,6 +160,10 @@ typedef int keg_meta_session_cb(void *arg, const struct keg_session_info *s);
 #define KEG_WS_SHARE   (1u << 0)   /* slices already exist: add references (copy_file_range) */
 #define KEG_WS_NOMTIME (1u << 1)   /* do not touch mtime/ctime (fallocate KEEP_SIZE of nothing) */
 
+/* write_slices: the chunk index of an O_APPEND slice, placed by the engine at
+ * the file's end (see write_slices) */
+#define KEG_INDX_APPEND UINT32_MAX
+
 /* id kinds for alloc_ids */
 #define KEG_ID_INODE 0
 #define KEG_ID_SLICE 1
@@ -300,7 +304,14 @@ struct keg_meta_ops {
      * mtime = ctime = now unless KEG_WS_NOMTIME.  With KEG_WS_SHARE each
      * non-hole slice gains a reference, and -EAGAIN is returned if one of them
      * no longer exists.  *nslices (may be NULL) = longest resulting list, to
-     * trigger compaction.  -EISDIR, -EPERM for non-regular files. */
+     * trigger compaction.  -EISDIR, -EPERM for non-regular files.
+     * Appends: entries with indx == KEG_INDX_APPEND (pos 0, len <= KEG_CHUNK_SIZE)
+     * must follow all others (else -EINVAL).  Inside the same atomic op, after
+     * the other entries are added and size = max(size, min_size), each is
+     * placed at the file's end as it is then -- split at chunk boundaries into
+     * references of consecutive ranges of its slice -- and the size grows by
+     * its len.  So appends of several mounters never overwrite each other:
+     * out->size - (sum of their lens) is where the first one landed. */
     int  (*write_slices)(struct keg_meta *m, uint64_t ino, size_t n,
                          const struct keg_chunk_slice *cs, uint64_t min_size, unsigned flags,
                          uint32_t *nslices, struct keg_attr *out);
