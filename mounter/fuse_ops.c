@@ -7,6 +7,9 @@
  * numbers ARE KegFS inode numbers (the root is 1 == FUSE_ROOT_ID).  fi->fh holds an id of the
  * handle table (mnt_handle.c), not a pointer, so that a worker restarted by the
  * supervisor can recognise -- and reopen -- the handles of the worker it replaced.
+ * write, flush, fsync and release bracket their core call with the dirty record
+ * (mnt_handle_write_begin/_end, mnt_handle_commit_begin/_end), so that a handle
+ * whose uncommitted data died with a crashed worker fails with EIO afterwards.
  *
  * Kernel references (nlookup) are counted in fuse_inode.c: taken BEFORE the
  * reply that hands out an entry (a forget may race with our bookkeeping once
