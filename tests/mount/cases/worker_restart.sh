@@ -12,7 +12,7 @@
 # timeout: 120
 # allow-log: was killed by signal 9
 # allow-log: unknown (file|directory) handle
-# allow-log: died with uncommitted data in 1 open file handle
+# allow-log: died with uncommitted data in [0-9]+ open file handle
 . "$(dirname "$0")/../lib.sh"
 need_kegfs
 PY=python3
