@@ -2,6 +2,7 @@
  * record that outlives a crashed worker) and its stats file (write, read back,
  * prune of a dead mounter's file). */
 #include <errno.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -198,6 +199,63 @@ static void test_dirty_record(void **state)
     mnt_dirty_free(t);
 }
 
+/* Writes and commits from many threads on a few handles of two inodes: no
+ * deadlock, no bookkeeping left behind, and a final commit with nothing in
+ * flight cleans every handle. */
+#define DR_THREADS 6
+#define DR_HANDLES 4
+static uint64_t dr_ids[DR_HANDLES];
+
+static void *dirty_stress_thread(void *arg)
+{
+    unsigned seed = (unsigned)(uintptr_t)arg;
+    for (int i = 0; i < 20000; i++) {
+        unsigned r = (unsigned)rand_r(&seed);
+        int hi = (int)(r % DR_HANDLES);
+        uint64_t ino = 100 + (uint64_t)(hi % 2);
+        struct keg_fh *fh = NULL;
+        struct mnt_dtok t;
+        if ((r >> 8) % 3) {
+            if (mnt_handle_write_begin(dr_ids[hi], ino, &fh, &t) == 0)
+                mnt_handle_write_end(&t);
+        } else {
+            mnt_handle_commit_begin(dr_ids[hi], ino, &t);
+            (void)mnt_handle_commit_end(&t, (r >> 12) % 5 ? 0 : -EIO);
+        }
+    }
+    return NULL;
+}
+
+static void test_dirty_record_threads(void **state)
+{
+    static int objs[DR_HANDLES];
+    pthread_t th[DR_THREADS];
+    struct mnt_dtok t;
+    struct mnt_dirty_tab *tab = mnt_dirty_create();
+    assert_non_null(tab);
+    mnt_handle_use_dirty(tab);
+    mnt_handle_setup(NULL, 1, 0, 0);
+    for (int i = 0; i < DR_HANDLES; i++)
+        dr_ids[i] = mnt_handle_new(0, &objs[i], 100 + (uint64_t)(i % 2));
+    for (int i = 0; i < DR_THREADS; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, dirty_stress_thread,
+                                        (void *)(uintptr_t)(i + 1)), 0);
+    for (int i = 0; i < DR_THREADS; i++)
+        pthread_join(th[i], NULL);
+    for (uint64_t ino = 100; ino < 102; ino++) {
+        mnt_handle_commit_begin(0, ino, &t);
+        assert_int_equal(mnt_handle_commit_end(&t, 0), 0);
+    }
+    assert_int_equal(dirty_used(tab), 0);
+    for (unsigned b = 0; b < NDINO; b++)
+        assert_null(dinos[b]);                  /* no bookkeeping left */
+    for (int i = 0; i < DR_HANDLES; i++)
+        assert_ptr_equal(mnt_handle_remove(dr_ids[i], 0), &objs[i]);
+    dtab = NULL;
+    have_dtab = 0;
+    mnt_dirty_free(tab);
+}
+
 /* Many handles: all found, counts in the stats follow. */
 static void test_handle_many(void **state)
 {
@@ -281,6 +339,7 @@ int main(void)
         cmocka_unit_test(test_handle_unknown),
         cmocka_unit_test(test_handle_many),
         cmocka_unit_test(test_dirty_record),
+        cmocka_unit_test(test_dirty_record_threads),
         cmocka_unit_test(test_stats_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
