@@ -152,6 +152,17 @@ unsigned mnt_dirty_report(const struct mnt_dirty_tab *t, int pid)
     return n;
 }
 
+void mnt_dirty_foreach(const struct mnt_dirty_tab *t, mnt_dirty_fn *fn, void *arg)
+{
+    if (!t)
+        return;
+    for (unsigned i = 0; i < t->nslots; i++) {
+        uint64_t id = __atomic_load_n(&t->slot[i].id, __ATOMIC_ACQUIRE);
+        if (id)
+            fn(arg, id, __atomic_load_n(&t->slot[i].ino, __ATOMIC_RELAXED));
+    }
+}
+
 /*----- the handle table -----*/
 
 struct mnt_dino;

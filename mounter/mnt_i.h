@@ -251,6 +251,10 @@ struct mnt_dirty_tab *mnt_dirty_create(void);
 void     mnt_dirty_free(struct mnt_dirty_tab *t);
 void     mnt_handle_use_dirty(struct mnt_dirty_tab *t);
 unsigned mnt_dirty_report(const struct mnt_dirty_tab *t, int pid);
+/* Calls fn for every handle in the record (id, inode).  For the supervisor,
+ * between workers. */
+typedef void mnt_dirty_fn(void *arg, uint64_t id, uint64_t ino);
+void     mnt_dirty_foreach(const struct mnt_dirty_tab *t, mnt_dirty_fn *fn, void *arg);
 
 /*--- the mount supervisor (mnt_super.c) ---*/
 /* What a worker gets from its supervisor. */

@@ -36,7 +36,10 @@
  *     which ones from the dirty record: a table it maps shared before the first
  *     fork (mnt_dirty_create), which each worker fills before a descriptor's
  *     first uncommitted write and empties after a commit (mnt_handle.c).  After
- *     a crash it logs the lost handles at ERROR (mnt_dirty_report);
+ *     a crash it logs the lost handles at ERROR (mnt_dirty_report) and, before
+ *     the new worker starts, makes the kernel drop the size and pages it caches
+ *     of their inodes (FUSE_NOTIFY_INVAL_INODE): that size counted the lost
+ *     bytes, and an O_APPEND write would land past the committed end;
  *   - requests the worker had read but not answered get no answer unless the
  *     kernel supports FUSE_NOTIFY_RESEND (Linux >= 6.9), which the supervisor
  *     sends before starting the new worker so that they are queued again (a
@@ -76,6 +79,7 @@
 #define MNT_SUPER_WINDOW_SEC   60
 #define MNT_INIT_BUF           ((1u << 20) + (64u << 10))   /* >= any max_write + header */
 #define MNT_FUSE_NOTIFY_RESEND 7                               /* linux/fuse.h, 7.40 */
+#define MNT_FUSE_NOTIFY_INVAL_INODE 2                          /* linux/fuse.h */
 
 /*----- kernel mount options -----*/
 
@@ -210,6 +214,26 @@ static void resend_pending(int fd)
                  "waiting on them hang until interrupted", strerror(errno));
 }
 
+/* Make the kernel forget what it caches of an inode whose written data died
+ * with the worker: its size (which counted that data; an O_APPEND write would
+ * go past the committed end and leave a hole of zeros) and its page cache (the
+ * lost bytes).  The next stat or lseek(SEEK_END) asks the new worker. */
+static void inval_lost(void *arg, uint64_t id, uint64_t ino)
+{
+    int fd = *(const int *)arg;
+    struct {
+        uint32_t len;
+        int32_t  error;
+        uint64_t unique;
+        uint64_t ino;
+        int64_t  off;
+        int64_t  len_;
+    } msg = {sizeof(msg), MNT_FUSE_NOTIFY_INVAL_INODE, 0, ino, 0, 0};
+    (void)id;
+    if (write(fd, &msg, sizeof(msg)) != (ssize_t)sizeof(msg))
+        KEG_DEBUG("cannot invalidate inode %llu: %s", (unsigned long long)ino, strerror(errno));
+}
+
 /*----- the supervisor -----*/
 
 int mnt_super_run(const struct mnt_super_conf *sc, int notify_fd)
@@ -339,7 +363,8 @@ int mnt_super_run(const struct mnt_super_conf *sc, int notify_fd)
         }
         KEG_ERR("worker %d was killed by signal %d%s; starting a new worker on the same "
                 "FUSE connection", (int)pid, sig, WCOREDUMP(st) ? " (core dumped)" : "");
-        mnt_dirty_report(dirty, (int)pid);
+        if (mnt_dirty_report(dirty, (int)pid) > 0)
+            mnt_dirty_foreach(dirty, inval_lost, &fd);
         resend_pending(fd);
     }
     set_handlers(0);

@@ -6,11 +6,15 @@
 #   E  "lost" read-only, never written;
 #   B  "kept": 1 MiB written and fsync'ed;
 #   C  "shared": 1 MiB written, committed by an fsync through another descriptor D.
-# After the supervisor started a new worker: A's further 10 MiB write, its fsync and its close
-# fail with EIO; B and C write 1 MiB more, fsync and close with no error; D and E close with no
-# error; E and a fresh descriptor read "lost" as a prefix of what A wrote (never a zero in
-# place of written data).  After a remount: "kept" and "shared" hold exactly their 2 MiB,
-# "lost" is still such a prefix.  The supervisor's ERROR line names the lost handle.
+# After the supervisor started a new worker: a new O_APPEND descriptor G appends 64 KiB S to
+# "lost" at once (the kernel must not append past the committed end, where the lost data was:
+# that would leave zeros); A's further 10 MiB write, its fsync and its close fail with EIO;
+# B and C write 1 MiB more, fsync and close with no error; D and E close with no error; E and a
+# fresh descriptor read "lost" as a prefix of what A wrote followed by S (never a zero in place
+# of written data).  After a remount: "kept" and "shared" hold exactly their 2 MiB, "lost" is
+# still that.  The supervisor's ERROR line names the lost handle.  Mounts use 30 s attribute
+# and entry caches, so that the kernel still holds the size A's writes gave "lost" when G
+# appends (with the default 1 s it may have asked the new worker again by then).
 # timeout: 120
 # allow-log: was killed by signal 9
 # allow-log: died with uncommitted data in 1 open file handle
@@ -28,6 +32,7 @@ MiB = 1 << 20
 p = open(os.path.join(work, "p.bin"), "rb").read()      # 20 MiB for "lost"
 q = open(os.path.join(work, "q.bin"), "rb").read()      # 2 MiB for "kept"
 r = open(os.path.join(work, "r.bin"), "rb").read()      # 2 MiB for "shared"
+sfx = open(os.path.join(work, "s.bin"), "rb").read()    # 64 KiB appended to "lost"
 fails = 0
 
 def bad(msg):
@@ -65,12 +70,16 @@ def read_all(fd):
             return b"".join(out)
         out.append(b)
 
-def check_prefix(what, data):
-    if data != p[:len(data)]:
-        i = next(i for i in range(len(data)) if data[i] != p[i])
-        bad("%s: %d bytes, byte %d is %d, written was %d" % (what, len(data), i, data[i], p[i]))
+def check_prefix(what, data):      # "lost" must be a prefix of p, then sfx
+    n = len(data) - len(sfx)
+    want = p[:max(n, 0)] + sfx
+    if data != want:
+        i = next((i for i in range(min(len(data), len(want))) if data[i] != want[i]),
+                 min(len(data), len(want)))
+        bad("%s: %d bytes, differs from what was written at byte %d (%r)"
+            % (what, len(data), i, data[i:i + 8]))
     else:
-        print("ok %s: %d bytes, all as written" % (what, len(data)), flush=True)
+        print("ok %s: %d bytes of A, then the 64 KiB of G" % (what, n), flush=True)
 
 path = lambda n: os.path.join(mnt, n)
 T0 = time.time()
@@ -98,6 +107,10 @@ while not os.path.exists(os.path.join(work, "go")):
         sys.exit(1)
     time.sleep(0.05)
 
+g = os.open(path("lost"), os.O_WRONLY | os.O_APPEND)
+expect_ok("append through G", write_all, g, sfx)
+expect_ok("fsync of G", os.fsync, g)
+expect_ok("close of G", os.close, g)
 expect_eio("write through A after the crash", write_all, a, p[10 * MiB:])
 expect_eio("fsync of A", os.fsync, a)
 expect_eio("close of A", os.close, a)
@@ -120,6 +133,7 @@ EOF
 head -c $((20 << 20)) /dev/urandom > "$WORK/p.bin"
 head -c $((2 << 20)) /dev/urandom > "$WORK/q.bin"
 head -c $((2 << 20)) /dev/urandom > "$WORK/r.bin"
+head -c $((64 << 10)) /dev/urandom > "$WORK/s.bin"
 
 run_crash() {   # run_crash MODE: the helper across one worker crash
   local mode=$1 sup w1 py rc n0 n1
@@ -135,10 +149,10 @@ run_crash() {   # run_crash MODE: the helper across one worker crash
   kill -9 "$w1"
   wait_for 10 sh -c "w=\$(pgrep -P $sup | head -1); [ -n \"\$w\" ] && [ \"\$w\" != $w1 ]" \
     || fail "$mode: no new worker within 10 s"
-  ls "$MNT" > /dev/null || fail "$mode: ls after the restart"
-  touch "$WORK/go"
-  wait "$py"
+  touch "$WORK/go"     # nothing touches the mount before the helper: a listing would
+  wait "$py"           # refresh the size the kernel caches for "lost"
   rc=$?
+  ls "$MNT" > /dev/null || fail "$mode: ls after the restart"
   sed "s/^/# $mode: /" "$WORK/helper.$mode"
   [ "$rc" = 0 ] || fail "$mode: the helper failed (rc $rc)"
   n1=$(grep -c "died with uncommitted data in 1 open file handle" "$MT_LOG")
@@ -150,25 +164,34 @@ check_files() {   # check_files WHAT: the committed contents
   cmp "$MNT/kept" "$WORK/q.bin" || fail "$1: kept differs"
   cmp "$MNT/shared" "$WORK/r.bin" || fail "$1: shared differs"
   local n
-  n=$(stat -c %s "$MNT/lost")
-  cmp -n "$n" "$MNT/lost" "$WORK/p.bin" || fail "$1: lost ($n bytes) is not what was written"
-  note "$1: lost has $n bytes, all as written"
+  n=$(( $(stat -c %s "$MNT/lost") - (64 << 10) ))
+  [ "$n" -ge 0 ] || fail "$1: lost is shorter than what G appended"
+  cmp -n "$n" "$MNT/lost" "$WORK/p.bin" || fail "$1: lost (A's $n bytes) is not what A wrote"
+  tail -c $((64 << 10)) "$MNT/lost" | cmp - "$WORK/s.bin" || fail "$1: G's append is not at the end"
+  note "$1: lost has $n bytes of A, all as written, then G's 64 KiB"
 }
 
+CACHES="--attr-cache 30 --entry-cache 30"
+mt_umount
+# shellcheck disable=SC2086
+mt_mount $CACHES
 run_crash default
 check_files "default, after the restart"
 mt_umount
-mt_mount
+# shellcheck disable=SC2086
+mt_mount $CACHES
 check_files "default, after a remount"
 
 # the same with --writeback: what is staged survives, what was only in memory is EIO
 mt_umount
 mkdir -p "$WORK/cache"
-mt_mount --writeback --cache-dir "$WORK/cache"
+# shellcheck disable=SC2086
+mt_mount $CACHES --writeback --cache-dir "$WORK/cache"
 rm -f "$MNT/lost" "$MNT/kept" "$MNT/shared"
 run_crash writeback
 check_files "writeback, after the restart"
 mt_umount
-mt_mount --writeback --cache-dir "$WORK/cache"
+# shellcheck disable=SC2086
+mt_mount $CACHES --writeback --cache-dir "$WORK/cache"
 check_files "writeback, after a remount"
 exit 0
