@@ -7,6 +7,9 @@
  * numbers ARE KegFS inode numbers (the root is 1 == FUSE_ROOT_ID).  fi->fh holds an id of the
  * handle table (mnt_handle.c), not a pointer, so that a worker restarted by the
  * supervisor can recognise -- and reopen -- the handles of the worker it replaced.
+ * write, flush, fsync and release bracket their core call with the dirty record
+ * (mnt_handle_write_begin/_end, mnt_handle_commit_begin/_end), so that a handle
+ * whose uncommitted data died with a crashed worker fails with EIO afterwards.
  *
  * Kernel references (nlookup) are counted in fuse_inode.c: taken BEFORE the
  * reply that hands out an entry (a forget may race with our bookkeeping once
@@ -55,6 +58,19 @@ static struct keg_fh *req_fh(fuse_req_t req, fuse_ino_t ino, const struct fuse_f
 {
     struct keg_fh *fh = NULL;
     int rc = mnt_handle_file(fi->fh, ino, &fh);
+    if (rc < 0) {
+        fuse_reply_err(req, -rc);
+        return NULL;
+    }
+    return fh;
+}
+
+/* req_fh for an operation that changes the file's data: a handle that lost
+ * buffered data in a worker crash gets EIO (mnt_handle.c). */
+static struct keg_fh *req_fh_w(fuse_req_t req, fuse_ino_t ino, const struct fuse_file_info *fi)
+{
+    struct keg_fh *fh = NULL;
+    int rc = mnt_handle_file_w(fi->fh, ino, &fh);
     if (rc < 0) {
         fuse_reply_err(req, -rc);
         return NULL;
@@ -491,16 +507,21 @@ static void mnt_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 static void mnt_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
                       struct fuse_file_info *fi)
 {
+    struct mnt_dtok t;
+    struct keg_fh *fh = NULL;
     MNT_DBG("write(ino=%" PRIu64 ", size=%zu, off=%lld)", (uint64_t)ino, size, (long long)off);
-    struct keg_fh *fh = req_fh(req, ino, fi);
-    if (!fh)
+    int rc = mnt_handle_write_begin(fi->fh, ino, &fh, &t);   /* marks the handle dirty */
+    if (rc < 0) {
+        fuse_reply_err(req, -rc);
         return;
+    }
     /* O_APPEND: core/fs places the bytes at the end when it commits them (the
      * kernel's off may be stale: another mount appended).  Not for the
      * write-back of mmap'ed pages, which have their place. */
     int append = (fi->flags & O_APPEND) && !fi->writepage;
     ssize_t n = append ? keg_fs_append(mnt(req)->fs, fh, (uint64_t)off, buf, size)
                        : keg_fs_write(mnt(req)->fs, fh, (uint64_t)off, buf, size);
+    mnt_handle_write_end(&t);
     /* A direct write does not go through the page cache, and the kernel does
      * not drop pages that buffered readers fetched meanwhile (nor after an
      * asynchronous one): drop them before write() returns.  This request
@@ -516,16 +537,23 @@ static void mnt_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t si
 static void mnt_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     MNT_DBG("flush(ino=%" PRIu64 ", owner=%" PRIx64 ")", (uint64_t)ino, fi->lock_owner);
+    struct mnt_dtok t;
     struct keg_fh *fh = req_fh(req, ino, fi);
-    if (fh)
-        fuse_reply_err(req, -keg_fs_flush(mnt(req)->fs, fh, fi->lock_owner));
+    if (!fh)
+        return;
+    mnt_handle_commit_begin(fi->fh, ino, &t);   /* EIO if the handle lost data in a crash */
+    int rc = keg_fs_flush(mnt(req)->fs, fh, fi->lock_owner);
+    fuse_reply_err(req, -mnt_handle_commit_end(&t, rc));
 }
 
 static void mnt_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     MNT_DBG("release(ino=%" PRIu64 ")", (uint64_t)ino);
+    struct mnt_dtok t;
     struct keg_fh *fh = mnt_handle_remove(fi->fh, 0);
+    mnt_handle_commit_begin(0, ino, &t);
     int rc = fh ? keg_fs_release(mnt(req)->fs, fh) : 0;   /* unknown: never used here */
+    rc = mnt_handle_commit_end(&t, rc);
     if (rc < 0)
         KEG_WARN("release of inode %" PRIu64 ": %s", (uint64_t)ino, strerror(-rc));
     fuse_reply_err(req, -rc);
@@ -534,9 +562,13 @@ static void mnt_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 static void mnt_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
 {
     MNT_DBG("fsync(ino=%" PRIu64 ", datasync=%d)", (uint64_t)ino, datasync);
+    struct mnt_dtok t;
     struct keg_fh *fh = req_fh(req, ino, fi);
-    if (fh)
-        fuse_reply_err(req, -keg_fs_fsync(mnt(req)->fs, fh, datasync));
+    if (!fh)
+        return;
+    mnt_handle_commit_begin(fi->fh, ino, &t);   /* EIO if the handle lost data in a crash */
+    int rc = keg_fs_fsync(mnt(req)->fs, fh, datasync);
+    fuse_reply_err(req, -mnt_handle_commit_end(&t, rc));
 }
 
 static void mnt_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
@@ -549,7 +581,7 @@ static void mnt_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, o
         fuse_reply_err(req, EINVAL);
         return;
     }
-    struct keg_fh *fh = req_fh(req, ino, fi);
+    struct keg_fh *fh = req_fh_w(req, ino, fi);
     if (!fh)
         return;
     mnt_ctx(req, &c, 0);
@@ -567,7 +599,7 @@ static void mnt_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
     struct keg_fh *in = req_fh(req, ino_in, fi_in);
     if (!in)
         return;
-    struct keg_fh *out = req_fh(req, ino_out, fi_out);
+    struct keg_fh *out = req_fh_w(req, ino_out, fi_out);
     if (!out)
         return;
     mnt_ctx(req, &c, 0);

@@ -1,4 +1,5 @@
-/* mnt_handle.c -- the table of open file and directory handles behind fi->fh.
+/* mnt_handle.c -- the table of open file and directory handles behind fi->fh, and the
+ * record of handles with uncommitted data that outlives a crashed worker.
  *
  * DESIGN
  * fi->fh is not a pointer: it is an id that this table maps to a core handle
@@ -13,24 +14,61 @@
  * unknown id is adopted on first use: the inode is reopened (as root, read-write
  * unless the mount is read-only -- the kernel checked access at the original
  * open) and the new core handle is filed under the OLD id, so later requests and
- * the final release find it.  Whatever the crashed worker had buffered and not
- * committed is lost, as after any crash.  In a fresh (never restarted) worker an
- * unknown id is a bug: it is logged and the request fails with EBADF.
+ * the final release find it.  In a fresh (never restarted) worker an unknown id
+ * is a bug: it is logged and the request fails with EBADF.
  *
  * Table: a fixed array of hash buckets (chained), one mutex.  Entries are added
  * by open/create/opendir (or adoption) and removed by release/releasedir; the
  * kernel sends no request on a handle after its release, so a handle looked up
  * here stays valid for the request that looked it up.
  *
+ * DIRTY RECORD (only under the supervisor)
+ * Whatever a worker has buffered and not committed dies with it.  So that no
+ * adopted handle ever reports success for such data, the supervisor maps a table
+ * of slots (struct mnt_dirty_tab, MAP_SHARED|MAP_ANONYMOUS, created before the
+ * first fork) that every worker inherits and that survives a worker's death.  A
+ * slot holding a handle id means "this handle wrote data that may not be
+ * committed".  A worker
+ *   - fills a slot when a handle goes from clean to dirty: BEFORE its first
+ *     write after a commit is buffered (so before that write is answered).  One
+ *     slot store per handle per dirty period; later writes only bump counters
+ *     of the inode (struct mnt_dino) under mu, which the handle lookup takes anyway;
+ *   - empties the slots of every dirty handle of an inode after a flush, fsync
+ *     or release of the inode (through any handle) succeeded, provided no write
+ *     of the inode was in flight when that commit began and none began since
+ *     (dino.started, dino.inflight): the commit then covered all their data;
+ *   - empties a handle's slot when the handle is released.
+ * Commits made inside core/fs on their own (a read, a full buffer, a chunk end)
+ * do not empty slots: a handle stays dirty until the next successful explicit
+ * commit.  That errs on the safe side: after a crash such a handle is treated as
+ * having lost data although it had not.
+ *
+ * A restarted worker that adopts an id found in a slot (or any file handle of an
+ * earlier worker when the record could not be kept: table full, no table) marks
+ * the handle LOST: its writes, fallocate, copy_file_range into it, fsync and
+ * flush (close) fail with EIO until it is released; reads work and return the
+ * committed contents.  Refusing the later writes matters as much as failing the
+ * fsync: committing them would make the lost range a hole that reads as zeros.
+ * The slot stays filled until the release, so a second crash does not forget it.
+ *
+ * Slot states: free (id 0) -> dirty (id, ino; this worker) -> free (commit or
+ * release) | -> lost (the worker died; adopted by the next one) -> free (release).
+ *
  * Invariants (protected by mu):
  *   - ids are unique in the table; an entry is in bucket (mix(id) % NBUCKETS)
- *   - n_files / n_dirs count the entries of each kind
+ *   - e->d != NULL iff e is on e->d->dirty; then e->slot >= 0 or MNT_SLOT_OVERFLOW
+ *   - e->lost implies e->d == NULL (a lost handle never writes again)
+ *   - a dino exists while it has dirty handles, writes in flight or commit holds
+ *   - dtab->overflow == number of dirty handles of the running worker with
+ *     MNT_SLOT_OVERFLOW (plus those of a crashed worker until the next one starts)
  */
+#define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #define KEG_LOG_TAG "fuse"
 #include "keg/fs.h"
@@ -40,22 +78,133 @@
 #include "mnt_i.h"
 
 #define NBUCKETS 4096u
+#define NDINO    256u
+
+/*----- the shared record -----*/
+
+#define MNT_DIRTY_SLOTS   16384u
+#define MNT_DIRTY_MAGIC   0x6b444952u   /* "kDIR" */
+#define MNT_SLOT_NONE     (-1)
+#define MNT_SLOT_OVERFLOW (-2)
+
+/* Fields are read and written with __atomic builtins: a worker writes, the
+ * supervisor and later workers read after it died. */
+struct mnt_dirty_slot {
+    uint64_t id;      /* handle id, 0: free */
+    uint64_t ino;     /* its inode (for the log) */
+};
+
+struct mnt_dirty_tab {
+    uint32_t              magic;
+    uint32_t              nslots;
+    uint64_t              overflow;     /* dirty handles that found no free slot */
+    uint64_t              lost_below;   /* file handles of epochs below this are lost */
+    struct mnt_dirty_slot slot[MNT_DIRTY_SLOTS];
+};
+
+struct mnt_dirty_tab *mnt_dirty_create(void)
+{
+    struct mnt_dirty_tab *t = mmap(NULL, sizeof(*t), PROT_READ | PROT_WRITE,
+                                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (t == MAP_FAILED)
+        return NULL;
+    t->magic = MNT_DIRTY_MAGIC;
+    t->nslots = MNT_DIRTY_SLOTS;
+    return t;
+}
+
+void mnt_dirty_free(struct mnt_dirty_tab *t)
+{
+    if (t)
+        munmap(t, sizeof(*t));
+}
+
+unsigned mnt_dirty_report(const struct mnt_dirty_tab *t, int pid)
+{
+    char inos[160];
+    size_t used = 0;
+    unsigned n = 0;
+
+    inos[0] = '\0';
+    if (!t)
+        return 0;
+    for (unsigned i = 0; i < t->nslots; i++) {
+        if (__atomic_load_n(&t->slot[i].id, __ATOMIC_ACQUIRE) == 0)
+            continue;
+        if (n < 8 && used < sizeof(inos)) {
+            int k = snprintf(inos + used, sizeof(inos) - used, "%s%" PRIu64, n ? " " : "",
+                             t->slot[i].ino);
+            if (k > 0)
+                used += (size_t)k;
+        }
+        n++;
+    }
+    uint64_t over = __atomic_load_n(&t->overflow, __ATOMIC_ACQUIRE);
+    if (over)
+        KEG_ERR("worker %d died with uncommitted data of %" PRIu64 " open files it could "
+                "not record: every file open through it is treated as having lost data "
+                "(writes, fsync and close through it fail with EIO)", pid, over);
+    if (n)
+        KEG_ERR("worker %d died with uncommitted data in %u open file handle%s (inode%s %s%s): "
+                "that data is lost; writes, fsync and close through %s fail with EIO",
+                pid, n, n == 1 ? "" : "s", n == 1 ? "" : "s", inos, n > 8 ? " ..." : "",
+                n == 1 ? "it" : "them");
+    return n;
+}
+
+void mnt_dirty_foreach(const struct mnt_dirty_tab *t, mnt_dirty_fn *fn, void *arg)
+{
+    if (!t)
+        return;
+    for (unsigned i = 0; i < t->nslots; i++) {
+        uint64_t id = __atomic_load_n(&t->slot[i].id, __ATOMIC_ACQUIRE);
+        if (id)
+            fn(arg, id, __atomic_load_n(&t->slot[i].ino, __ATOMIC_RELAXED));
+    }
+}
+
+/*----- the handle table -----*/
+
+struct mnt_dino;
 
 struct hent {
     uint64_t     id;
     uint64_t     ino;
     int          dir;      /* 1: struct keg_dh, 0: struct keg_fh */
+    int          lost;     /* adopted with data lost in a crash: writes/syncs fail */
+    int          slot;     /* dtab slot, MNT_SLOT_NONE or MNT_SLOT_OVERFLOW */
     void        *h;
+    struct mnt_dino *d;        /* non-NULL while dirty */
+    struct hent *dnext;    /* next dirty handle of d */
     struct hent *next;
+};
+
+/* Write bookkeeping of one inode (only with a dirty record). */
+struct mnt_dino {
+    uint64_t     ino;
+    uint64_t     started;   /* writes begun while this record exists */
+    unsigned     inflight;  /* writes begun and not ended */
+    unsigned     holds;     /* commits between mnt_handle_commit_begin and _end */
+    struct hent *dirty;     /* its dirty handles */
+    struct mnt_dino *next;
 };
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static struct hent *buckets[NBUCKETS];   /* protected by mu */
+static struct mnt_dino *dinos[NDINO];        /* protected by mu */
 static uint64_t next_seq = 1;             /* protected by mu */
 static uint64_t epoch;                    /* set once, before the session runs */
 static int restarted;                     /* handles of an earlier worker may come */
 static struct keg_fs *hfs;
 static int hfs_read_only;
+static struct mnt_dirty_tab *dtab;        /* set once, before the session; NULL: none */
+static int have_dtab;                     /* this worker runs under a supervisor */
+
+void mnt_handle_use_dirty(struct mnt_dirty_tab *t)
+{
+    dtab = t;
+    have_dtab = 1;
+}
 
 void mnt_handle_setup(struct keg_fs *fs, unsigned worker_epoch, int is_restart, int read_only)
 {
@@ -63,6 +212,11 @@ void mnt_handle_setup(struct keg_fs *fs, unsigned worker_epoch, int is_restart, 
     hfs_read_only = read_only;
     epoch = (uint64_t)(worker_epoch & 0xffffu);
     restarted = is_restart;
+    if (dtab && is_restart && __atomic_load_n(&dtab->overflow, __ATOMIC_ACQUIRE) > 0) {
+        /* the dead worker had dirty handles it could not record: all are suspect */
+        __atomic_store_n(&dtab->lost_below, epoch, __ATOMIC_RELEASE);
+        __atomic_store_n(&dtab->overflow, 0, __ATOMIC_RELEASE);
+    }
 }
 
 static unsigned bucket_of(uint64_t id)
@@ -80,15 +234,105 @@ static struct hent **find(uint64_t id)
     return pp;
 }
 
+/*----- slots (LOCKS: mu held; only the running worker writes them) -----*/
+
+static int slot_take(uint64_t id, uint64_t ino)
+{
+    unsigned start = bucket_of(id) % MNT_DIRTY_SLOTS;
+    for (unsigned i = 0; i < MNT_DIRTY_SLOTS; i++) {
+        unsigned k = (start + i) % MNT_DIRTY_SLOTS;
+        struct mnt_dirty_slot *s = &dtab->slot[k];
+        if (__atomic_load_n(&s->id, __ATOMIC_RELAXED) == 0) {
+            __atomic_store_n(&s->ino, ino, __ATOMIC_RELAXED);
+            __atomic_store_n(&s->id, id, __ATOMIC_RELEASE);
+            return (int)k;
+        }
+    }
+    __atomic_add_fetch(&dtab->overflow, 1, __ATOMIC_RELEASE);
+    return MNT_SLOT_OVERFLOW;
+}
+
+static void slot_free(int k)
+{
+    if (k >= 0)
+        __atomic_store_n(&dtab->slot[k].id, 0, __ATOMIC_RELEASE);
+    else if (k == MNT_SLOT_OVERFLOW)
+        __atomic_sub_fetch(&dtab->overflow, 1, __ATOMIC_RELEASE);
+}
+
+/* The slot holding id (slots are freed anywhere, so a miss scans them all). */
+static int slot_find(uint64_t id)
+{
+    unsigned start = bucket_of(id) % MNT_DIRTY_SLOTS;
+    for (unsigned i = 0; i < MNT_DIRTY_SLOTS; i++) {
+        unsigned k = (start + i) % MNT_DIRTY_SLOTS;
+        if (__atomic_load_n(&dtab->slot[k].id, __ATOMIC_ACQUIRE) == id)
+            return (int)k;
+    }
+    return MNT_SLOT_NONE;
+}
+
+/*----- per-inode write bookkeeping (LOCKS: mu held) -----*/
+
+static struct mnt_dino **dino_find(uint64_t ino)
+{
+    struct mnt_dino **pp = &dinos[bucket_of(ino) % NDINO];
+    while (*pp && (*pp)->ino != ino)
+        pp = &(*pp)->next;
+    return pp;
+}
+
+static struct mnt_dino *dino_get(uint64_t ino)
+{
+    struct mnt_dino **pp = dino_find(ino);
+    if (*pp)
+        return *pp;
+    struct mnt_dino *d = keg_calloc(1, sizeof(*d));
+    if (!d)
+        return NULL;
+    d->ino = ino;
+    *pp = d;
+    return d;
+}
+
+static void dino_maybe_free(struct mnt_dino *d)
+{
+    if (d->dirty || d->inflight || d->holds)
+        return;
+    struct mnt_dino **pp = dino_find(d->ino);
+    KEG_ASSERT(*pp == d);
+    *pp = d->next;
+    keg_free(d);
+}
+
+static void dirty_unlink(struct hent *e)
+{
+    struct mnt_dino *d = e->d;
+    struct hent **pp = &d->dirty;
+    while (*pp != e)
+        pp = &(*pp)->dnext;
+    *pp = e->dnext;
+    e->dnext = NULL;
+    e->d = NULL;
+    slot_free(e->slot);
+    e->slot = MNT_SLOT_NONE;
+    dino_maybe_free(d);
+}
+
+/*----- entries -----*/
+
 /* File e under id (id 0: a fresh one).  Returns the id, or 0 on -ENOMEM.
  * If id is already present (two threads adopted it at once), *winner gets the
- * existing entry's handle and e is not filed. */
-static uint64_t insert(uint64_t id, uint64_t ino, int dir, void *h, void **winner)
+ * existing entry's handle and e is not filed.  An adopted file handle (id != 0)
+ * is marked lost if the dirty record says so; *lost tells. */
+static uint64_t insert(uint64_t id, uint64_t ino, int dir, void *h, void **winner, int *lost)
 {
-    struct hent *e = keg_malloc(sizeof(*e));
+    struct hent *e = keg_calloc(1, sizeof(*e));
     *winner = NULL;
+    *lost = 0;
     if (!e)
         return 0;
+    e->slot = MNT_SLOT_NONE;
     pthread_mutex_lock(&mu);
     if (id == 0) {
         id = (epoch << 48) | (next_seq++ & 0xffffffffffffULL);
@@ -96,10 +340,19 @@ static uint64_t insert(uint64_t id, uint64_t ino, int dir, void *h, void **winne
         struct hent *old = *find(id);
         if (old) {
             *winner = old->h;
+            *lost = old->lost;
             pthread_mutex_unlock(&mu);
             keg_free(e);
             return id;
         }
+        if (!dir && dtab) {
+            e->slot = slot_find(id);
+            e->lost = e->slot != MNT_SLOT_NONE ||
+                      (id >> 48) < __atomic_load_n(&dtab->lost_below, __ATOMIC_ACQUIRE);
+        } else if (!dir && have_dtab) {
+            e->lost = 1;       /* no record (it could not be created): assume the worst */
+        }
+        *lost = e->lost;
     }
     e->id = id;
     e->ino = ino;
@@ -116,7 +369,8 @@ static uint64_t insert(uint64_t id, uint64_t ino, int dir, void *h, void **winne
 uint64_t mnt_handle_new(int dir, void *h, uint64_t ino)
 {
     void *winner;
-    return insert(0, ino, dir, h, &winner);
+    int lost;
+    return insert(0, ino, dir, h, &winner, &lost);
 }
 
 /* The handle of id, or NULL. */
@@ -137,6 +391,7 @@ static int adopt(uint64_t id, uint64_t ino, int dir, void **out)
     struct keg_ctx c;
     void *h = NULL;
     void *winner = NULL;
+    int lost = 0;
     int rc;
     memset(&c, 0, sizeof(c));   /* root: the kernel checked access at the original open */
     if (dir) {
@@ -156,7 +411,7 @@ static int adopt(uint64_t id, uint64_t ino, int dir, void **out)
                  "worker: %s", ino, id, strerror(-rc));
         return rc;
     }
-    if (insert(id, ino, dir, h, &winner) == 0) {
+    if (insert(id, ino, dir, h, &winner, &lost) == 0) {
         if (dir)
             keg_fs_releasedir(hfs, h);
         else
@@ -169,6 +424,11 @@ static int adopt(uint64_t id, uint64_t ino, int dir, void **out)
         else
             keg_fs_release(hfs, h);
         h = winner;
+    } else if (lost) {
+        KEG_WARN("reopened inode %" PRIu64 " for file handle %" PRIx64 " of the previous "
+                 "worker, which had data written through it and not committed: that data "
+                 "is lost; writes, fsync and close through this handle fail with EIO",
+                 ino, id);
     } else {
         KEG_INFO("reopened inode %" PRIu64 " for %s handle %" PRIx64 " of the previous worker",
                  ino, dir ? "directory" : "file", id);
@@ -197,6 +457,23 @@ int mnt_handle_file(uint64_t id, uint64_t ino, struct keg_fh **fh)
     return rc;
 }
 
+int mnt_handle_file_w(uint64_t id, uint64_t ino, struct keg_fh **fh)
+{
+    void *h = NULL;
+    int rc = get(id, ino, 0, &h);
+    *fh = NULL;
+    if (rc < 0)
+        return rc;
+    pthread_mutex_lock(&mu);
+    struct hent *e = *find(id);
+    int lost = e && e->lost;
+    pthread_mutex_unlock(&mu);
+    if (lost)
+        return -EIO;
+    *fh = h;
+    return 0;
+}
+
 int mnt_handle_dir(uint64_t id, uint64_t ino, struct keg_dh **dh)
 {
     void *h = NULL;
@@ -205,19 +482,131 @@ int mnt_handle_dir(uint64_t id, uint64_t ino, struct keg_dh **dh)
     return rc;
 }
 
+/*----- dirty tracking -----*/
+
+int mnt_handle_write_begin(uint64_t id, uint64_t ino, struct keg_fh **fh, struct mnt_dtok *t)
+{
+    memset(t, 0, sizeof(*t));
+    *fh = NULL;
+    for (int pass = 0; pass < 2; pass++) {
+        pthread_mutex_lock(&mu);
+        struct hent *e = *find(id);
+        if (e && !e->dir) {
+            int rc = 0;
+            if (e->lost) {
+                rc = -EIO;
+            } else if (dtab) {
+                struct mnt_dino *d = e->d ? e->d : dino_get(e->ino);
+                if (!d) {
+                    rc = -ENOMEM;
+                } else {
+                    d->started++;
+                    d->inflight++;
+                    if (!e->d) {      /* clean -> dirty: record it before the write */
+                        e->slot = slot_take(e->id, e->ino);
+                        e->d = d;
+                        e->dnext = d->dirty;
+                        d->dirty = e;
+                    }
+                    t->d = d;
+                }
+            }
+            if (rc == 0)
+                *fh = e->h;
+            pthread_mutex_unlock(&mu);
+            return rc;
+        }
+        pthread_mutex_unlock(&mu);
+        if (pass == 0) {
+            void *h = NULL;
+            int rc = get(id, ino, 0, &h);     /* adopts an earlier worker's id */
+            if (rc < 0)
+                return rc;
+        }
+    }
+    return -EBADF;       /* released while we wrote: the kernel does not do that */
+}
+
+void mnt_handle_write_end(struct mnt_dtok *t)
+{
+    struct mnt_dino *d = t->d;
+    if (!d)
+        return;
+    pthread_mutex_lock(&mu);
+    KEG_ASSERT(d->inflight > 0);
+    d->inflight--;
+    dino_maybe_free(d);
+    pthread_mutex_unlock(&mu);
+    t->d = NULL;
+}
+
+void mnt_handle_commit_begin(uint64_t id, uint64_t ino, struct mnt_dtok *t)
+{
+    memset(t, 0, sizeof(*t));
+    pthread_mutex_lock(&mu);
+    if (id) {
+        struct hent *e = *find(id);
+        t->lost = e && !e->dir && e->lost;
+    }
+    if (dtab) {
+        struct mnt_dino *d = *dino_find(ino);
+        if (d) {
+            d->holds++;
+            t->d = d;
+            t->started = d->started;
+            t->all_in = d->inflight == 0;
+        }
+    }
+    pthread_mutex_unlock(&mu);
+}
+
+int mnt_handle_commit_end(struct mnt_dtok *t, int rc)
+{
+    struct mnt_dino *d = t->d;
+    if (d) {
+        pthread_mutex_lock(&mu);
+        if (rc == 0 && t->all_in && d->started == t->started) {
+            while (d->dirty) {          /* the commit covered every write of the inode */
+                struct hent *e = d->dirty;
+                d->dirty = e->dnext;
+                e->dnext = NULL;
+                e->d = NULL;
+                slot_free(e->slot);
+                e->slot = MNT_SLOT_NONE;
+            }
+        }
+        KEG_ASSERT(d->holds > 0);
+        d->holds--;
+        dino_maybe_free(d);
+        pthread_mutex_unlock(&mu);
+        t->d = NULL;
+    }
+    return t->lost ? -EIO : rc;
+}
+
 void *mnt_handle_remove(uint64_t id, int dir)
 {
     void *h = NULL;
+    int found = 0;
     pthread_mutex_lock(&mu);
     struct hent **pp = find(id);
     struct hent *e = *pp;
     if (e && e->dir == dir) {
+        found = 1;
         *pp = e->next;
         h = e->h;
+        if (e->d)
+            dirty_unlink(e);
+        else if (dtab)
+            slot_free(e->slot);          /* a lost handle's slot ends here */
         keg_free(e);
+    } else if (!e && !dir && restarted && dtab && (id >> 48) != epoch) {
+        int k = slot_find(id);          /* released without ever being used again */
+        if (k >= 0)
+            slot_free(k);
     }
     pthread_mutex_unlock(&mu);
-    if (h)
+    if (found)
         mnt_stats_open(dir ? 0 : -1, dir ? -1 : 0);
     else if (!restarted)
         KEG_ERR("release of unknown %s handle %" PRIx64, dir ? "directory" : "file", id);

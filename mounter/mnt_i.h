@@ -224,8 +224,52 @@ uint64_t mnt_handle_new(int dir, void *h, uint64_t ino);
  * reopened on ino.  Returns 0, -EBADF (unknown id), -errno of the reopen. */
 int      mnt_handle_file(uint64_t id, uint64_t ino, struct keg_fh **fh);
 int      mnt_handle_dir(uint64_t id, uint64_t ino, struct keg_dh **dh);
-/* Remove id; returns its handle (caller releases it), or NULL if unknown. */
+/* As mnt_handle_file, for an operation that changes the file's data (fallocate,
+ * copy_file_range into it): -EIO if the handle lost data in a worker crash. */
+int      mnt_handle_file_w(uint64_t id, uint64_t ino, struct keg_fh **fh);
+/* Remove id; returns its handle (caller releases it), or NULL if unknown.  Its
+ * entry in the dirty record (below) goes with it. */
 void    *mnt_handle_remove(uint64_t id, int dir);
+
+/* Dirty record (mnt_handle.c, DESIGN): which handles hold data that is not
+ * committed, kept where a crash of the worker cannot take it.  Without a
+ * supervisor there is none and these calls only look handles up. */
+struct mnt_dino;
+struct mnt_dtok {                 /* one write or one commit in progress */
+    struct mnt_dino *d;           /* the inode's bookkeeping, or NULL */
+    uint64_t     started;         /* commit: writes begun before it */
+    int          all_in;          /* commit: no write was in flight at its start */
+    int          lost;            /* commit: the handle lost data in a crash */
+};
+/* Around keg_fs_write through id: marks the handle dirty (in the shared record,
+ * before the data is buffered) unless it is already.  Returns 0 (then call
+ * mnt_handle_write_end(t) after the write), -EIO if the handle lost data in a
+ * crash, -EBADF/-errno as mnt_handle_file. */
+int      mnt_handle_write_begin(uint64_t id, uint64_t ino, struct keg_fh **fh,
+                                struct mnt_dtok *t);
+void     mnt_handle_write_end(struct mnt_dtok *t);
+/* Around a commit of inode ino (keg_fs_flush/fsync/release; id: the handle it
+ * goes through, 0 for none).  commit_end returns rc, or -EIO when the handle
+ * lost data in a crash; with rc == 0 and no write of the inode in flight or
+ * begun since commit_begin, every dirty handle of the inode becomes clean. */
+void     mnt_handle_commit_begin(uint64_t id, uint64_t ino, struct mnt_dtok *t);
+int      mnt_handle_commit_end(struct mnt_dtok *t, int rc);
+
+/* The supervisor's side of the dirty record.  mnt_dirty_create maps it shared
+ * and anonymous (inherited by every forked worker); NULL if that fails.  A
+ * worker calls mnt_handle_use_dirty(t) -- t may be NULL: then every adopted
+ * file handle counts as lost -- before mnt_handle_setup.  After a worker died,
+ * mnt_dirty_report logs (ERROR) the handles whose data it lost; returns their
+ * number. */
+struct mnt_dirty_tab;
+struct mnt_dirty_tab *mnt_dirty_create(void);
+void     mnt_dirty_free(struct mnt_dirty_tab *t);
+void     mnt_handle_use_dirty(struct mnt_dirty_tab *t);
+unsigned mnt_dirty_report(const struct mnt_dirty_tab *t, int pid);
+/* Calls fn for every handle in the record (id, inode).  For the supervisor,
+ * between workers. */
+typedef void mnt_dirty_fn(void *arg, uint64_t id, uint64_t ino);
+void     mnt_dirty_foreach(const struct mnt_dirty_tab *t, mnt_dirty_fn *fn, void *arg);
 
 /*--- the mount supervisor (mnt_super.c) ---*/
 /* What a worker gets from its supervisor. */

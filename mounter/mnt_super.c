@@ -24,14 +24,31 @@
  * the session gets its negotiated parameters all the same, and they match the
  * first worker's (same code, same kernel).
  *
- * What a restart loses (docs/cli.md, "Supervisor"): data the crashed worker had
- * buffered and not committed; requests it had read but not answered get no answer
- * unless the kernel supports FUSE_NOTIFY_RESEND (Linux >= 6.9), which the
- * supervisor sends before starting the new worker so that they are queued again
- * (a resent request may have been carried out once already: e.g. a create then
- * fails with EEXIST); POSIX/flock locks of the crashed worker's session stay until
- * that session is stale.  Open files and kernel inode references carry over: see
- * mnt_handle.c and fuse_inode.c.
+ * What a worker crash costs (docs/durability.md, "A crash of the FUSE worker";
+ * docs/cli.md, "The supervisor"), in both modes, default and --writeback:
+ *   - committed data is kept (with --writeback its staged blocks stay in the
+ *     cache directory and the new worker uploads them);
+ *   - data written and not committed (it lived in the worker's memory) is lost;
+ *     a descriptor that wrote some of it is LOST from then on: its writes,
+ *     fallocate, copy_file_range into it, fsync and close fail with EIO until
+ *     its last close, its reads return the committed contents.  Every other
+ *     open descriptor keeps working without an error.  The supervisor learns
+ *     which ones from the dirty record: a table it maps shared before the first
+ *     fork (mnt_dirty_create), which each worker fills before a descriptor's
+ *     first uncommitted write and empties after a commit (mnt_handle.c).  After
+ *     a crash it logs the lost handles at ERROR (mnt_dirty_report) and, before
+ *     the new worker starts, makes the kernel drop the size and pages it caches
+ *     of their inodes (FUSE_NOTIFY_INVAL_INODE): that size counted the lost
+ *     bytes, and an O_APPEND write would land past the committed end;
+ *   - requests the worker had read but not answered get no answer unless the
+ *     kernel supports FUSE_NOTIFY_RESEND (Linux >= 6.9), which the supervisor
+ *     sends before starting the new worker so that they are queued again (a
+ *     resent request may have been carried out once already: e.g. a create then
+ *     fails with EEXIST);
+ *   - POSIX/flock locks of the crashed worker's session stay until that session
+ *     is stale.
+ * Open files and kernel inode references carry over: see mnt_handle.c and
+ * fuse_inode.c.
  *
  * More than MNT_SUPER_MAX_RESTARTS crashes within MNT_SUPER_WINDOW_SEC make the
  * supervisor give up: it detaches the mount and exits 1.
@@ -62,6 +79,7 @@
 #define MNT_SUPER_WINDOW_SEC   60
 #define MNT_INIT_BUF           ((1u << 20) + (64u << 10))   /* >= any max_write + header */
 #define MNT_FUSE_NOTIFY_RESEND 7                               /* linux/fuse.h, 7.40 */
+#define MNT_FUSE_NOTIFY_INVAL_INODE 2                          /* linux/fuse.h */
 
 /*----- kernel mount options -----*/
 
@@ -196,6 +214,26 @@ static void resend_pending(int fd)
                  "waiting on them hang until interrupted", strerror(errno));
 }
 
+/* Make the kernel forget what it caches of an inode whose written data died
+ * with the worker: its size (which counted that data; an O_APPEND write would
+ * go past the committed end and leave a hole of zeros) and its page cache (the
+ * lost bytes).  The next stat or lseek(SEEK_END) asks the new worker. */
+static void inval_lost(void *arg, uint64_t id, uint64_t ino)
+{
+    int fd = *(const int *)arg;
+    struct {
+        uint32_t len;
+        int32_t  error;
+        uint64_t unique;
+        uint64_t ino;
+        int64_t  off;
+        int64_t  len_;
+    } msg = {sizeof(msg), MNT_FUSE_NOTIFY_INVAL_INODE, 0, ino, 0, 0};
+    (void)id;
+    if (write(fd, &msg, sizeof(msg)) != (ssize_t)sizeof(msg))
+        KEG_DEBUG("cannot invalidate inode %llu: %s", (unsigned long long)ino, strerror(errno));
+}
+
 /*----- the supervisor -----*/
 
 int mnt_super_run(const struct mnt_super_conf *sc, int notify_fd)
@@ -209,6 +247,7 @@ int mnt_super_run(const struct mnt_super_conf *sc, int notify_fd)
     time_t crashes[MNT_SUPER_MAX_RESTARTS + 1];
     unsigned ncrash = 0;
     pid_t last_worker = 0;
+    struct mnt_dirty_tab *dirty = NULL;
 
     memset(&w, 0, sizeof(w));
     fd = open("/dev/fuse", O_RDWR | O_CLOEXEC);
@@ -250,6 +289,11 @@ int mnt_super_run(const struct mnt_super_conf *sc, int notify_fd)
     if (rc)
         KEG_WARN("cannot write the state file in %s: %s ('kegfs umount' will not wait, "
                  "'kegfs info' will not work)", mnt_run_dir(), strerror(-rc));
+    dirty = mnt_dirty_create();
+    if (!dirty)
+        KEG_WARN("cannot map the record of uncommitted writes (%s): after a worker crash "
+                 "every file open at the time fails writes, fsync and close with EIO",
+                 strerror(errno));
     set_handlers(1);
     pid_t super = getpid();
     for (w.epoch = 1;; w.epoch++) {
@@ -266,6 +310,7 @@ int mnt_super_run(const struct mnt_super_conf *sc, int notify_fd)
             prctl(PR_SET_PDEATHSIG, SIGKILL);
             if (getppid() != super)
                 _exit(1);
+            mnt_handle_use_dirty(dirty);
             _exit(sc->worker(sc->arg, &w, notify_fd));
         }
         if (notify_fd >= 0) {     /* only the first worker reports to a -d parent */
@@ -318,6 +363,8 @@ int mnt_super_run(const struct mnt_super_conf *sc, int notify_fd)
         }
         KEG_ERR("worker %d was killed by signal %d%s; starting a new worker on the same "
                 "FUSE connection", (int)pid, sig, WCOREDUMP(st) ? " (core dumped)" : "");
+        if (mnt_dirty_report(dirty, (int)pid) > 0)
+            mnt_dirty_foreach(dirty, inval_lost, &fd);
         resend_pending(fd);
     }
     set_handlers(0);
@@ -325,6 +372,7 @@ int mnt_super_run(const struct mnt_super_conf *sc, int notify_fd)
     mnt_state_remove(sc->abs_mp, getpid());
     close(fd);
     keg_free(init);
+    mnt_dirty_free(dirty);
     return status;
 fail:
     if (mounted)

@@ -1,6 +1,8 @@
-/* test_mnt_live.c -- the mounter's handle table (ids, epochs, stale ids) and its
- * stats file (write, read back, prune of a dead mounter's file). */
+/* test_mnt_live.c -- the mounter's handle table (ids, epochs, stale ids, the dirty
+ * record that outlives a crashed worker) and its stats file (write, read back,
+ * prune of a dead mounter's file). */
 #include <errno.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -68,6 +70,190 @@ static void test_handle_unknown(void **state)
     mnt_handle_setup(NULL, 2, 1, 0);
     assert_int_equal(mnt_handle_file((2ULL << 48) | 999, 9, &fh), -EBADF);
     assert_null(mnt_handle_remove((1ULL << 48) | 5, 0));   /* release of a stale id: no-op */
+}
+
+/* Slots of the dirty record in use. */
+static unsigned dirty_used(const struct mnt_dirty_tab *t)
+{
+    unsigned n = 0;
+    for (unsigned i = 0; i < t->nslots; i++)
+        n += t->slot[i].id != 0;
+    return n;
+}
+
+/* The dirty record: one slot per handle per dirty period, emptied by a commit
+ * that covered every write of the inode (not one with a write in flight or
+ * begun during it, not a failed one), freed at release; a restarted worker
+ * marks an adopted id found there lost (writes and commits fail with EIO, the
+ * slot stays until the release), and assumes the worst when the record
+ * overflowed or is missing. */
+static void test_dirty_record(void **state)
+{
+    int a, b, c, x, y;
+    struct keg_fh *fh = NULL;
+    struct mnt_dtok wt, k;
+    void *winner;
+    int lost = -1;
+    struct mnt_dirty_tab *t = mnt_dirty_create();
+    assert_non_null(t);
+    mnt_handle_use_dirty(t);
+    mnt_handle_setup(NULL, 1, 0, 0);
+    uint64_t ia = mnt_handle_new(0, &a, 10);
+    uint64_t ib = mnt_handle_new(0, &b, 10);
+    uint64_t ic = mnt_handle_new(0, &c, 11);
+
+    assert_int_equal(mnt_handle_write_begin(ia, 10, &fh, &wt), 0);
+    assert_ptr_equal(fh, &a);
+    assert_int_equal(dirty_used(t), 1);      /* recorded before the write is buffered */
+    mnt_handle_write_end(&wt);
+    for (int i = 0; i < 3; i++) {            /* more writes: no new slot */
+        assert_int_equal(mnt_handle_write_begin(ia, 10, &fh, &wt), 0);
+        mnt_handle_write_end(&wt);
+    }
+    assert_int_equal(dirty_used(t), 1);
+    assert_int_equal(mnt_handle_write_begin(ib, 10, &fh, &wt), 0);
+    mnt_handle_write_end(&wt);
+    assert_int_equal(mnt_handle_write_begin(ic, 11, &fh, &wt), 0);
+    mnt_handle_write_end(&wt);
+    assert_int_equal(dirty_used(t), 3);
+
+    /* a write begun during the commit: it may not be in it */
+    mnt_handle_commit_begin(ib, 10, &k);
+    assert_int_equal(mnt_handle_write_begin(ia, 10, &fh, &wt), 0);
+    mnt_handle_write_end(&wt);
+    assert_int_equal(mnt_handle_commit_end(&k, 0), 0);
+    assert_int_equal(dirty_used(t), 3);
+    /* a write in flight when the commit began */
+    assert_int_equal(mnt_handle_write_begin(ia, 10, &fh, &wt), 0);
+    mnt_handle_commit_begin(ib, 10, &k);
+    mnt_handle_write_end(&wt);
+    assert_int_equal(mnt_handle_commit_end(&k, 0), 0);
+    assert_int_equal(dirty_used(t), 3);
+    /* a failed commit */
+    mnt_handle_commit_begin(ib, 10, &k);
+    assert_int_equal(mnt_handle_commit_end(&k, -EIO), -EIO);
+    assert_int_equal(dirty_used(t), 3);
+    /* a clean commit through one handle cleans every handle of the inode */
+    mnt_handle_commit_begin(ib, 10, &k);
+    assert_int_equal(mnt_handle_commit_end(&k, 0), 0);
+    assert_int_equal(dirty_used(t), 1);
+    assert_int_equal(mnt_dirty_report(t, 4242), 1);
+    /* release frees the slot of a dirty handle */
+    assert_ptr_equal(mnt_handle_remove(ic, 0), &c);
+    assert_int_equal(dirty_used(t), 0);
+    assert_ptr_equal(mnt_handle_remove(ia, 0), &a);
+    assert_ptr_equal(mnt_handle_remove(ib, 0), &b);
+
+    /* worker 2 after a crash: worker 1's handle 7 (inode 20) had uncommitted data */
+    uint64_t old_lost = (1ULL << 48) | 7, old_clean = (1ULL << 48) | 8;
+    uint64_t old_gone = (1ULL << 48) | 9;
+    t->slot[5].ino = 20;
+    t->slot[5].id = old_lost;
+    t->slot[6].ino = 21;
+    t->slot[6].id = old_gone;
+    mnt_handle_setup(NULL, 2, 1, 0);
+    assert_int_equal(insert(old_lost, 20, 0, &x, &winner, &lost), old_lost);
+    assert_int_equal(lost, 1);
+    assert_int_equal(insert(old_clean, 20, 0, &y, &winner, &lost), old_clean);
+    assert_int_equal(lost, 0);
+    assert_int_equal(mnt_handle_write_begin(old_lost, 20, &fh, &wt), -EIO);
+    assert_null(fh);
+    assert_int_equal(mnt_handle_file_w(old_lost, 20, &fh), -EIO);
+    assert_int_equal(mnt_handle_file(old_lost, 20, &fh), 0);     /* reads work */
+    assert_ptr_equal(fh, &x);
+    mnt_handle_commit_begin(old_lost, 20, &k);
+    assert_int_equal(mnt_handle_commit_end(&k, 0), -EIO);       /* fsync, close */
+    mnt_handle_commit_begin(old_lost, 20, &k);
+    assert_int_equal(mnt_handle_commit_end(&k, 0), -EIO);       /* every time */
+    assert_int_equal(mnt_handle_file_w(old_clean, 20, &fh), 0);
+    assert_int_equal(mnt_handle_write_begin(old_clean, 20, &fh, &wt), 0);
+    assert_ptr_equal(fh, &y);
+    mnt_handle_write_end(&wt);
+    assert_int_equal(dirty_used(t), 3);                          /* lost, gone, old_clean */
+    mnt_handle_commit_begin(old_clean, 20, &k);
+    assert_int_equal(mnt_handle_commit_end(&k, 0), 0);
+    assert_int_equal(dirty_used(t), 2);                          /* a lost slot stays */
+    assert_ptr_equal(mnt_handle_remove(old_lost, 0), &x);
+    assert_null(mnt_handle_remove(old_gone, 0));                 /* released, never used */
+    assert_int_equal(dirty_used(t), 0);
+    assert_ptr_equal(mnt_handle_remove(old_clean, 0), &y);
+
+    /* the record overflowed in worker 2: every older file handle is lost */
+    t->overflow = 1;
+    mnt_handle_setup(NULL, 3, 1, 0);
+    assert_int_equal(t->overflow, 0);
+    uint64_t old2 = (2ULL << 48) | 1;
+    assert_int_equal(insert(old2, 30, 0, &x, &winner, &lost), old2);
+    assert_int_equal(lost, 1);
+    assert_ptr_equal(mnt_handle_remove(old2, 0), &x);
+    /* no record at all (it could not be mapped): the same */
+    mnt_handle_use_dirty(NULL);
+    mnt_handle_setup(NULL, 4, 1, 0);
+    uint64_t old3 = (3ULL << 48) | 1;
+    assert_int_equal(insert(old3, 30, 0, &x, &winner, &lost), old3);
+    assert_int_equal(lost, 1);
+    assert_ptr_equal(mnt_handle_remove(old3, 0), &x);
+
+    dtab = NULL;
+    have_dtab = 0;
+    mnt_dirty_free(t);
+}
+
+/* Writes and commits from many threads on a few handles of two inodes: no
+ * deadlock, no bookkeeping left behind, and a final commit with nothing in
+ * flight cleans every handle. */
+#define DR_THREADS 6
+#define DR_HANDLES 4
+static uint64_t dr_ids[DR_HANDLES];
+
+static void *dirty_stress_thread(void *arg)
+{
+    unsigned seed = (unsigned)(uintptr_t)arg;
+    for (int i = 0; i < 20000; i++) {
+        unsigned r = (unsigned)rand_r(&seed);
+        int hi = (int)(r % DR_HANDLES);
+        uint64_t ino = 100 + (uint64_t)(hi % 2);
+        struct keg_fh *fh = NULL;
+        struct mnt_dtok t;
+        if ((r >> 8) % 3) {
+            if (mnt_handle_write_begin(dr_ids[hi], ino, &fh, &t) == 0)
+                mnt_handle_write_end(&t);
+        } else {
+            mnt_handle_commit_begin(dr_ids[hi], ino, &t);
+            (void)mnt_handle_commit_end(&t, (r >> 12) % 5 ? 0 : -EIO);
+        }
+    }
+    return NULL;
+}
+
+static void test_dirty_record_threads(void **state)
+{
+    static int objs[DR_HANDLES];
+    pthread_t th[DR_THREADS];
+    struct mnt_dtok t;
+    struct mnt_dirty_tab *tab = mnt_dirty_create();
+    assert_non_null(tab);
+    mnt_handle_use_dirty(tab);
+    mnt_handle_setup(NULL, 1, 0, 0);
+    for (int i = 0; i < DR_HANDLES; i++)
+        dr_ids[i] = mnt_handle_new(0, &objs[i], 100 + (uint64_t)(i % 2));
+    for (int i = 0; i < DR_THREADS; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, dirty_stress_thread,
+                                        (void *)(uintptr_t)(i + 1)), 0);
+    for (int i = 0; i < DR_THREADS; i++)
+        pthread_join(th[i], NULL);
+    for (uint64_t ino = 100; ino < 102; ino++) {
+        mnt_handle_commit_begin(0, ino, &t);
+        assert_int_equal(mnt_handle_commit_end(&t, 0), 0);
+    }
+    assert_int_equal(dirty_used(tab), 0);
+    for (unsigned b = 0; b < NDINO; b++)
+        assert_null(dinos[b]);                  /* no bookkeeping left */
+    for (int i = 0; i < DR_HANDLES; i++)
+        assert_ptr_equal(mnt_handle_remove(dr_ids[i], 0), &objs[i]);
+    dtab = NULL;
+    have_dtab = 0;
+    mnt_dirty_free(tab);
 }
 
 /* Many handles: all found, counts in the stats follow. */
@@ -152,6 +338,8 @@ int main(void)
         cmocka_unit_test(test_handle_ids),
         cmocka_unit_test(test_handle_unknown),
         cmocka_unit_test(test_handle_many),
+        cmocka_unit_test(test_dirty_record),
+        cmocka_unit_test(test_dirty_record_threads),
         cmocka_unit_test(test_stats_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
