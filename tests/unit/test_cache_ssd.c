@@ -590,7 +590,7 @@ static void test_store_corruption_not_cached(void **state)
     assert_int_equal(keg_obj_open("faulty", &fc, o, &o), 0);
     assert_int_equal(keg_cache_ssd_create(&cc, o, &o), 0);
     assert_int_equal(keg_obj_get(o, key, 0, got, sizeof(got)), (ssize_t)olen);
-    assert_int_equal(keg_block_decode(got, olen, raw, sizeof(raw)), -EIO);
+    assert_int_equal(keg_block_decode(got, olen, NULL, raw, sizeof(raw)), -EIO);
     assert_int_equal(atomic_load(&cnt_of(o)->gets), 2);    /* fetched twice */
     assert_int_equal(keg_cache_ssd_stats(o, &st), 0);
     assert_int_equal(st.objects, 0);

@@ -16,7 +16,7 @@
 #define BS (64u << 10)
 
 struct items {
-    int  n[6];                  /* leak, missing, corrupt, file, deleted, other */
+    int  n[7];                  /* leak, missing, corrupt, file, deleted, kept, other */
     char keys[16][256];
     int  nkeys;
     char files[8][256];
@@ -26,10 +26,10 @@ struct items {
 static void item_cb(void *arg, const char *kind, const char *key, const char *detail)
 {
     struct items *it = arg;
-    static const char *kinds[] = {"leak", "missing", "corrupt", "file", "deleted"};
-    int k = 5;
+    static const char *kinds[] = {"leak", "missing", "corrupt", "file", "deleted", "kept"};
+    int k = 6;
     (void)detail;
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 6; i++) {
         if (strcmp(kind, kinds[i]) == 0)
             k = i;
     }
@@ -101,9 +101,27 @@ static void inject(struct tvol *v, uint64_t id, char *key, size_t ksize)
     uint8_t raw[1000];
     uint8_t enc[2000];
     size_t olen = 0;
+    struct keg_block_id bid = {.slice = id, .indx = 0, .blen = sizeof(raw)};
+    (void)keg_block_vol_uuid(keg_fs_format(v->fs)->uuid, bid.vol);
     memset(raw, 0x42, sizeof(raw));
-    assert_int_equal(keg_block_encode(KEG_CODEC_NONE, raw, sizeof(raw), enc, sizeof(enc), &olen),
-                     0);
+    assert_int_equal(keg_block_encode(KEG_CODEC_NONE, &bid, raw, sizeof(raw), enc, sizeof(enc),
+                                      &olen), 0);
+    keg_block_key(key, ksize, "testvol", id, 0, sizeof(raw));
+    assert_int_equal(keg_obj_put(keg_fs_obj(v->fs), key, enc, olen), 0);
+}
+
+/* Put a valid block of slice hdr_id of volume uuid under the key of slice id. */
+static void inject_as(struct tvol *v, uint64_t id, const char *uuid, uint64_t hdr_id, char *key,
+                      size_t ksize)
+{
+    uint8_t raw[1000];
+    uint8_t enc[2000];
+    size_t olen = 0;
+    struct keg_block_id bid = {.slice = hdr_id, .indx = 0, .blen = sizeof(raw)};
+    (void)keg_block_vol_uuid(uuid, bid.vol);
+    memset(raw, 0x43, sizeof(raw));
+    assert_int_equal(keg_block_encode(KEG_CODEC_NONE, &bid, raw, sizeof(raw), enc, sizeof(enc),
+                                      &olen), 0);
     keg_block_key(key, ksize, "testvol", id, 0, sizeof(raw));
     assert_int_equal(keg_obj_put(keg_fs_obj(v->fs), key, enc, olen), 0);
 }
@@ -215,6 +233,32 @@ static void test_admin_gc_fsck(void **state)
     assert_int_equal(fr.problem_files, 3);
     assert_true(has_file(&it, "/one"));
 
+    /* gc --delete deletes nothing without a volume marker naming this volume */
+    struct keg_obj *o = keg_fs_obj(v.fs);
+    char other[40];
+    memset(&gr, 0, sizeof(gr));
+    assert_int_equal(keg_fs_gc(v.fs, 1, &gr, NULL, NULL), -EPERM);
+    assert_int_equal(gr.deleted_objects, 0);
+    assert_int_equal(tvol_count_objects(&v), 10 - 1);
+    assert_int_equal(keg_volume_marker_claim(o, "testvol", "11111111-2222-4333-8444-555555555555",
+                                             other), 0);
+    memset(&gr, 0, sizeof(gr));
+    assert_int_equal(keg_fs_gc(v.fs, 1, &gr, NULL, NULL), -EPERM);  /* another volume's */
+    assert_int_equal(gr.deleted_objects, 0);
+    assert_int_equal(tvol_count_objects(&v), 10 - 1 + 1);
+    char mkey[128];
+    keg_volume_marker_key(mkey, sizeof(mkey), "testvol");
+    assert_int_equal(keg_obj_del(o, mkey), 0);
+    assert_int_equal(keg_volume_marker_claim(o, "testvol", keg_fs_format(v.fs)->uuid, other), 0);
+
+    /* leaks whose header does not name this volume and key are kept: a block of
+     * another volume, and one of this volume written for another key */
+    char foreign[256], misplaced[256];
+    inject_as(&v, s1.id + 302, "11111111-2222-4333-8444-555555555555", s1.id + 302, foreign,
+              sizeof(foreign));
+    inject_as(&v, s1.id + 303, keg_fs_format(v.fs)->uuid, s1.id + 304, misplaced,
+              sizeof(misplaced));
+
     /* gc --delete removes exactly the two leaks */
     memset(&gr, 0, sizeof(gr));
     memset(&it, 0, sizeof(it));
@@ -222,10 +266,15 @@ static void test_admin_gc_fsck(void **state)
     gr.item_arg = &it;
     gr.threads = 2;
     assert_int_equal(keg_fs_gc(v.fs, 1, &gr, prog_cb, NULL), 0);
-    assert_int_equal(gr.leaked_objects, 2);
+    assert_int_equal(gr.leaked_objects, 4);
     assert_int_equal(gr.deleted_objects, 2);
+    assert_int_equal(gr.kept_objects, 2);
     assert_int_equal(gr.errors, 0);
-    assert_int_equal(tvol_count_objects(&v), 10 - 1 - 2);     /* 6 referenced + the new one */
+    assert_true(has_key(&it, foreign) && has_key(&it, misplaced));
+    /* 6 referenced + the new one + the two kept + the marker */
+    assert_int_equal(tvol_count_objects(&v), 10 - 1 - 2 + 2 + 1);
+    assert_int_equal(keg_obj_del(o, foreign), 0);
+    assert_int_equal(keg_obj_del(o, misplaced), 0);
     memset(&gr, 0, sizeof(gr));
     assert_int_equal(keg_fs_gc(v.fs, 0, &gr, NULL, NULL), 0);
     assert_int_equal(gr.leaked_objects, 0);
