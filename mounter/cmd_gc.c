@@ -32,7 +32,7 @@ static void usage(FILE *out)
         "not use --delete while applications keep deleted files open.\n"
         "--delete needs the volume marker <volume>/kegfs.volume (written by 'kegfs\n"
         "format') to name this volume, and deletes an object only if its block header\n"
-        "names this volume and its key: nothing of another volume is ever deleted.\n"
+        "names this volume: nothing of another volume is ever deleted.\n"
         "\n"
         "Options:\n"
         "      --delete             delete the leaked objects (default: only report)\n"

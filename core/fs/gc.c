@@ -15,8 +15,8 @@
  *          a margin while mounters have live sessions, because a live writer
  *          uploads blocks before it commits their slice.  Nothing is deleted
  *          unless the volume marker (<vol>/kegfs.volume) names this volume,
- *          and each leak's block header must name this volume and its key
- *          (a version-1 block: the volume must have them) or it is kept.
+ *          and each leak's block header must name this volume (a
+ *          version-1 block: the volume must have them) or it is kept.
  *   fsck   checks every block of every referenced slice: head (exists), or
  *          with deep get + keg_block_decode (identity and CRC32C; a block
  *          of another key or volume is reported with what it holds).  Problems name the
@@ -529,14 +529,16 @@ static int gc_list_cb(void *arg, const char *key, uint64_t size)
     return 0;
 }
 
-/* 0 if the object under key is a block of this volume written for that key
- * (version 2), or a version-1 block on a volume that has them; else 1 (keep
- * it: why says what it is) or -errno.  Only the header is read. */
+/* 0 if the object under key is a block of this volume (its header names
+ * this volume's UUID; a version-1 block: the volume has them), else 1 (keep
+ * it: why says what it is) or -errno.  Only the header is read.  A block of
+ * this volume under another key of it is this volume's to delete. */
 static int gc_owned(struct gc_ctx *g, const char *key, char *why, size_t size)
 {
     struct keg_fs *fs = g->fs;
     struct keg_block_id bid = fs->blk_id;
     unsigned char hdr[KEG_BLOCK_HDR];
+    uint8_t vol[16];
     ssize_t n;
     int rc;
 
@@ -547,8 +549,8 @@ static int gc_owned(struct gc_ctx *g, const char *key, char *why, size_t size)
     n = keg_obj_get(fs->obj, key, 0, hdr, sizeof(hdr));
     if (n < 0)
         return (int)n;
-    rc = keg_block_check_header(hdr, (size_t)n, &bid);
-    if (rc == 0 || (rc == 1 && bid.v1_ok))
+    rc = keg_block_header_volume(hdr, (size_t)n, vol);
+    if ((rc == 0 && memcmp(vol, bid.vol, 16) == 0) || (rc == 1 && bid.v1_ok))
         return 0;
     if (rc == 1)
         snprintf(why, size, "a version-1 block (no identity) on a volume that has none");

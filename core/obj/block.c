@@ -277,6 +277,22 @@ int keg_block_check_header(const void *obj, size_t len, const struct keg_block_i
     return hlen == KEG_BLOCK_HDR_V1 ? 1 : 0;
 }
 
+int keg_block_header_volume(const void *obj, size_t len, uint8_t vol[16])
+{
+    const unsigned char *h = obj;
+    uint32_t raw_len, crc;
+    size_t hlen;
+    int codec;
+
+    memset(vol, 0, 16);
+    if (block_hdr_check(obj, len, NULL, &codec, &raw_len, &crc, &hlen) != HDR_OK)
+        return -EIO;
+    if (hlen == KEG_BLOCK_HDR_V1)
+        return 1;
+    memcpy(vol, h + 16, 16);
+    return 0;
+}
+
 /* Returns the raw length, or -EIO for any inconsistency. */
 ssize_t keg_block_decode(const void *obj, size_t obj_len, const struct keg_block_id *bid,
                          void *raw, size_t raw_cap)

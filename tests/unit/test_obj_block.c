@@ -482,6 +482,10 @@ static void test_identity(void **state)
         assert_int_equal(keg_block_decode(obj, olen, &good, out, n), (ssize_t)n);
         assert_int_equal(keg_block_decode(obj, olen, NULL, out, n), (ssize_t)n);
         assert_int_equal(keg_block_check_header(obj, KEG_BLOCK_HDR, &good), 0);
+        uint8_t vol[16];
+        assert_int_equal(keg_block_header_volume(obj, KEG_BLOCK_HDR, vol), 0);
+        assert_memory_equal(vol, good.vol, 16);
+        assert_int_equal(keg_block_header_volume(obj, KEG_BLOCK_HDR - 1, vol), -EIO);
         for (int field = 0; field < 5; field++) {
             struct keg_block_id other = good;
             switch (field) {
@@ -571,6 +575,8 @@ static void test_v1_blocks(void **state)
             assert_int_equal(keg_block_decode_inplace(v1, v1len, &legacy, n), -ENOTSUP);
         }
         assert_int_equal(keg_block_check_header(v1, 16, &legacy), 1);
+        uint8_t vol[16];
+        assert_int_equal(keg_block_header_volume(v1, 16, vol), 1);
         /* a volume made with identities refuses them */
         assert_int_equal(keg_block_decode(v1, v1len, &strict, out, n), -EIO);
         assert_int_equal(keg_block_decode_inplace(v1, v1len, &strict, n), -EIO);

@@ -48,8 +48,8 @@ struct keg_gc_report {
     uint64_t leaked_bytes;
     uint64_t foreign_objects;          /* keys under chunks/ that are no block key (ignored) */
     uint64_t deleted_objects;          /* leaks deleted (do_delete) */
-    uint64_t kept_objects;             /* leaks not deleted: their header does not name
-                                          this volume and key (do_delete) */
+    uint64_t kept_objects;             /* leaks not deleted: their block header does not
+                                          name this volume (do_delete) */
     uint64_t errors;                   /* deletes that failed */
     uint64_t id_limit;                 /* slice ids >= this were not judged */
 };
@@ -64,7 +64,7 @@ struct keg_gc_report {
  * counted as leaks if their ids are old enough.
  * With do_delete, nothing is deleted unless the volume marker names this
  * volume (-EPERM, logged, otherwise), and a leak is deleted only if its block
- * header names this volume and its key (else it is kept and reported).
+ * header names this volume (else it is kept and reported).
  * Returns 0 or -errno (-ENOSYS: the store cannot list; -EPERM: marker). */
 int keg_fs_gc(struct keg_fs *fs, int do_delete, struct keg_gc_report *r, keg_progress_fn *p,
               void *arg);

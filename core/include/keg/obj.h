@@ -283,6 +283,10 @@ size_t keg_block_hdr_len(const void *obj);
  * Returns 0 (a version-2 header of exactly identity bid), 1 (a sound
  * version-1 header: it carries no identity), or -EIO (anything else). */
 int keg_block_check_header(const void *obj, size_t len, const struct keg_block_id *bid);
+/* The volume UUID in a sound header in obj[0..len) (what gc reads before it
+ * deletes an object).  Returns 0 (version 2: vol set), 1 (a version-1
+ * header: no identity), or -EIO (not a sound block header). */
+int keg_block_header_volume(const void *obj, size_t len, uint8_t vol[16]);
 /* Why obj fails keg_block_decode for bid, in words, into buf (size bytes):
  * e.g. "written for block 12_0_4096 of volume <uuid>".  Returns buf. */
 const char *keg_block_why(const void *obj, size_t obj_len, const struct keg_block_id *bid,
