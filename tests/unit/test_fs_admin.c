@@ -292,6 +292,135 @@ static void test_admin_gc_fsck(void **state)
 
 /*--------------------------------------------------------------------------*/
 
+/* Reads file ino whole (n bytes); returns what keg_fs_read returned. */
+static ssize_t read_all(struct tvol *v, uint64_t ino, uint8_t *buf, size_t n)
+{
+    struct keg_fh *fh = tvol_open(v, ino, O_RDONLY);
+    ssize_t r = keg_fs_read(v->fs, fh, 0, buf, n);
+    assert_int_equal(keg_fs_release(v->fs, fh), 0);
+    return r;
+}
+
+static void set_block_version(struct tvol *v, uint32_t bv)
+{
+    struct keg_meta *m = NULL;
+    struct keg_format f;
+    assert_int_equal(keg_meta_open(v->url, &m), 0);
+    assert_int_equal(KEG_META_CALL(m, format_load, &f), 0);
+    f.block_version = bv;
+    assert_int_equal(KEG_META_CALL(m, format_init, &f, 0777, 0, 0, 1), 0);
+    keg_meta_close(m);
+}
+
+static void file_slurp(const char *path, uint8_t **data, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 0, SEEK_END), 0);
+    *len = (size_t)ftell(f);
+    rewind(f);
+    *data = keg_malloc(*len);
+    assert_int_equal(fread(*data, 1, *len, f), *len);
+    fclose(f);
+}
+
+static void file_spit(const char *path, const uint8_t *data, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(data, 1, len, f), len);
+    fclose(f);
+}
+
+/* Blocks in the file system: a version-1 block (written before identities) reads on a
+ * volume formatted before them and is EIO on one formatted with them; a valid block of
+ * another file under a file's key is EIO for reads and corrupt for fsck --deep. */
+static void test_admin_block_identity(void **state)
+{
+    struct tvol v;
+    uint64_t f1, f2;
+    uint8_t got[3000];
+    char key1[256], key2[256], path1[512], path2[512];
+    struct keg_fsck_report fr;
+    struct items it;
+    uint8_t *obj, *obj2;
+    size_t olen, olen2;
+    (void)state;
+
+    tvol_init(&v, BS, "none");
+    tvol_mount(&v);
+    put_file(&v, KEG_ROOT_INO, "one", 3000, 5, &f1);
+    put_file(&v, KEG_ROOT_INO, "two", 3000, 6, &f2);
+    struct first_slice s1 = {0}, s2 = {0};
+    assert_int_equal(keg_fs_chunks(v.fs, f1, first_cb, &s1), 0);
+    assert_int_equal(keg_fs_chunks(v.fs, f2, first_cb, &s2), 0);
+    tvol_umount(&v);
+    keg_block_key(key1, sizeof(key1), "testvol", s1.id, 0, 3000);
+    keg_block_key(key2, sizeof(key2), "testvol", s2.id, 0, 3000);
+    snprintf(path1, sizeof(path1), "%s/%s", v.objdir, key1);
+    snprintf(path2, sizeof(path2), "%s/%s", v.objdir, key2);
+
+    /* "one" rewritten as the version-1 block an older kegfs wrote */
+    file_slurp(path1, &obj, &olen);
+    assert_int_equal(olen, KEG_BLOCK_HDR + 3000);
+    assert_int_equal(obj[4], 2);
+    obj[4] = 1;
+    obj[6] = 0;
+    obj[7] = 0;
+    memmove(obj + KEG_BLOCK_HDR_V1, obj + KEG_BLOCK_HDR, 3000);
+    file_spit(path1, obj, KEG_BLOCK_HDR_V1 + 3000);
+
+    /* a volume formatted before identities (block_version 0) reads it, fsck agrees */
+    assert_int_equal(tvol_mount_conf(&v, 1, 0, 0), 0);
+    memset(got, 0, sizeof(got));
+    assert_int_equal(read_all(&v, f1, got, sizeof(got)), 3000);
+    for (int i = 0; i < 3000; i++)
+        assert_int_equal(got[i], (uint8_t)(i * 7 + 5));
+    memset(&fr, 0, sizeof(fr));
+    assert_int_equal(keg_fs_fsck(v.fs, 1, &fr, NULL, NULL), 0);
+    assert_int_equal(fr.corrupt, 0);
+    tvol_umount(&v);
+
+    /* a volume formatted with identities refuses it */
+    set_block_version(&v, KEG_BLOCK_VERSION);
+    assert_int_equal(tvol_mount_conf(&v, 1, 0, 0), 0);
+    assert_int_equal(read_all(&v, f1, got, sizeof(got)), -EIO);
+    assert_int_equal(read_all(&v, f2, got, sizeof(got)), 3000);
+    memset(&fr, 0, sizeof(fr));
+    memset(&it, 0, sizeof(it));
+    fr.item = item_cb;
+    fr.item_arg = &it;
+    assert_int_equal(keg_fs_fsck(v.fs, 1, &fr, NULL, NULL), 1);
+    assert_int_equal(fr.corrupt, 1);
+    assert_true(has_key(&it, key1) && has_file(&it, "/one"));
+    tvol_umount(&v);
+
+    /* "two"'s valid block stored under the key of "one": EIO, never two's bytes */
+    file_slurp(path2, &obj2, &olen2);
+    file_spit(path1, obj2, olen2);
+    for (int bv = 0; bv <= KEG_BLOCK_VERSION; bv += KEG_BLOCK_VERSION) {
+        set_block_version(&v, (uint32_t)bv);
+        assert_int_equal(tvol_mount_conf(&v, 1, 0, 0), 0);
+        memset(got, 0, sizeof(got));
+        assert_int_equal(read_all(&v, f1, got, sizeof(got)), -EIO);
+        assert_int_equal(read_all(&v, f2, got, sizeof(got)), 3000);
+        assert_int_equal(got[0], 6);
+        memset(&fr, 0, sizeof(fr));
+        memset(&it, 0, sizeof(it));
+        fr.item = item_cb;
+        fr.item_arg = &it;
+        assert_int_equal(keg_fs_fsck(v.fs, 1, &fr, NULL, NULL), 1);
+        assert_int_equal(fr.corrupt, 1);
+        assert_true(has_key(&it, key1) && has_file(&it, "/one") && !has_file(&it, "/two"));
+        tvol_umount(&v);
+    }
+    keg_free(obj);
+    keg_free(obj2);
+    tvol_cleanup(&v);
+}
+
+/*--------------------------------------------------------------------------*/
+
 static void test_admin_warmup_mem(void **state)
 {
     struct tvol v;
@@ -356,6 +485,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_admin_gc_fsck),
         cmocka_unit_test(test_admin_warmup_mem),
+        cmocka_unit_test(test_admin_block_identity),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
