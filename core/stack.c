@@ -154,6 +154,7 @@ int keg_stack_open(const struct keg_format *f, const struct keg_stack_conf *sc,
     if (sc && sc->cache_dir && *sc->cache_dir) {
         struct keg_cache_ssd_conf cc = {0};
         struct keg_wb_conf wc = {0};
+        struct keg_block_id vol = {0};
         char *dir = keg_asprintf("%s/%s", sc->cache_dir, f->uuid[0] ? f->uuid : f->name);
 
         if (!dir) {
@@ -162,6 +163,9 @@ int keg_stack_open(const struct keg_format *f, const struct keg_stack_conf *sc,
         }
         cc.dir = dir;
         cc.budget = sc->cache_size ? sc->cache_size : STACK_CACHE_SIZE_DEFAULT;
+        (void)keg_block_vol_uuid(f->uuid, vol.vol);
+        vol.v1_ok = f->block_version < KEG_BLOCK_VERSION;
+        cc.vol = &vol;
         rc = keg_cache_ssd_create(&cc, top, &top);      /* TAKES top */
         if (rc == 0 && sc->writeback) {
             wc.dir = dir;

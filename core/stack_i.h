@@ -17,6 +17,9 @@
 struct keg_cache_ssd_conf {
     const char *dir;          /* <cache_dir>/<volume uuid or name>; created if missing */
     uint64_t    budget;       /* bytes of cache files kept (> 0) */
+    const struct keg_block_id *vol; /* the volume's part of block identities (vol, v1_ok):
+                                       a fetched block of another identity is not cached;
+                                       NULL: blocks are checked without identity */
 };
 
 struct keg_cache_ssd_stats {

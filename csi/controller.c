@@ -12,8 +12,12 @@
  * The reclaim policy (StorageClass parameter `reclaim`) is written next to the
  * data as the object "<id>/.csi/reclaim" before the namespace is formatted, so
  * DeleteVolume -- which gets only the id and the Secret -- finds it; a missing
- * marker means "delete".  DeleteVolume deletes the objects first and destroys
- * the namespace last, so an interrupted delete is retried in full.
+ * marker means "delete".  CreateVolume first claims the prefix "<id>/" with the
+ * volume marker "<id>/kegfs.volume" (its uuid), and fails if another volume
+ * holds it.  DeleteVolume deletes only under a prefix whose marker names the
+ * volume being deleted (no marker: only an empty prefix), the marker after
+ * the other objects, and destroys the namespace last, so an interrupted
+ * delete is retried in full.
  * volume_context carries the namespaced META_URL without its password; the
  * node takes the password from its node-publish Secret.
  */
@@ -434,7 +438,7 @@ CSI_HANDLER(csi_controller_create_volume, CreateVolumeRequest, CreateVolumeRespo
     struct keg_obj *o = NULL;
     char id[64], *url = NULL;
     uint64_t cap = 0;
-    int locked = 0, rc;
+    int locked = 0, claimed = 0, rc;
 
     /* validate */
     if (!req->name || !*req->name)
@@ -511,6 +515,23 @@ CSI_HANDLER(csi_controller_create_volume, CreateVolumeRequest, CreateVolumeRespo
                  "storage, bucket, access-key and secret-key", storage, strerror(-rc));
         goto out;
     }
+    /* claim the prefix <id>/ for this volume's uuid before writing under it */
+    char other[40];
+    f.block_version = KEG_BLOCK_VERSION;
+    rc = keg_volume_marker_claim(o, id, f.uuid, other);
+    if (rc == -EEXIST || rc == -EIO) {
+        csi_fail(st, CSI_FAILED_PRECONDITION,
+                 "the name %s is already used in the bucket by another volume (marker "
+                 "%s/" KEG_VOLUME_MARKER " names %s): use another bucket or metaurl namespace",
+                 id, id, rc == -EIO ? "no volume" : other);
+        goto out;
+    }
+    if (rc < 0) {
+        csi_fail(st, CSI_UNAVAILABLE, "cannot write the volume marker of %s: %s", id,
+                 strerror(-rc));
+        goto out;
+    }
+    claimed = 1;
     char key[128];
     snprintf(key, sizeof(key), "%s/" CTL_RECLAIM_KEY, id);
     const char *pol = p.retain ? "retain" : "delete";
@@ -536,11 +557,18 @@ CSI_HANDLER(csi_controller_create_volume, CreateVolumeRequest, CreateVolumeRespo
         csi_fail(st, csi_code_from_errno(rc), "formatting volume %s: %s", id, strerror(-rc));
         goto out;
     }
+    claimed = 0;
     KEG_INFO("volume_id=%s name=%s created: capacity=%" PRIu64 " block_size=%u compress=%s "
              "reclaim=%s", id, req->name, cap, f.block_size, f.compress, pol);
     ctl_fill_volume(out, id, cap, url, st);
 
 out:
+    if (claimed && st->code != CSI_OK) {
+        /* the name must not stay claimed by a volume that was not made */
+        char mkey[128];
+        keg_volume_marker_key(mkey, sizeof(mkey), id);
+        (void)keg_obj_del(o, mkey);
+    }
     if (o)
         keg_obj_close(o);
     if (m)
@@ -659,8 +687,22 @@ CSI_HANDLER(csi_controller_delete_volume, DeleteVolumeRequest, DeleteVolumeRespo
         KEG_INFO("volume_id=%s: reclaim=retain, namespace and objects kept", req->volume_id);
         goto out;
     }
-    char prefix[80];
+    char prefix[80], other[40], mkey[128];
     snprintf(prefix, sizeof(prefix), "%s/", req->volume_id);
+    keg_volume_marker_key(mkey, sizeof(mkey), req->volume_id);
+    rc = keg_volume_marker_check(o, req->volume_id, f.uuid, other);
+    if (rc == -EEXIST || rc == -EIO) {
+        csi_fail(st, CSI_FAILED_PRECONDITION,
+                 "the objects under %s belong to another volume (marker %s names %s, this "
+                 "volume is %s): nothing deleted", prefix, mkey,
+                 rc == -EIO ? "no volume" : other, f.uuid);
+        goto out;
+    }
+    if (rc < 0 && rc != -ENOENT) {
+        csi_fail(st, CSI_UNAVAILABLE, "reading the volume marker %s: %s", mkey, strerror(-rc));
+        goto out;
+    }
+    int marked = rc == 0;
     rc = keg_obj_list(o, prefix, ctl_collect, &keys);
     if (rc < 0) {
         csi_fail(st, csi_code_from_errno(rc) == CSI_INTERNAL ? CSI_UNAVAILABLE
@@ -668,10 +710,29 @@ CSI_HANDLER(csi_controller_delete_volume, DeleteVolumeRequest, DeleteVolumeRespo
                  "listing the objects of volume %s: %s", req->volume_id, strerror(-rc));
         goto out;
     }
+    if (!marked && keys.n > 0) {
+        /* no marker: nothing proves the objects are this volume's */
+        csi_fail(st, CSI_FAILED_PRECONDITION,
+                 "volume %s has no volume marker %s, so its %zu objects cannot be proven to "
+                 "be its own: nothing deleted (run 'kegfs format --force' on the volume's "
+                 "metaurl to claim the prefix, then delete again)", req->volume_id, mkey,
+                 keys.n);
+        goto out;
+    }
     for (size_t i = 0; i < keys.n; i++) {
+        if (strcmp(keys.v[i], mkey) == 0)
+            continue;                   /* last: a retried delete still proves ownership */
         rc = keg_obj_del(o, keys.v[i]);
         if (rc < 0) {
             csi_fail(st, CSI_UNAVAILABLE, "deleting object %s of volume %s: %s", keys.v[i],
+                     req->volume_id, strerror(-rc));
+            goto out;
+        }
+    }
+    if (marked) {
+        rc = keg_obj_del(o, mkey);
+        if (rc < 0) {
+            csi_fail(st, CSI_UNAVAILABLE, "deleting object %s of volume %s: %s", mkey,
                      req->volume_id, strerror(-rc));
             goto out;
         }

@@ -4,7 +4,9 @@
  * Everything is checked before anything is written: the name, the block size,
  * the storage (a file bucket must be an existing absolute directory), then the
  * object stack is opened and probed with a put/get/delete of
- * "<name>/.kegfs-probe-<random>", and only then is the format written with
+ * "<name>/.kegfs-probe-<random>", then the key prefix "<name>/" is claimed
+ * with the volume marker (claim_prefix: refused if another volume uses the
+ * name on this bucket), and only then is the format written with
  * format_init().  An existing volume is refused unless --force; with --force
  * only the settings given on the command line change, and the ones that
  * object keys depend on (name, block size, compression) cannot.
@@ -276,6 +278,7 @@ static int build_format(const struct fmt_args *a, const char *name, int exists,
         snprintf(f->storage, sizeof(f->storage), "file");
         snprintf(f->compress, sizeof(f->compress), "none");
         f->block_size = KEG_BLOCK_SIZE_DEFAULT;
+        f->block_version = KEG_BLOCK_VERSION;
         f->created = (int64_t)time(NULL);
     }
     if (a->storage) {
@@ -367,17 +370,11 @@ static void explain_probe_error(const struct keg_format *f, int rc)
     }
 }
 
-/* Put, get and delete a probe object so that a bad bucket, bad credentials or
- * a read-only directory are reported now rather than on the first write.
- * BORROWS: a (the S3 client settings). */
-static int probe_storage(const struct fmt_args *a, const struct keg_format *f)
+/* Opens the object stack of f for format's checks.  BORROWS: a (the S3 client
+ * settings).  OWNERSHIP: caller closes *o (keg_obj_close).  Returns 0 or -errno. */
+static int open_store(const struct fmt_args *a, const struct keg_format *f, struct keg_obj **o)
 {
     struct keg_stack_conf sc = {0};
-    struct keg_obj *o = NULL;
-    unsigned char rnd[8] = {0};
-    char key[160];
-    char data[64];
-    char back[64];
     sc.insecure = a->insecure;
     sc.ca_file = a->ca_file;
     sc.concurrency = (unsigned)a->s3_concurrency;
@@ -385,11 +382,23 @@ static int probe_storage(const struct fmt_args *a, const struct keg_format *f)
      * deadline: the probe gives up after 10 s unless --s3-retry-deadline says */
     sc.retry_deadline_ms = a->s3_retry_deadline > 0 ? (unsigned)(a->s3_retry_deadline * 1000.0)
                                                     : 10000;
-    int rc = keg_stack_open(f, &sc, &o);
-    if (rc) {
+    int rc = keg_stack_open(f, &sc, o);
+    if (rc)
         mnt_error("cannot open %s storage %s: %s", f->storage, f->bucket, strerror(-rc));
-        return rc;
-    }
+    return rc;
+}
+
+/* Put, get and delete a probe object so that a bad bucket, bad credentials or
+ * a read-only directory are reported now rather than on the first write.
+ * BORROWS: o. */
+static int probe_storage(struct keg_obj *o, const struct keg_format *f)
+{
+    unsigned char rnd[8] = {0};
+    char key[160];
+    char data[64];
+    char back[64];
+    int rc;
+
     if (getrandom(rnd, sizeof(rnd), 0) < 0)
         memset(rnd, 0x5a, sizeof(rnd));
     snprintf(key, sizeof(key), "%s/.kegfs-probe-%02x%02x%02x%02x%02x%02x%02x%02x", f->name,
@@ -419,7 +428,80 @@ static int probe_storage(const struct fmt_args *a, const struct keg_format *f)
                   strerror(-rc));
     }
 out:
-    keg_obj_close(o);
+    return rc;
+}
+
+struct prefix_scan {
+    const char *marker;         /* key of the marker (not counted) */
+    char        first[256];     /* first other object found */
+    int         found;
+};
+
+static int prefix_scan_cb(void *arg, const char *key, uint64_t size)
+{
+    struct prefix_scan *ps = arg;
+    KEG_UNUSED(size);
+    if (strcmp(key, ps->marker) == 0 || strstr(key, "/.kegfs-probe-"))
+        return 0;
+    snprintf(ps->first, sizeof(ps->first), "%s", key);
+    ps->found = 1;
+    return 1;
+}
+
+/* Claim the key prefix "<name>/" of the bucket for this volume (its UUID) with
+ * the volume marker, so that no two volumes ever write the same keys.
+ * A new volume needs a prefix that no volume uses: no marker and no objects
+ * (objects without a marker: a volume formatted by an older kegfs).  An
+ * existing volume (--force) keeps its marker, or gets one if it has none;
+ * a marker of another volume is refused either way.  BORROWS: o. */
+static int claim_prefix(struct keg_obj *o, const struct keg_format *f, int exists, int *created)
+{
+    char other[40], mkey[128];
+    struct prefix_scan ps = {.marker = mkey};
+    int rc;
+
+    *created = 0;
+    keg_volume_marker_key(mkey, sizeof(mkey), f->name);
+    rc = keg_volume_marker_read(o, f->name, other);
+    if (rc == -ENOENT && !exists) {
+        char prefix[80];
+        snprintf(prefix, sizeof(prefix), "%s/", f->name);
+        rc = keg_obj_list(o, prefix, prefix_scan_cb, &ps);
+        if (rc < 0 && rc != -ENOSYS && rc != 1) {
+            mnt_error("cannot list %s in %s: %s", prefix, f->bucket, strerror(-rc));
+            return rc;
+        }
+        if (ps.found) {
+            mnt_error("the name '%s' is already used on %s: objects exist under %s (e.g. "
+                      "%s) but no volume marker %s, so another volume (formatted by an older "
+                      "kegfs) may use them; choose another name or another bucket (for that "
+                      "volume, run 'kegfs format --force' with its own metadata URL)",
+                      f->name, f->bucket, prefix, ps.first, mkey);
+            return -EEXIST;
+        }
+        rc = -ENOENT;
+    }
+    if (rc == 0 || rc == -ENOENT) {
+        int had = rc == 0;
+        rc = keg_volume_marker_claim(o, f->name, f->uuid, other);
+        *created = rc == 0 && !had;
+    }
+    if (rc == -EEXIST) {
+        mnt_error("the name '%s' is already used on %s by another volume (uuid %s, marker "
+                  "%s); this volume is %s.  Two volumes with one name on one bucket would "
+                  "overwrite each other's data: choose another name or another bucket%s",
+                  f->name, f->bucket, other, mkey, f->uuid,
+                  exists ? " (--force never takes over another volume's objects)" : "");
+        return -EEXIST;
+    }
+    if (rc == -EIO) {
+        mnt_error("%s in %s is not a volume marker: refusing to use the name '%s' there",
+                  mkey, f->bucket, f->name);
+        return rc;
+    }
+    if (rc < 0)
+        mnt_error("cannot write the volume marker %s to %s: %s", mkey, f->bucket,
+                  strerror(-rc));
     return rc;
 }
 
@@ -428,8 +510,9 @@ int mnt_cmd_format(int argc, char **argv)
     struct fmt_args a;
     struct keg_format f;
     struct keg_meta *m = NULL;
+    struct keg_obj *o = NULL;
     char red[1024];
-    int exists = 0;
+    int exists = 0, claimed = 0;
     int rc = parse_args(argc, argv, &a);
     if (rc)
         return rc < 0 ? 0 : rc;
@@ -479,7 +562,11 @@ int mnt_cmd_format(int argc, char **argv)
         rc = rc == -EINVAL ? 2 : 1;     /* an invalid or missing option value: usage */
         goto out;
     }
-    rc = probe_storage(&a, &f);
+    rc = open_store(&a, &f, &o);
+    if (!rc)
+        rc = probe_storage(o, &f);
+    if (!rc)
+        rc = claim_prefix(o, &f, exists, &claimed);
     if (rc) {
         rc = 1;
         goto out;
@@ -489,6 +576,12 @@ int mnt_cmd_format(int argc, char **argv)
     rc = KEG_META_CALL(m, format_init, &f, 0755, geteuid(), getegid(), exists);
     if (rc) {
         mnt_error("cannot write the format at %s: %s", red, strerror(-rc));
+        if (claimed && !exists) {
+            /* the name must not stay claimed by a volume that does not exist */
+            char mkey[128];
+            keg_volume_marker_key(mkey, sizeof(mkey), f.name);
+            (void)keg_obj_del(o, mkey);
+        }
         rc = 1;
         goto out;
     }
@@ -499,6 +592,8 @@ int mnt_cmd_format(int argc, char **argv)
     mnt_print_format(stdout, &f);
     rc = 0;
 out:
+    if (o)
+        keg_obj_close(o);
     memset(&f, 0, sizeof(f));   /* secrets */
     keg_meta_close(m);
     return rc;

@@ -30,6 +30,9 @@ static void usage(FILE *out)
         "writers may still commit them); run gc with no mounter to judge everything.\n"
         "Files that are deleted but still open on a mounter are not visible to gc: do\n"
         "not use --delete while applications keep deleted files open.\n"
+        "--delete needs the volume marker <volume>/kegfs.volume (written by 'kegfs\n"
+        "format') to name this volume, and deletes an object only if its block header\n"
+        "names this volume: nothing of another volume is ever deleted.\n"
         "\n"
         "Options:\n"
         "      --delete             delete the leaked objects (default: only report)\n"
@@ -91,6 +94,12 @@ int mnt_cmd_gc(int argc, char **argv)
     mnt_bar_init(&bar);
     rc = keg_fs_gc(fs, do_delete, &r, mnt_bar_progress, &bar);
     mnt_bar_end(&bar);
+    if (rc == -EPERM) {
+        mnt_error("gc refused: the objects under %s/ cannot be proven to be this volume's "
+                  "(see the error above); nothing was deleted", keg_fs_format(fs)->name);
+        keg_fs_free(fs);
+        return 1;
+    }
     keg_fs_free(fs);
     if (rc < 0) {
         mnt_error("gc failed: %s", strerror(-rc));
@@ -111,7 +120,8 @@ int mnt_cmd_gc(int argc, char **argv)
     printf("leaked: %llu objects, %llu bytes", (unsigned long long)r.leaked_objects,
            (unsigned long long)r.leaked_bytes);
     if (do_delete)
-        printf("; deleted %llu, failed %llu\n", (unsigned long long)r.deleted_objects,
+        printf("; deleted %llu, kept %llu (not this volume's blocks), failed %llu\n",
+               (unsigned long long)r.deleted_objects, (unsigned long long)r.kept_objects,
                (unsigned long long)r.errors);
     else
         printf("%s\n", r.leaked_objects ? " (run with --delete to remove them)" : "");

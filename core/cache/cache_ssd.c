@@ -15,8 +15,9 @@
  *         vanished file (another mounter sharing the directory evicted it) is
  *         a miss.  Not indexed -> single-flight fill: the first thread fetches
  *         the WHOLE object from inner (size known from the key: at most
- *         16 + blen bytes), checks it decodes (keg_block_decode_inplace, or
- *         keg_block_decode for a compressed block), writes it
+ *         48 + blen bytes), checks it decodes as the block of this key and
+ *         volume (keg_block_decode_inplace, or keg_block_decode for a
+ *         compressed block: identity and CRC32C), writes it
  *         (temp + rename, no fsync: a cache) and indexes it; threads that miss
  *         the same key meanwhile wait for that one fetch and copy from its
  *         buffer.  An object that does not decode is fetched once more, then
@@ -122,6 +123,8 @@ struct cache_ssd {
     struct cs_fill  *fills;       /* protected by mu */
     struct keg_cache_ssd_stats st; /* protected by mu */
     struct keg_ssd_spare *spare;  /* emptied files for reuse (own lock) */
+    struct keg_block_id vol;      /* conf->vol: the volume's part of block identities */
+    int              has_vol;
 };
 
 /*---------------------------------------------------------------------------
@@ -488,9 +491,14 @@ out:
 static ssize_t cs_fetch(struct keg_obj *o, const char *key, uint32_t blen, uint8_t **data,
                         int *valid)
 {
+    const struct cache_ssd *cs = o->priv;
     size_t cap = KEG_BLOCK_HDR + (size_t)blen + 1;
     uint8_t *buf = keg_malloc(cap), *raw = NULL;    /* raw: compressed blocks only */
+    struct keg_block_id bid = cs->vol;
     ssize_t n = -ENOMEM;
+
+    if (keg_block_key_parse(key, &bid.slice, &bid.indx, &bid.blen) < 0)
+        bid.blen = blen;        /* not reached: kegc_is_block() parsed it */
 
     *data = NULL;
     *valid = 0;
@@ -505,7 +513,7 @@ static ssize_t cs_fetch(struct keg_obj *o, const char *key, uint32_t blen, uint8
             *valid = -1;
             goto out;
         }
-        d = keg_block_decode_inplace(buf, (size_t)n, blen);
+        d = keg_block_decode_inplace(buf, (size_t)n, cs->has_vol ? &bid : NULL, blen);
         if (d == -ENOTSUP) {
             if (!raw)
                 raw = keg_malloc(blen ? blen : 1);
@@ -513,7 +521,7 @@ static ssize_t cs_fetch(struct keg_obj *o, const char *key, uint32_t blen, uint8
                 n = -ENOMEM;
                 goto out;
             }
-            d = keg_block_decode(buf, (size_t)n, raw, blen);
+            d = keg_block_decode(buf, (size_t)n, cs->has_vol ? &bid : NULL, raw, blen);
         }
         if (d == (ssize_t)blen) {
             *valid = 1;
@@ -960,6 +968,10 @@ int keg_cache_ssd_create(const struct keg_cache_ssd_conf *conf, struct keg_obj *
     }
     cs->budget = conf->budget;
     cs->limit = conf->budget;
+    if (conf->vol) {
+        cs->vol = *conf->vol;
+        cs->has_vol = 1;
+    }
     cs->lru.next = cs->lru.prev = &cs->lru;
     rc = keg_ssd_mkdirs(cs->dir);
     if (rc < 0) {

@@ -316,17 +316,18 @@ int fs_put_block(struct keg_fs *fs, uint64_t id, uint32_t indx, uint8_t *raw, ui
     uint8_t *enc = NULL;
     uint32_t big = 0;
     int inplace = head && fs->codec == KEG_CODEC_NONE;
+    struct keg_block_id bid = fs_block_id(fs, id, indx, blen);
     int rc = 0;
 
     if (inplace) {
         enc = raw - FS_WB_HEAD;                 /* sealed in place, no copy */
-        olen = keg_block_seal(enc, blen);
+        olen = keg_block_seal(enc, &bid);
     } else {
         big = cap <= fs->bigbuf_size && blen >= KEG_MIN(FS_BIGBUF_MIN_WRITE, fs->bs / 2);
         enc = big ? fs_bigbuf_get(fs) : keg_malloc(cap);
         if (!enc)
             return -ENOMEM;
-        rc = keg_block_encode(fs->codec, raw, blen, enc, cap, &olen);
+        rc = keg_block_encode(fs->codec, &bid, raw, blen, enc, cap, &olen);
         if (rc < 0)
             goto out;
     }

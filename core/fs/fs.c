@@ -558,6 +558,9 @@ int keg_fs_new(const struct keg_fs_conf *conf, struct keg_fs **out)
         goto fail2;
     }
     fs->codec = keg_codec_parse(fs->fmt.compress[0] ? fs->fmt.compress : "none");
+    memset(&fs->blk_id, 0, sizeof(fs->blk_id));
+    (void)keg_block_vol_uuid(fs->fmt.uuid, fs->blk_id.vol);
+    fs->blk_id.v1_ok = fs->fmt.block_version < KEG_BLOCK_VERSION;
     if (fs->codec < 0) {
         KEG_ERR("volume %s: unknown compression '%s'", fs->fmt.name, fs->fmt.compress);
         rc = -EINVAL;

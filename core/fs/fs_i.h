@@ -316,6 +316,7 @@ struct keg_fs {
     int64_t           quota_read_ns;    /* keg_mono_ns() of the last read */
     int               codec;        /* codec for new blocks */
     uint32_t          bs;           /* block size */
+    struct keg_block_id blk_id;     /* the volume's part of every block identity (vol, v1_ok) */
     int               read_only;
     int               has_session;
     uint64_t          buffer_size;
@@ -529,6 +530,17 @@ static inline uint32_t fs_block_len(uint32_t bs, uint32_t size, uint32_t i)
 {
     uint64_t start = (uint64_t)i * bs;
     return (uint32_t)KEG_MIN((uint64_t)bs, size - start);
+}
+
+/* The identity of block indx (blen bytes) of slice id, for keg_block_*. */
+static inline struct keg_block_id fs_block_id(const struct keg_fs *fs, uint64_t id,
+                                              uint32_t indx, uint32_t blen)
+{
+    struct keg_block_id b = fs->blk_id;
+    b.slice = id;
+    b.indx = indx;
+    b.blen = blen;
+    return b;
 }
 
 #endif

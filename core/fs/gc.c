@@ -13,9 +13,13 @@
  *          do_delete, leaks are deleted by a few threads.  The id limit is
  *          the slice counter (one id taken with alloc_ids: harmless), minus
  *          a margin while mounters have live sessions, because a live writer
- *          uploads blocks before it commits their slice.
+ *          uploads blocks before it commits their slice.  Nothing is deleted
+ *          unless the volume marker (<vol>/kegfs.volume) names this volume,
+ *          and each leak's block header must name this volume (a
+ *          version-1 block: the volume must have them) or it is kept.
  *   fsck   checks every block of every referenced slice: head (exists), or
- *          with deep get + keg_block_decode (CRC32C).  Problems name the
+ *          with deep get + keg_block_decode (identity and CRC32C; a block
+ *          of another key or volume is reported with what it holds).  Problems name the
  *          files: a second walk (only when something is wrong) finds every
  *          path whose chunks reference a bad slice.
  *   warmup collects the distinct blocks that the visible segments of the
@@ -525,13 +529,53 @@ static int gc_list_cb(void *arg, const char *key, uint64_t size)
     return 0;
 }
 
+/* 0 if the object under key is a block of this volume (its header names
+ * this volume's UUID; a version-1 block: the volume has them), else 1 (keep
+ * it: why says what it is) or -errno.  Only the header is read.  A block of
+ * this volume under another key of it is this volume's to delete. */
+static int gc_owned(struct gc_ctx *g, const char *key, char *why, size_t size)
+{
+    struct keg_fs *fs = g->fs;
+    struct keg_block_id bid = fs->blk_id;
+    unsigned char hdr[KEG_BLOCK_HDR];
+    uint8_t vol[16];
+    ssize_t n;
+    int rc;
+
+    if (keg_block_key_parse(key, &bid.slice, &bid.indx, &bid.blen) < 0) {
+        snprintf(why, size, "not a block key");
+        return 1;
+    }
+    n = keg_obj_get(fs->obj, key, 0, hdr, sizeof(hdr));
+    if (n < 0)
+        return (int)n;
+    rc = keg_block_header_volume(hdr, (size_t)n, vol);
+    if ((rc == 0 && memcmp(vol, bid.vol, 16) == 0) || (rc == 1 && bid.v1_ok))
+        return 0;
+    if (rc == 1)
+        snprintf(why, size, "a version-1 block (no identity) on a volume that has none");
+    else
+        keg_block_why(hdr, (size_t)n, &bid, why, size);
+    return 1;
+}
+
 static void gc_delete_one(void *arg, size_t i, void *scratch)
 {
     struct gc_ctx *g = arg;
-    int rc = keg_obj_del(g->fs->obj, g->leaks[i].key);
+    char why[192] = "";
+    int rc = gc_owned(g, g->leaks[i].key, why, sizeof(why));
+    int kept = rc == 1;
     KEG_UNUSED(scratch);
+    if (rc == -ENOENT)
+        rc = 0;                         /* gone meanwhile: nothing to delete */
+    else if (rc == 0)
+        rc = keg_obj_del(g->fs->obj, g->leaks[i].key);
     pthread_mutex_lock(&g->mu);
-    if (rc < 0) {
+    if (kept) {
+        g->r->kept_objects++;
+        KEG_WARN("gc: %s kept: it is not this volume's block (%s)", g->leaks[i].key, why);
+        gc_item(g, "kept", g->leaks[i].key, why);
+    } else if (rc < 0) {
         g->r->errors++;
         gc_item(g, "error", g->leaks[i].key, strerror(-rc));
     } else {
@@ -577,6 +621,39 @@ static int gc_id_limit(struct keg_fs *fs, uint64_t *limit)
     else
         *limit = next > GC_ID_MARGIN ? next - GC_ID_MARGIN : 0;
     return 0;
+}
+
+/* gc deletes only under a prefix whose marker names this volume.
+ * Returns 0, or -EPERM (logged) when do_delete and the marker is missing or
+ * names another volume (a report only warns), or -errno of the store. */
+static int gc_check_marker(struct keg_fs *fs, int do_delete)
+{
+    char other[40], mkey[128];
+    int rc = keg_volume_marker_check(fs->obj, fs->fmt.name, fs->fmt.uuid, other);
+
+    keg_volume_marker_key(mkey, sizeof(mkey), fs->fmt.name);
+    if (rc == -EEXIST || rc == -EIO) {
+        KEG_ERR("the objects under %s/ belong to another volume (marker %s names %s, this "
+                "volume is %s): two volumes share the name on this bucket; %s",
+                fs->fmt.name, mkey, rc == -EIO ? "no volume" : other, fs->fmt.uuid,
+                do_delete ? "gc deletes nothing" : "this report is not about this volume");
+        return do_delete ? -EPERM : 0;
+    }
+    if (rc == -ENOENT) {
+        if (!do_delete) {
+            KEG_WARN("no volume marker %s: run 'kegfs format --force META_URL %s' once to "
+                     "claim the prefix before gc --delete", mkey, fs->fmt.name);
+            return 0;
+        }
+        KEG_ERR("no volume marker %s: gc cannot prove that the objects under %s/ are this "
+                "volume's, and deletes nothing; run 'kegfs format --force META_URL %s' once "
+                "to claim the prefix (it refuses if another volume uses it)", mkey,
+                fs->fmt.name, fs->fmt.name);
+        return -EPERM;
+    }
+    if (rc < 0)
+        KEG_ERR("reading the volume marker %s failed: %s", mkey, strerror(-rc));
+    return rc;
 }
 
 int keg_fs_gc(struct keg_fs *fs, int do_delete, struct keg_gc_report *r, keg_progress_fn *p,
@@ -643,6 +720,9 @@ int keg_fs_gc(struct keg_fs *fs, int do_delete, struct keg_gc_report *r, keg_pro
         }
     }
 
+    rc = gc_check_marker(fs, do_delete);
+    if (rc < 0)
+        goto out;
     snprintf(prefix, sizeof(prefix), "%s/chunks/", fs->fmt.name);
     rc = keg_obj_list(fs->obj, prefix, gc_list_cb, &g);
     if (rc == -ENOSYS) {
@@ -680,13 +760,14 @@ out:
 
 #define SL_MISSING 2u
 #define SL_CORRUPT 4u
+#define SL_NAMED   8u           /* a block reported with its reason already (fsck_one) */
 
 struct fsck_blk {
     uint64_t id;
     uint32_t indx;
     uint32_t blen;
     uint32_t slot;              /* index into the slice table */
-    uint32_t bad;               /* SL_MISSING / SL_CORRUPT (fsck) */
+    uint32_t bad;               /* SL_MISSING / SL_CORRUPT, SL_NAMED (fsck) */
 };
 
 struct fsck_ctx {
@@ -711,6 +792,7 @@ static void fsck_one(void *arg, size_t i, void *scratch)
     struct keg_fs *fs = f->fs;
     char key[256];
     uint64_t osize = 0;
+    char why[160] = "";
     int problem = 0;
     int rc;
 
@@ -721,13 +803,16 @@ static void fsck_one(void *arg, size_t i, void *scratch)
         cap = KEG_MAX(cap, keg_block_bound(KEG_CODEC_NONE, fs->bs));
         uint8_t *enc = scratch;
         uint8_t *raw = enc + cap;
+        struct keg_block_id bid = fs_block_id(fs, b->id, b->indx, b->blen);
         ssize_t n = scratch ? keg_obj_get(fs->obj, key, 0, enc, cap) : -ENOMEM;
         rc = n < 0 ? (int)n : 0;
-        if (rc == 0 && keg_block_decode(enc, (size_t)n, raw, fs->bs) != (ssize_t)b->blen)
+        if (rc == 0 && keg_block_decode(enc, (size_t)n, &bid, raw, fs->bs) != (ssize_t)b->blen) {
             problem = SL_CORRUPT;
+            keg_block_why(enc, (size_t)n, &bid, why, sizeof(why));
+        }
     } else {
         rc = keg_obj_head(fs->obj, key, &osize);
-        if (rc == 0 && osize < KEG_BLOCK_HDR)
+        if (rc == 0 && osize < (fs->blk_id.v1_ok ? KEG_BLOCK_HDR_V1 : KEG_BLOCK_HDR))
             problem = SL_CORRUPT;
     }
     if (rc == -ENOENT)
@@ -740,6 +825,10 @@ static void fsck_one(void *arg, size_t i, void *scratch)
             f->r->missing++;
         else
             f->r->corrupt++;
+        if (why[0]) {
+            b->bad |= SL_NAMED;         /* reported here, with the reason */
+            fsck_item(f, "corrupt", key, why);
+        }
     } else if (rc < 0) {
         f->r->errors++;
         fsck_item(f, "error", key, strerror(-rc));
@@ -862,7 +951,7 @@ int keg_fs_fsck(struct keg_fs *fs, int deep, struct keg_fsck_report *r, keg_prog
     }
     for (size_t i = 0; i < nblk; i++) {
         char key[256];
-        if (!f.blk[i].bad)
+        if (!f.blk[i].bad || (f.blk[i].bad & SL_NAMED))
             continue;
         keg_block_key(key, sizeof(key), fs->fmt.name, f.blk[i].id, f.blk[i].indx,
                       f.blk[i].blen);
@@ -987,6 +1076,7 @@ static void warm_one(void *arg, size_t i, void *scratch)
     struct keg_fs *fs = wc->fs;
     struct fsck_blk *b = &wc->blk[i];
     size_t cap = keg_block_bound(KEG_CODEC_ZSTD, fs->bs);
+    struct keg_block_id bid = fs_block_id(fs, b->id, b->indx, b->blen);
     char key[256];
     int rc = 0;
 
@@ -1000,9 +1090,11 @@ static void warm_one(void *arg, size_t i, void *scratch)
     } else if (n < 0) {
         KEG_ERR("warmup: reading block %s failed: %s", key, strerror((int)-n));
         rc = (int)n;
-    } else if (keg_block_decode(scratch, (size_t)n, (uint8_t *)scratch + cap, fs->bs) !=
+    } else if (keg_block_decode(scratch, (size_t)n, &bid, (uint8_t *)scratch + cap, fs->bs) !=
                (ssize_t)b->blen) {
-        KEG_ERR("warmup: block %s is corrupt (checksum or format mismatch)", key);
+        char why[160];
+        KEG_ERR("warmup: block %s is corrupt (%s)", key,
+                keg_block_why(scratch, (size_t)n, &bid, why, sizeof(why)));
         rc = -EIO;
     }
     if (rc < 0) {

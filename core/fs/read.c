@@ -304,7 +304,7 @@ static void bc_put(struct fs_bcache *bc, struct bc_ent *e)
 
 /* Fetch, verify and decode block indx (blen bytes) of slice id.  A block of
  * codec none (the default) is verified where it was fetched and kept there:
- * its raw bytes are the payload, KEG_BLOCK_HDR bytes into the buffer.  A
+ * its raw bytes are the payload, keg_block_hdr_len() bytes into the buffer.  A
  * compressed one is decoded into a second buffer and the fetched one freed.
  * OWNERSHIP: *base (*base_size bytes) is the caller's (bc_buf_release);
  * *data points at the blen raw bytes inside it.  NULL and 0 on failure. */
@@ -318,6 +318,8 @@ static int block_fetch(struct keg_fs *fs, uint64_t id, uint32_t indx, uint32_t b
     struct fs_retry r;
     unsigned bad = 0;           /* reads that failed verification */
     int decoded = 0;            /* the good read was decoded into raw */
+    struct keg_block_id bid = fs_block_id(fs, id, indx, blen);
+    size_t olen = 0;
     ssize_t n;
     int rc = 0;
 
@@ -340,8 +342,8 @@ static int block_fetch(struct keg_fs *fs, uint64_t id, uint32_t indx, uint32_t b
             goto out;
         }
         if (n >= 0) {
-            size_t olen = (size_t)n;
-            n = keg_block_decode_inplace(enc, olen, blen);
+            olen = (size_t)n;
+            n = keg_block_decode_inplace(enc, olen, &bid, blen);
             decoded = n == -ENOTSUP;
             if (decoded) {
                 if (!raw)
@@ -350,15 +352,16 @@ static int block_fetch(struct keg_fs *fs, uint64_t id, uint32_t indx, uint32_t b
                     rc = -ENOMEM;
                     goto out;
                 }
-                n = keg_block_decode(enc, olen, raw, blen);
+                n = keg_block_decode(enc, olen, &bid, raw, blen);
             }
             if (n == (ssize_t)blen)
                 break;
             /* A torn or damaged transfer reads differently next time; a block
              * damaged at rest does not: a few tries, then EIO. */
             if (++bad > FS_FETCH_CORRUPT_RETRIES) {
-                KEG_ERR("block %s is corrupt (checksum or format mismatch, %u reads)", key,
-                        bad);
+                char why[160];
+                KEG_ERR("block %s is corrupt (%s; %u reads)", key,
+                        keg_block_why(enc, olen, &bid, why, sizeof(why)), bad);
                 rc = -EIO;
                 goto out;
             }
@@ -382,7 +385,7 @@ static int block_fetch(struct keg_fs *fs, uint64_t id, uint32_t indx, uint32_t b
     } else {
         *base = enc;
         *base_size = cap;
-        *data = enc + KEG_BLOCK_HDR;
+        *data = enc + keg_block_hdr_len(enc);
         enc = NULL;
     }
 out:

@@ -784,6 +784,7 @@ static int dump_format(struct dumper *dp, unsigned flags)
     rc = rc ? rc : dg_kv_u64(d, "trash_days", f.trash_days);
     rc = rc ? rc : dg_kv_u64(d, "meta_version", f.meta_version);
     rc = rc ? rc : dg_kv_i64(d, "created", f.created);
+    rc = rc ? rc : dg_kv_u64(d, "block_version", f.block_version);
     memset(&f, 0, sizeof(f));   /* secrets do not linger on the stack */
     return rc ? rc : dg_rc(d, yajl_gen_map_close(d->g));
 }
@@ -898,6 +899,8 @@ static const struct lfield fmt_fields[] = {
     FSTR(region, 1), FSTR(compress, 1),
     FNUM(block_size, F_U32), FNUM(capacity, F_U64), FNUM(inodes, F_U64),
     FNUM(trash_days, F_U32), FNUM(meta_version, F_U32), FNUM(created, F_I64),
+    /* optional: dumps of volumes made before block identities have none (0) */
+    {"block_version", F_U32, offsetof(struct keg_format, block_version), 0, 0},
     {NULL, 0, 0, 0, 0},
 };
 

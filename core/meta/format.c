@@ -34,6 +34,7 @@ static const struct fmt_field fmt_fields[] = {
     FSTR(session_token), FSTR(region), FSTR(compress),
     FNUM(block_size, FMT_U32), FNUM(capacity, FMT_U64), FNUM(inodes, FMT_U64),
     FNUM(trash_days, FMT_U32), FNUM(meta_version, FMT_U32), FNUM(created, FMT_I64),
+    FNUM(block_version, FMT_U32),
 };
 #define FMT_NFIELDS (sizeof(fmt_fields) / sizeof(fmt_fields[0]))
 

@@ -225,7 +225,10 @@ static int file_write_all(int fd, const void *buf, size_t len)
     return 0;
 }
 
-static int file_put(struct keg_obj *o, const char *key, const void *buf, size_t len)
+/* put, or with excl put_new: the temp file is link()ed to the key, which
+ * fails with EEXIST if the key exists, instead of rename()d over it. */
+static int file_store_put(struct keg_obj *o, const char *key, const void *buf, size_t len,
+                          int excl)
 {
     struct file_store *fs = o->priv;
     char *path = NULL, *tmp = NULL, *slash;
@@ -263,8 +266,15 @@ static int file_put(struct keg_obj *o, const char *key, const void *buf, size_t 
     if (close(fd) < 0 && rc == 0)
         rc = file_errno_rc(errno);
     fd = -1;
-    if (rc == 0 && rename(tmp, path) < 0)
+    if (rc == 0 && excl) {
+        if (link(tmp, path) < 0)
+            rc = errno == EEXIST ? -EEXIST : file_errno_rc(errno);
+        unlink(tmp);
+        if (rc == -EEXIST)
+            goto out;
+    } else if (rc == 0 && rename(tmp, path) < 0) {
         rc = file_errno_rc(errno);
+    }
     if (rc < 0) {
         unlink(tmp);
         goto fail_log;
@@ -285,6 +295,16 @@ out:
     keg_free(tmp);
     keg_free(path);
     return rc;
+}
+
+static int file_put(struct keg_obj *o, const char *key, const void *buf, size_t len)
+{
+    return file_store_put(o, key, buf, len, 0);
+}
+
+static int file_put_new(struct keg_obj *o, const char *key, const void *buf, size_t len)
+{
+    return file_store_put(o, key, buf, len, 1);
 }
 
 static int file_del(struct keg_obj *o, const char *key)
@@ -567,6 +587,7 @@ const struct keg_obj_ops keg_obj_file_ops = {
     .close = file_close,
     .get = file_get,
     .put = file_put,
+    .put_new = file_put_new,
     .del = file_del,
     .head = file_head,
     .list = file_list,

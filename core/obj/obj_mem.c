@@ -123,7 +123,7 @@ static ssize_t mem_get(struct keg_obj *o, const char *key, uint64_t off, void *b
     return n;
 }
 
-static int mem_put(struct keg_obj *o, const char *key, const void *buf, size_t len)
+static int mem_store(struct keg_obj *o, const char *key, const void *buf, size_t len, int excl)
 {
     struct mem_store *ms = o->priv;
     struct mem_ent *e, **pp;
@@ -139,6 +139,11 @@ static int mem_put(struct keg_obj *o, const char *key, const void *buf, size_t l
     pthread_mutex_lock(&ms->lock);
     pp = mem_slot(ms, key);
     e = *pp;
+    if (e && excl) {
+        pthread_mutex_unlock(&ms->lock);
+        keg_free(data);
+        return -EEXIST;
+    }
     if (e) {
         unsigned char *old = e->data;
         e->data = data;
@@ -165,6 +170,16 @@ static int mem_put(struct keg_obj *o, const char *key, const void *buf, size_t l
         mem_grow(ms);
     pthread_mutex_unlock(&ms->lock);
     return 0;
+}
+
+static int mem_put(struct keg_obj *o, const char *key, const void *buf, size_t len)
+{
+    return mem_store(o, key, buf, len, 0);
+}
+
+static int mem_put_new(struct keg_obj *o, const char *key, const void *buf, size_t len)
+{
+    return mem_store(o, key, buf, len, 1);
 }
 
 static int mem_del(struct keg_obj *o, const char *key)
@@ -264,6 +279,7 @@ const struct keg_obj_ops keg_obj_mem_ops = {
     .close = mem_close,
     .get = mem_get,
     .put = mem_put,
+    .put_new = mem_put_new,
     .del = mem_del,
     .head = mem_head,
     .list = mem_list,

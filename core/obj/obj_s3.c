@@ -731,6 +731,7 @@ struct s3_req {
     char                 errbody[S3_ERRBODY_MAX];
     size_t               errlen;
     int                  ok_404;      /* 404 is a success (DELETE) */
+    int                  ok_412;      /* 412 is an answer (conditional PUT): see status */
     int                  ok_416;      /* 416 is a success (GET past the end) */
     uint64_t             length;      /* HEAD: Content-Length */
 };
@@ -1068,7 +1069,8 @@ static int s3_do(struct obj_s3 *s, struct s3_req *r)
         s3_xml_text(r->errbody, r->errlen, "Message", msg, sizeof(msg));
 
         if (cc == CURLE_OK && ((r->ok_404 && status == 404 && !code_is(code, "NoSuchBucket")) ||
-                               (r->ok_416 && status == 416))) {
+                               (r->ok_416 && status == 416) ||
+                               (r->ok_412 && status == 412))) {
             s3_ok(s);
             rc = 0;
             break;
@@ -1365,6 +1367,32 @@ static int obj_s3_put(struct keg_obj *o, const char *key, const void *buf, size_
     return rc;
 }
 
+/* PUT with If-None-Match: * (a 412 answer: the key exists). */
+static int obj_s3_put_new(struct keg_obj *o, const char *key, const void *buf, size_t len)
+{
+    struct obj_s3 *s = o->priv;
+    char hash[S3_SHA256_HEX];
+    int rc = check_key(key);
+    if (rc < 0)
+        return rc;
+    char *uri = object_uri(s, key);
+    if (!uri)
+        return -ENOMEM;
+    s3_sha256_hex(buf, len, hash);
+    const struct s3_kv extra[] = { { "If-None-Match", "*" } };
+    struct s3_req r = {
+        .op = "PUT", .method = "PUT", .key = key, .uri = uri, .query = "",
+        .extra = extra, .nextra = 1,
+        .body = buf ? buf : "", .body_len = len, .payload_hash = hash, .upload = 1,
+        .ok_412 = 1,
+    };
+    rc = s3_do(s, &r);
+    keg_free(uri);
+    if (rc == 0 && r.status == 412)
+        rc = -EEXIST;
+    return rc;
+}
+
 static int obj_s3_del(struct keg_obj *o, const char *key)
 {
     struct obj_s3 *s = o->priv;
@@ -1582,6 +1610,7 @@ const struct keg_obj_ops keg_obj_s3_ops = {
     .close = obj_s3_close,
     .get = obj_s3_get,
     .put = obj_s3_put,
+    .put_new = obj_s3_put_new,
     .del = obj_s3_del,
     .del_keys = obj_s3_del_keys,
     .head = obj_s3_head,

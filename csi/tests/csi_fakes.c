@@ -138,7 +138,7 @@ __attribute__((constructor)) static void fake_register(void)
 
 struct fake_obj {
     char key[256];
-    char val[64];
+    char val[160];
 };
 static struct fake_obj fake_objs[FAKE_MAX * 4];
 static int fake_nobjs;
@@ -211,7 +211,7 @@ static ssize_t fo_get(struct keg_obj *o, const char *key, uint64_t off, void *bu
 
 static int fo_put(struct keg_obj *o, const char *key, const void *buf, size_t len)
 {
-    char tmp[64];
+    char tmp[160];
     KEG_UNUSED(o);
     snprintf(tmp, sizeof(tmp), "%.*s", (int)KEG_MIN(len, sizeof(tmp) - 1), (const char *)buf);
     return fake_obj_put(key, tmp);

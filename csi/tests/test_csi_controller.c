@@ -444,8 +444,48 @@ static void test_delete(void **state)
 
     /* reclaim=retain keeps the namespace and the data */
     assert_int_equal(do_delete("vol-keep", &k.secrets, &st), 0);
-    assert_int_equal(fake_obj_count_prefix("vol-keep/"), 2);
+    assert_int_equal(fake_obj_count_prefix("vol-keep/"), 3);      /* with the volume marker */
     assert_true(fake_meta_get("csifake://redis:pw0rd@host:6379/1?ns=vol-keep", NULL));
+
+    /* the prefix claimed by another volume: create is refused, delete deletes nothing */
+    struct create o2;
+    char other[40], mine[40];
+    fake_obj_put("vol-taken/" KEG_VOLUME_MARKER,
+                 "kegfs-volume 1\nname=vol-taken\nuuid=99999999-9999-4999-8999-999999999999\n");
+    fake_obj_put("vol-taken/chunks/0/0/1_0_4096", "theirs");
+    create_init(&o2, "vol-taken", 1 << 20);
+    assert_int_equal(do_create(&o2, &out, &st), -1);
+    assert_int_equal(st.code, CSI_FAILED_PRECONDITION);
+    assert_non_null(strstr(st.msg, "already used"));
+    st_reset(&st);
+    assert_int_equal(fake_obj_count_prefix("vol-taken/"), 2);
+    create_init(&o2, "vol-mine", 1 << 20);
+    assert_int_equal(do_create(&o2, &out, &st), 0);
+    fake_obj_put("vol-mine/chunks/0/0/1_0_4096", "mine");
+    struct keg_obj *fo = NULL;
+    assert_int_equal(fake_open_store(NULL, NULL, NULL, &fo), 0);
+    assert_int_equal(keg_volume_marker_read(fo, "vol-mine", mine), 0);
+    fake_obj_put("vol-mine/" KEG_VOLUME_MARKER,            /* another volume took it over */
+                 "kegfs-volume 1\nname=vol-mine\nuuid=99999999-9999-4999-8999-999999999999\n");
+    assert_int_equal(do_delete("vol-mine", &o2.secrets, &st), -1);
+    assert_int_equal(st.code, CSI_FAILED_PRECONDITION);
+    assert_non_null(strstr(st.msg, "another volume"));
+    st_reset(&st);
+    assert_int_equal(fake_obj_count_prefix("vol-mine/"), 3);
+    /* no marker at all: objects that nothing proves are the volume's stay */
+    char mkey[128];
+    keg_volume_marker_key(mkey, sizeof(mkey), "vol-mine");
+    assert_int_equal(keg_obj_del(fo, mkey), 0);
+    assert_int_equal(do_delete("vol-mine", &o2.secrets, &st), -1);
+    assert_int_equal(st.code, CSI_FAILED_PRECONDITION);
+    assert_non_null(strstr(st.msg, "no volume marker"));
+    st_reset(&st);
+    assert_int_equal(fake_obj_count_prefix("vol-mine/"), 2);
+    /* its own marker again: everything deleted, the marker too */
+    assert_int_equal(keg_volume_marker_claim(fo, "vol-mine", mine, other), 0);
+    assert_int_equal(do_delete("vol-mine", &o2.secrets, &st), 0);
+    assert_int_equal(fake_obj_count_prefix("vol-mine/"), 0);
+    keg_obj_close(fo);
 
     /* bad input */
     assert_int_equal(do_delete("", &c.secrets, &st), -1);

@@ -590,11 +590,54 @@ static void test_store_corruption_not_cached(void **state)
     assert_int_equal(keg_obj_open("faulty", &fc, o, &o), 0);
     assert_int_equal(keg_cache_ssd_create(&cc, o, &o), 0);
     assert_int_equal(keg_obj_get(o, key, 0, got, sizeof(got)), (ssize_t)olen);
-    assert_int_equal(keg_block_decode(got, olen, raw, sizeof(raw)), -EIO);
+    assert_int_equal(keg_block_decode(got, olen, NULL, raw, sizeof(raw)), -EIO);
     assert_int_equal(atomic_load(&cnt_of(o)->gets), 2);    /* fetched twice */
     assert_int_equal(keg_cache_ssd_stats(o, &st), 0);
     assert_int_equal(st.objects, 0);
     assert_int_equal(du(fx->cache), 0);
+    keg_obj_close(o);
+}
+
+/* With the volume's identity, a valid block of another key or volume under a key is
+ * served but never cached; the block of this key and volume is. */
+static void test_foreign_block_not_cached(void **state)
+{
+    struct fx *fx = *state;
+    struct keg_block_id vol = {0};
+    struct keg_cache_ssd_conf cc = {.dir = fx->cache, .budget = 1 << 20, .vol = &vol};
+    struct keg_cache_ssd_stats st;
+    struct keg_obj *o = NULL, *m = NULL;
+    uint8_t raw[1000], enc[KEG_BLOCK_HDR + 1000], got[KEG_BLOCK_HDR + 1000];
+    char key[128];
+    size_t olen;
+
+    assert_int_equal(keg_block_vol_uuid("12345678-9abc-4def-8123-456789abcdef", vol.vol), 0);
+    memset(raw, 0x3c, sizeof(raw));
+    keg_block_key(key, sizeof(key), "vol1", 7, 0, sizeof(raw));
+    assert_int_equal(keg_obj_open("mem", NULL, NULL, &m), 0);
+    assert_int_equal(keg_obj_open("counting", NULL, m, &o), 0);
+    assert_int_equal(keg_cache_ssd_create(&cc, o, &o), 0);
+    for (int k = 0; k < 3; k++) {
+        struct keg_block_id bid = vol;
+        bid.slice = 7;
+        bid.blen = sizeof(raw);
+        if (k == 0)
+            bid.slice = 8;                      /* another slice of this volume */
+        else if (k == 1)
+            bid.vol[3] ^= 1;                    /* the same key of another volume */
+        assert_int_equal(keg_block_encode(KEG_CODEC_NONE, &bid, raw, sizeof(raw), enc,
+                                          sizeof(enc), &olen), 0);
+        assert_int_equal(keg_obj_put(m, key, enc, olen), 0);
+        assert_int_equal(keg_obj_get(o, key, 0, got, sizeof(got)), (ssize_t)olen);
+        assert_int_equal(keg_cache_ssd_stats(o, &st), 0);
+        assert_int_equal(st.objects, k < 2 ? 0 : 1);
+        bid = vol;
+        bid.slice = 7;
+        bid.blen = sizeof(raw);
+        assert_int_equal(keg_block_decode(got, olen, &bid, raw, sizeof(raw)),
+                         k < 2 ? -EIO : (ssize_t)sizeof(raw));
+    }
+    assert_true(du(fx->cache) > 0);
     keg_obj_close(o);
 }
 
@@ -1075,6 +1118,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_file_read_obj, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_direct_write, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_store_corruption_not_cached, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_foreign_block_not_cached, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_eviction_budget, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_make_room, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_spare_files, fx_setup, fx_teardown),

@@ -16,7 +16,7 @@
 #define BS (64u << 10)
 
 struct items {
-    int  n[6];                  /* leak, missing, corrupt, file, deleted, other */
+    int  n[7];                  /* leak, missing, corrupt, file, deleted, kept, other */
     char keys[16][256];
     int  nkeys;
     char files[8][256];
@@ -26,10 +26,10 @@ struct items {
 static void item_cb(void *arg, const char *kind, const char *key, const char *detail)
 {
     struct items *it = arg;
-    static const char *kinds[] = {"leak", "missing", "corrupt", "file", "deleted"};
-    int k = 5;
+    static const char *kinds[] = {"leak", "missing", "corrupt", "file", "deleted", "kept"};
+    int k = 6;
     (void)detail;
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 6; i++) {
         if (strcmp(kind, kinds[i]) == 0)
             k = i;
     }
@@ -101,9 +101,27 @@ static void inject(struct tvol *v, uint64_t id, char *key, size_t ksize)
     uint8_t raw[1000];
     uint8_t enc[2000];
     size_t olen = 0;
+    struct keg_block_id bid = {.slice = id, .indx = 0, .blen = sizeof(raw)};
+    (void)keg_block_vol_uuid(keg_fs_format(v->fs)->uuid, bid.vol);
     memset(raw, 0x42, sizeof(raw));
-    assert_int_equal(keg_block_encode(KEG_CODEC_NONE, raw, sizeof(raw), enc, sizeof(enc), &olen),
-                     0);
+    assert_int_equal(keg_block_encode(KEG_CODEC_NONE, &bid, raw, sizeof(raw), enc, sizeof(enc),
+                                      &olen), 0);
+    keg_block_key(key, ksize, "testvol", id, 0, sizeof(raw));
+    assert_int_equal(keg_obj_put(keg_fs_obj(v->fs), key, enc, olen), 0);
+}
+
+/* Put a valid block of slice hdr_id of volume uuid under the key of slice id. */
+static void inject_as(struct tvol *v, uint64_t id, const char *uuid, uint64_t hdr_id, char *key,
+                      size_t ksize)
+{
+    uint8_t raw[1000];
+    uint8_t enc[2000];
+    size_t olen = 0;
+    struct keg_block_id bid = {.slice = hdr_id, .indx = 0, .blen = sizeof(raw)};
+    (void)keg_block_vol_uuid(uuid, bid.vol);
+    memset(raw, 0x43, sizeof(raw));
+    assert_int_equal(keg_block_encode(KEG_CODEC_NONE, &bid, raw, sizeof(raw), enc, sizeof(enc),
+                                      &olen), 0);
     keg_block_key(key, ksize, "testvol", id, 0, sizeof(raw));
     assert_int_equal(keg_obj_put(keg_fs_obj(v->fs), key, enc, olen), 0);
 }
@@ -215,17 +233,48 @@ static void test_admin_gc_fsck(void **state)
     assert_int_equal(fr.problem_files, 3);
     assert_true(has_file(&it, "/one"));
 
-    /* gc --delete removes exactly the two leaks */
+    /* gc --delete deletes nothing without a volume marker naming this volume */
+    struct keg_obj *o = keg_fs_obj(v.fs);
+    char other[40];
+    memset(&gr, 0, sizeof(gr));
+    assert_int_equal(keg_fs_gc(v.fs, 1, &gr, NULL, NULL), -EPERM);
+    assert_int_equal(gr.deleted_objects, 0);
+    assert_int_equal(tvol_count_objects(&v), 10 - 1);
+    assert_int_equal(keg_volume_marker_claim(o, "testvol", "11111111-2222-4333-8444-555555555555",
+                                             other), 0);
+    memset(&gr, 0, sizeof(gr));
+    assert_int_equal(keg_fs_gc(v.fs, 1, &gr, NULL, NULL), -EPERM);  /* another volume's */
+    assert_int_equal(gr.deleted_objects, 0);
+    assert_int_equal(tvol_count_objects(&v), 10 - 1 + 1);
+    char mkey[128];
+    keg_volume_marker_key(mkey, sizeof(mkey), "testvol");
+    assert_int_equal(keg_obj_del(o, mkey), 0);
+    assert_int_equal(keg_volume_marker_claim(o, "testvol", keg_fs_format(v.fs)->uuid, other), 0);
+
+    /* a leak whose header names another volume is kept; one of this volume
+     * written for another of its keys is deleted */
+    char foreign[256], misplaced[256];
+    inject_as(&v, s1.id + 302, "11111111-2222-4333-8444-555555555555", s1.id + 302, foreign,
+              sizeof(foreign));
+    inject_as(&v, s1.id + 303, keg_fs_format(v.fs)->uuid, s1.id + 304, misplaced,
+              sizeof(misplaced));
+
+    /* gc --delete removes exactly the three leaks of this volume */
     memset(&gr, 0, sizeof(gr));
     memset(&it, 0, sizeof(it));
     gr.item = item_cb;
     gr.item_arg = &it;
     gr.threads = 2;
     assert_int_equal(keg_fs_gc(v.fs, 1, &gr, prog_cb, NULL), 0);
-    assert_int_equal(gr.leaked_objects, 2);
-    assert_int_equal(gr.deleted_objects, 2);
+    assert_int_equal(gr.leaked_objects, 4);
+    assert_int_equal(gr.deleted_objects, 3);
+    assert_int_equal(gr.kept_objects, 1);
     assert_int_equal(gr.errors, 0);
-    assert_int_equal(tvol_count_objects(&v), 10 - 1 - 2);     /* 6 referenced + the new one */
+    assert_true(has_key(&it, foreign) && has_key(&it, misplaced));
+    assert_int_equal(it.n[5], 1);
+    /* 6 referenced + the new one + the kept one + the marker */
+    assert_int_equal(tvol_count_objects(&v), 10 - 1 - 2 + 1 + 1);
+    assert_int_equal(keg_obj_del(o, foreign), 0);
     memset(&gr, 0, sizeof(gr));
     assert_int_equal(keg_fs_gc(v.fs, 0, &gr, NULL, NULL), 0);
     assert_int_equal(gr.leaked_objects, 0);
@@ -238,6 +287,135 @@ static void test_admin_gc_fsck(void **state)
     for (int i = 0; i < 1000; i++)
         assert_int_equal(got[i], (uint8_t)(i * 7 + 3));
     assert_int_equal(keg_fs_release(v.fs, fh), 0);
+    tvol_cleanup(&v);
+}
+
+/*--------------------------------------------------------------------------*/
+
+/* Reads file ino whole (n bytes); returns what keg_fs_read returned. */
+static ssize_t read_all(struct tvol *v, uint64_t ino, uint8_t *buf, size_t n)
+{
+    struct keg_fh *fh = tvol_open(v, ino, O_RDONLY);
+    ssize_t r = keg_fs_read(v->fs, fh, 0, buf, n);
+    assert_int_equal(keg_fs_release(v->fs, fh), 0);
+    return r;
+}
+
+static void set_block_version(struct tvol *v, uint32_t bv)
+{
+    struct keg_meta *m = NULL;
+    struct keg_format f;
+    assert_int_equal(keg_meta_open(v->url, &m), 0);
+    assert_int_equal(KEG_META_CALL(m, format_load, &f), 0);
+    f.block_version = bv;
+    assert_int_equal(KEG_META_CALL(m, format_init, &f, 0777, 0, 0, 1), 0);
+    keg_meta_close(m);
+}
+
+static void file_slurp(const char *path, uint8_t **data, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 0, SEEK_END), 0);
+    *len = (size_t)ftell(f);
+    rewind(f);
+    *data = keg_malloc(*len);
+    assert_int_equal(fread(*data, 1, *len, f), *len);
+    fclose(f);
+}
+
+static void file_spit(const char *path, const uint8_t *data, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(data, 1, len, f), len);
+    fclose(f);
+}
+
+/* Blocks in the file system: a version-1 block (written before identities) reads on a
+ * volume formatted before them and is EIO on one formatted with them; a valid block of
+ * another file under a file's key is EIO for reads and corrupt for fsck --deep. */
+static void test_admin_block_identity(void **state)
+{
+    struct tvol v;
+    uint64_t f1, f2;
+    uint8_t got[3000];
+    char key1[256], key2[256], path1[512], path2[512];
+    struct keg_fsck_report fr;
+    struct items it;
+    uint8_t *obj, *obj2;
+    size_t olen, olen2;
+    (void)state;
+
+    tvol_init(&v, BS, "none");
+    tvol_mount(&v);
+    put_file(&v, KEG_ROOT_INO, "one", 3000, 5, &f1);
+    put_file(&v, KEG_ROOT_INO, "two", 3000, 6, &f2);
+    struct first_slice s1 = {0}, s2 = {0};
+    assert_int_equal(keg_fs_chunks(v.fs, f1, first_cb, &s1), 0);
+    assert_int_equal(keg_fs_chunks(v.fs, f2, first_cb, &s2), 0);
+    tvol_umount(&v);
+    keg_block_key(key1, sizeof(key1), "testvol", s1.id, 0, 3000);
+    keg_block_key(key2, sizeof(key2), "testvol", s2.id, 0, 3000);
+    snprintf(path1, sizeof(path1), "%s/%s", v.objdir, key1);
+    snprintf(path2, sizeof(path2), "%s/%s", v.objdir, key2);
+
+    /* "one" rewritten as the version-1 block an older kegfs wrote */
+    file_slurp(path1, &obj, &olen);
+    assert_int_equal(olen, KEG_BLOCK_HDR + 3000);
+    assert_int_equal(obj[4], 2);
+    obj[4] = 1;
+    obj[6] = 0;
+    obj[7] = 0;
+    memmove(obj + KEG_BLOCK_HDR_V1, obj + KEG_BLOCK_HDR, 3000);
+    file_spit(path1, obj, KEG_BLOCK_HDR_V1 + 3000);
+
+    /* a volume formatted before identities (block_version 0) reads it, fsck agrees */
+    assert_int_equal(tvol_mount_conf(&v, 1, 0, 0), 0);
+    memset(got, 0, sizeof(got));
+    assert_int_equal(read_all(&v, f1, got, sizeof(got)), 3000);
+    for (int i = 0; i < 3000; i++)
+        assert_int_equal(got[i], (uint8_t)(i * 7 + 5));
+    memset(&fr, 0, sizeof(fr));
+    assert_int_equal(keg_fs_fsck(v.fs, 1, &fr, NULL, NULL), 0);
+    assert_int_equal(fr.corrupt, 0);
+    tvol_umount(&v);
+
+    /* a volume formatted with identities refuses it */
+    set_block_version(&v, KEG_BLOCK_VERSION);
+    assert_int_equal(tvol_mount_conf(&v, 1, 0, 0), 0);
+    assert_int_equal(read_all(&v, f1, got, sizeof(got)), -EIO);
+    assert_int_equal(read_all(&v, f2, got, sizeof(got)), 3000);
+    memset(&fr, 0, sizeof(fr));
+    memset(&it, 0, sizeof(it));
+    fr.item = item_cb;
+    fr.item_arg = &it;
+    assert_int_equal(keg_fs_fsck(v.fs, 1, &fr, NULL, NULL), 1);
+    assert_int_equal(fr.corrupt, 1);
+    assert_true(has_key(&it, key1) && has_file(&it, "/one"));
+    tvol_umount(&v);
+
+    /* "two"'s valid block stored under the key of "one": EIO, never two's bytes */
+    file_slurp(path2, &obj2, &olen2);
+    file_spit(path1, obj2, olen2);
+    for (int bv = 0; bv <= KEG_BLOCK_VERSION; bv += KEG_BLOCK_VERSION) {
+        set_block_version(&v, (uint32_t)bv);
+        assert_int_equal(tvol_mount_conf(&v, 1, 0, 0), 0);
+        memset(got, 0, sizeof(got));
+        assert_int_equal(read_all(&v, f1, got, sizeof(got)), -EIO);
+        assert_int_equal(read_all(&v, f2, got, sizeof(got)), 3000);
+        assert_int_equal(got[0], 6);
+        memset(&fr, 0, sizeof(fr));
+        memset(&it, 0, sizeof(it));
+        fr.item = item_cb;
+        fr.item_arg = &it;
+        assert_int_equal(keg_fs_fsck(v.fs, 1, &fr, NULL, NULL), 1);
+        assert_int_equal(fr.corrupt, 1);
+        assert_true(has_key(&it, key1) && has_file(&it, "/one") && !has_file(&it, "/two"));
+        tvol_umount(&v);
+    }
+    keg_free(obj);
+    keg_free(obj2);
     tvol_cleanup(&v);
 }
 
@@ -307,6 +485,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_admin_gc_fsck),
         cmocka_unit_test(test_admin_warmup_mem),
+        cmocka_unit_test(test_admin_block_identity),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

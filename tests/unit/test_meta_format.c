@@ -32,6 +32,7 @@ static void fill_weird(struct keg_format *f)
     f->trash_days = UINT32_MAX;
     f->meta_version = 3;
     f->created = INT64_MIN;
+    f->block_version = 2;
 }
 
 static void assert_same(const struct keg_format *a, const struct keg_format *b)
@@ -51,6 +52,7 @@ static void assert_same(const struct keg_format *a, const struct keg_format *b)
     assert_int_equal(a->trash_days, b->trash_days);
     assert_int_equal(a->meta_version, b->meta_version);
     assert_int_equal(a->created, b->created);
+    assert_int_equal(a->block_version, b->block_version);
 }
 
 static void test_roundtrip(void **state)
@@ -68,7 +70,7 @@ static void test_roundtrip(void **state)
         assert_true((unsigned char)*p < 0x7f);
         lines += *p == '\n';
     }
-    assert_int_equal(lines, 15);
+    assert_int_equal(lines, 16);
     assert_non_null(strstr(text, "name=vol-1\n"));
     assert_non_null(strstr(text, "capacity=18446744073709551615\n"));
     assert_non_null(strstr(text, "created=-9223372036854775808\n"));

@@ -369,6 +369,22 @@ static void t_del(void **state)
     assert_int_equal(out[0], 'y');
 }
 
+/* put_new: creates a missing key only; a second one is -EEXIST and changes nothing. */
+static void t_put_new(void **state)
+{
+    struct fixture *fx = *state;
+    unsigned char out[16];
+
+    assert_int_equal(keg_obj_put_new(fx->o, K(fx, "n/new"), "first", 5), 0);
+    assert_int_equal(keg_obj_put_new(fx->o, K(fx, "n/new"), "second", 6), -EEXIST);
+    assert_int_equal(keg_obj_get(fx->o, K(fx, "n/new"), 0, out, sizeof(out)), 5);
+    assert_memory_equal(out, "first", 5);
+    assert_int_equal(keg_obj_del(fx->o, K(fx, "n/new")), 0);
+    assert_int_equal(keg_obj_put_new(fx->o, K(fx, "n/new"), "third", 5), 0);
+    assert_int_equal(keg_obj_get(fx->o, K(fx, "n/new"), 0, out, sizeof(out)), 5);
+    assert_memory_equal(out, "third", 5);
+}
+
 static void t_head(void **state)
 {
     struct fixture *fx = *state;
@@ -648,7 +664,7 @@ static void t_sync(void **state)
 #define CT(f) {#f, f, fx_setup, fx_teardown, NULL}
 static const struct CMUnitTest contract[] = {
     CT(t_put_get), CT(t_ranged), CT(t_past_end), CT(t_missing), CT(t_empty_object),
-    CT(t_overwrite_atomic), CT(t_del), CT(t_head), CT(t_list), CT(t_list_many),
+    CT(t_overwrite_atomic), CT(t_del), CT(t_put_new), CT(t_head), CT(t_list), CT(t_list_many),
     CT(t_concurrent), CT(t_large), CT(t_sync),
 };
 #define NCONTRACT (sizeof(contract) / sizeof(contract[0]))

@@ -104,6 +104,7 @@ static void test_corruption_detected(void **state)
     size_t n = 8192, olen;
     unsigned char *raw = malloc(n), *obj = malloc(KEG_BLOCK_HDR + n);
     unsigned char *got = malloc(KEG_BLOCK_HDR + n), *out = malloc(n);
+    struct keg_block_id bid = {.slice = 1, .indx = 0, .blen = 8192};
     (void)state;
 
     assert_non_null(raw);
@@ -112,17 +113,18 @@ static void test_corruption_detected(void **state)
     assert_non_null(out);
     for (size_t i = 0; i < n; i++)
         raw[i] = (unsigned char)(i * 7 + (i >> 5));
-    assert_int_equal(keg_block_encode(KEG_CODEC_NONE, raw, n, obj, KEG_BLOCK_HDR + n, &olen), 0);
+    assert_int_equal(keg_block_encode(KEG_CODEC_NONE, &bid, raw, n, obj, KEG_BLOCK_HDR + n,
+                                      &olen), 0);
     assert_int_equal(keg_obj_put(o, "blk", obj, olen), 0);
     for (int i = 0; i < 50; i++) {
         ssize_t g = keg_obj_get(o, "blk", 0, got, olen);
         assert_int_equal(g, (ssize_t)olen);
         assert_true(memcmp(got, obj, olen) != 0);
-        assert_int_equal(keg_block_decode(got, olen, out, n), -EIO);
+        assert_int_equal(keg_block_decode(got, olen, &bid, out, n), -EIO);
     }
     /* The stored object itself is intact. */
     assert_int_equal(keg_obj_get(o->inner, "blk", 0, got, olen), (ssize_t)olen);
-    assert_int_equal(keg_block_decode(got, olen, out, n), (ssize_t)n);
+    assert_int_equal(keg_block_decode(got, olen, &bid, out, n), (ssize_t)n);
     assert_memory_equal(out, raw, n);
     keg_obj_close(o);
     free(raw);

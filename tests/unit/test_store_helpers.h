@@ -116,10 +116,11 @@ static inline size_t make_block(uint64_t id, uint32_t blen, uint8_t *enc, size_t
                                 size_t ksize)
 {
     uint8_t *raw = malloc(blen ? blen : 1);
+    struct keg_block_id bid = {.slice = id, .indx = 0, .blen = blen};
     size_t olen = 0;
     for (uint32_t i = 0; i < blen; i++)
         raw[i] = TEST_BLOCK_BYTE(id, i);
-    assert_int_equal(keg_block_encode(KEG_CODEC_NONE, raw, blen, enc, cap, &olen), 0);
+    assert_int_equal(keg_block_encode(KEG_CODEC_NONE, &bid, raw, blen, enc, cap, &olen), 0);
     free(raw);
     keg_block_key(key, ksize, "vol1", id, 0, blen);
     return olen;

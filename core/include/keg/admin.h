@@ -25,7 +25,7 @@ struct keg_fs;
  * ("scanning files", "listing objects", "checking blocks", ...). */
 typedef void keg_progress_fn(void *arg, uint64_t done, uint64_t total, const char *what);
 
-/* One finding: kind is "leak", "missing", "corrupt", "deleted", "error";
+/* One finding: kind is "leak", "missing", "corrupt", "deleted", "kept", "error";
  * key the object key (or NULL); detail a human-readable line (file paths that
  * reference the object, the error).  BORROWS: all strings (valid during the call). */
 typedef void keg_admin_item_fn(void *arg, const char *kind, const char *key, const char *detail);
@@ -48,6 +48,8 @@ struct keg_gc_report {
     uint64_t leaked_bytes;
     uint64_t foreign_objects;          /* keys under chunks/ that are no block key (ignored) */
     uint64_t deleted_objects;          /* leaks deleted (do_delete) */
+    uint64_t kept_objects;             /* leaks not deleted: their block header does not
+                                          name this volume (do_delete) */
     uint64_t errors;                   /* deletes that failed */
     uint64_t id_limit;                 /* slice ids >= this were not judged */
 };
@@ -60,7 +62,10 @@ struct keg_gc_report {
  * ids (ids reserved by live mounters for uploads not yet committed).
  * Limitation: blocks of files unlinked but still open on a live mounter are
  * counted as leaks if their ids are old enough.
- * Returns 0 or -errno (-ENOSYS: the store cannot list). */
+ * With do_delete, nothing is deleted unless the volume marker names this
+ * volume (-EPERM, logged, otherwise), and a leak is deleted only if its block
+ * header names this volume (else it is kept and reported).
+ * Returns 0 or -errno (-ENOSYS: the store cannot list; -EPERM: marker). */
 int keg_fs_gc(struct keg_fs *fs, int do_delete, struct keg_gc_report *r, keg_progress_fn *p,
               void *arg);
 

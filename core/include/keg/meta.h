@@ -124,6 +124,9 @@ struct keg_format {
     uint32_t trash_days;        /* 0 = no trash */
     uint32_t meta_version;      /* schema version of the engine */
     int64_t  created;           /* seconds since the epoch */
+    uint32_t block_version;     /* block header version the volume was made with: 2 binds
+                                   each block to its key; 0 (formatted before): version-1
+                                   blocks are read too (keg/obj.h) */
 };
 
 /* Encode / decode keg_format as "key=value\n" lines (values percent-escaped).

@@ -115,6 +115,12 @@ struct keg_obj_ops {
     /* Fills *h: failures and retries of a remote store.  Optional (NULL: a local
      * store or a layer; keg_stack_stats asks the layers below).  Returns 0. */
     int     (*health)(struct keg_obj *o, struct keg_obj_health *h);
+    /* Store the object only if key does not exist yet, atomically (S3
+     * If-None-Match: *, file: link(2) of the written temp file): -EEXIST if it
+     * does.  For small objects that claim a name (the volume marker), never
+     * for blocks.  Optional: a layer without it passes the call to the layer
+     * below (keg_obj_put_new); a bottom store without it is -ENOSYS. */
+    int     (*put_new)(struct keg_obj *o, const char *key, const void *buf, size_t len);
 };
 
 struct keg_obj {
@@ -171,6 +177,17 @@ static inline int keg_obj_del(struct keg_obj *o, const char *key)
     KEG_ASSERT(rc <= 0 && rc != -ENOENT);
     return rc;
 }
+/* put_new of the first layer from o down that has it: layers keep no copy of
+ * the objects it is for.  Returns 0, -EEXIST, -ENOSYS (no layer has it), -errno. */
+static inline int keg_obj_put_new(struct keg_obj *o, const char *key, const void *buf,
+                                  size_t len)
+{
+    while (!o->ops->put_new && o->inner)
+        o = o->inner;
+    int rc = o->ops->put_new ? o->ops->put_new(o, key, buf, len) : -ENOSYS;
+    KEG_ASSERT(rc <= 0 && rc >= -4095);
+    return rc;
+}
 /* del of each key, on to the end; returns the first error. */
 int keg_obj_del_each(struct keg_obj *o, const char *const *keys, size_t n);
 static inline int keg_obj_del_keys(struct keg_obj *o, const char *const *keys, size_t n)
@@ -204,45 +221,91 @@ static inline int keg_obj_sync_keys(struct keg_obj *o, const char *const *keys, 
 /*----------------------------------------------------------------------------
  * Blocks: the encoding of file data in objects (core/obj/block.c)
  *
- * A block object is a 16-byte header followed by the payload:
+ * A block object is a 48-byte header followed by the payload (version 2):
  *   0  u32 magic "KEGB" (0x4247454b little-endian)
- *   4  u8  version (1)
+ *   4  u8  version (2)
  *   5  u8  codec (0 none, 1 lz4, 2 zstd)
- *   6  u16 reserved (0)
- *   8  u32 raw length (bytes of file data)
+ *   6  u16 header length (48)
+ *   8  u32 raw length (bytes of file data: the key's <blen>)
  *  12  u32 CRC32C of the raw bytes
- *  16  payload (raw bytes, or compressed)
- * All integers little-endian.  See docs/internals/OBJSTORE.md.
+ *  16  16  volume UUID                    \  the block's identity: what key
+ *  32  u64 slice id                        >  it was written for (with the
+ *  40  u32 block index                    /   raw length)
+ *  44  u32 CRC32C of header bytes 0..43
+ *  48  payload (raw bytes, or compressed)
+ * All integers little-endian.  A reader names the identity it expects
+ * (struct keg_block_id) and any difference is -EIO, like a CRC mismatch: a
+ * valid block of another key, file or volume is never returned as this one.
+ * Version 1 (written before identities: a 16-byte header, bytes 0..15 as
+ * above with u16 reserved = 0 at 6) is still read, but only on volumes whose
+ * format has block_version < 2 (v1_ok).  See docs/internals/OBJSTORE.md.
  *--------------------------------------------------------------------------*/
 
-#define KEG_BLOCK_HDR 16
+#define KEG_BLOCK_HDR    48     /* header of the blocks written (version 2) */
+#define KEG_BLOCK_HDR_V1 16     /* header of version-1 blocks (read only) */
+#define KEG_BLOCK_VERSION 2     /* keg_format.block_version of new volumes */
 #define KEG_CODEC_NONE 0
 #define KEG_CODEC_LZ4  1
 #define KEG_CODEC_ZSTD 2
 
+/* The identity a block is bound to: the key it is stored under, in its volume. */
+struct keg_block_id {
+    uint8_t  vol[16];           /* volume UUID (keg_block_vol_uuid) */
+    uint64_t slice;             /* slice id */
+    uint32_t indx;              /* block index in the slice */
+    uint32_t blen;              /* raw length */
+    int      v1_ok;             /* also accept version-1 blocks (no identity): volumes
+                                   formatted before block_version 2 */
+};
+
 uint32_t keg_crc32c(uint32_t crc, const void *buf, size_t len);
 /* "none"/"lz4"/"zstd" -> KEG_CODEC_*, or -EINVAL. */
 int keg_codec_parse(const char *name);
+/* The 16 bytes of a volume's UUID string ("8-4-4-4-12" hex digits).  A string
+ * that is not a UUID (volumes made by hand, tests) is hashed into 16 bytes,
+ * so every string has one stable value.  Returns 0, or 1 if it was hashed. */
+int keg_block_vol_uuid(const char *uuid, uint8_t out[16]);
 /* Largest encoded size for raw_len bytes with codec. */
 size_t keg_block_bound(int codec, size_t raw_len);
-/* Encode raw into out (capacity keg_block_bound()).  *out_len = object size. */
-int keg_block_encode(int codec, const void *raw, size_t raw_len, void *out, size_t out_cap,
-                     size_t *out_len);
+/* Encode raw (raw_len == bid->blen bytes) for identity bid into out
+ * (capacity keg_block_bound()).  *out_len = object size.
+ * Returns 0 or -EINVAL (codec, length, capacity). */
+int keg_block_encode(int codec, const struct keg_block_id *bid, const void *raw, size_t raw_len,
+                     void *out, size_t out_cap, size_t *out_len);
 /* Seal an uncompressed block in place: obj holds KEG_BLOCK_HDR bytes of room
- * followed by raw_len raw bytes; the header is written into the room.  The
+ * followed by bid->blen raw bytes; the header is written into the room.  The
  * result is what keg_block_encode(KEG_CODEC_NONE) makes, without a copy.
- * Returns the object size, or 0 if raw_len is over 4 GiB. */
-size_t keg_block_seal(void *obj, size_t raw_len);
+ * Returns the object size. */
+size_t keg_block_seal(void *obj, const struct keg_block_id *bid);
 /* Verify and decode an object into raw (capacity raw_cap >= raw length).
+ * bid: the identity expected (NULL: any identity, integrity only -- tools).
  * Returns the raw length, or -EIO (bad magic, CRC mismatch, truncated,
- * undecodable: the caller logs the key). */
-ssize_t keg_block_decode(const void *obj, size_t obj_len, void *raw, size_t raw_cap);
+ * undecodable, another identity, a version-1 block where !bid->v1_ok: the
+ * caller logs the key, keg_block_why() says what is wrong). */
+ssize_t keg_block_decode(const void *obj, size_t obj_len, const struct keg_block_id *bid,
+                         void *raw, size_t raw_cap);
 /* Verify an object of codec none where it lies: the raw bytes are the payload,
- * at obj + KEG_BLOCK_HDR (no second buffer, no copy).  Same checks as
- * keg_block_decode (header, length <= raw_cap, CRC32C of the raw bytes).
+ * at obj + keg_block_hdr_len(obj) (no second buffer, no copy).  Same checks as
+ * keg_block_decode (header, identity, length <= raw_cap, CRC32C of the raw bytes).
  * Returns the raw length, -EIO, or -ENOTSUP for a sound header of a compressed
  * codec (lz4, zstd: decode it with keg_block_decode into another buffer). */
-ssize_t keg_block_decode_inplace(const void *obj, size_t obj_len, size_t raw_cap);
+ssize_t keg_block_decode_inplace(const void *obj, size_t obj_len,
+                                 const struct keg_block_id *bid, size_t raw_cap);
+/* Header length of a block that passed keg_block_decode_inplace (16 or 48). */
+size_t keg_block_hdr_len(const void *obj);
+/* Checks only the header in obj[0..len) (len >= KEG_BLOCK_HDR, or the whole
+ * object if shorter): what gc reads before it deletes an object.
+ * Returns 0 (a version-2 header of exactly identity bid), 1 (a sound
+ * version-1 header: it carries no identity), or -EIO (anything else). */
+int keg_block_check_header(const void *obj, size_t len, const struct keg_block_id *bid);
+/* The volume UUID in a sound header in obj[0..len) (what gc reads before it
+ * deletes an object).  Returns 0 (version 2: vol set), 1 (a version-1
+ * header: no identity), or -EIO (not a sound block header). */
+int keg_block_header_volume(const void *obj, size_t len, uint8_t vol[16]);
+/* Why obj fails keg_block_decode for bid, in words, into buf (size bytes):
+ * e.g. "written for block 12_0_4096 of volume <uuid>".  Returns buf. */
+const char *keg_block_why(const void *obj, size_t obj_len, const struct keg_block_id *bid,
+                          char *buf, size_t size);
 
 /* Object key of block `indx` (of length blen) of slice id in volume vol:
  * "<vol>/chunks/<id/1e6>/<id/1e3>/<id>_<indx>_<blen>".  Returns snprintf's. */
@@ -251,5 +314,31 @@ int keg_block_key(char *buf, size_t size, const char *vol, uint64_t id, uint32_t
 /* Parse a key made by keg_block_key (after the "<vol>/chunks/" prefix
  * is stripped or not).  Returns 0 or -EINVAL. */
 int keg_block_key_parse(const char *key, uint64_t *id, uint32_t *indx, uint32_t *blen);
+
+/*----------------------------------------------------------------------------
+ * The volume marker (core/obj/block.c): the object "<name>/kegfs.volume"
+ * claims the key prefix "<name>/" of a bucket for one volume, named by its
+ * UUID.  Text: "kegfs-volume 1\nname=<name>\nuuid=<uuid>\n".  format
+ * creates it (put_new), and nothing deletes objects under a prefix whose
+ * marker names another volume (gc, CSI DeleteVolume).
+ *--------------------------------------------------------------------------*/
+
+#define KEG_VOLUME_MARKER "kegfs.volume"
+
+/* The marker's key for volume name.  Returns snprintf's. */
+int keg_volume_marker_key(char *buf, size_t size, const char *name);
+/* The UUID the marker of volume name holds, into uuid (capacity 40, "" on error).
+ * Returns 0, -ENOENT (no marker), -EIO (not a marker), or -errno of the store. */
+int keg_volume_marker_read(struct keg_obj *o, const char *name, char uuid[40]);
+/* Claims prefix "<name>/" for uuid: creates the marker (If-None-Match) unless
+ * it exists.  Returns 0 (created, or it names uuid already), -EEXIST (it
+ * names another volume: other = its UUID), -EIO (an object that is not a
+ * marker is there), -errno. */
+int keg_volume_marker_claim(struct keg_obj *o, const char *name, const char *uuid,
+                            char other[40]);
+/* Returns 0 if the marker names uuid, -EEXIST (another: other = its UUID),
+ * -ENOENT (no marker), -EIO, -errno. */
+int keg_volume_marker_check(struct keg_obj *o, const char *name, const char *uuid,
+                            char other[40]);
 
 #endif
