@@ -851,19 +851,9 @@ uint64_t keg_fh_ino(const struct keg_fh *fh)
 int keg_fs_flush(struct keg_fs *fs, struct keg_fh *fh, uint64_t lock_owner)
 {
     struct fs_inode *ip = fh->ip;
-    int plocked;
     int rc = fs_flush_inode(fs, ip, 1);
 
-    pthread_mutex_lock(&ip->mu);
-    plocked = ip->plocked;
-    pthread_mutex_unlock(&ip->mu);
-    if (plocked) {
-        struct keg_plock lk = {.type = F_UNLCK, .start = 0, .end = UINT64_MAX, .pid = 0};
-        int lrc = KEG_META_CALL(fs->meta, setlk, ip->ino, lock_owner, &lk);
-        if (lrc < 0 && lrc != -ENOSYS)
-            KEG_WARN("releasing POSIX locks of inode %llu: %s", (unsigned long long)ip->ino,
-                     strerror(-lrc));
-    }
+    fs_locks_flush(fs, fh, lock_owner);     /* lock.c */
     return rc;
 }
 
@@ -939,12 +929,7 @@ int keg_fs_release(struct keg_fs *fs, struct keg_fh *fh)
     if (rc < 0)
         KEG_ERR("release of inode %llu: buffered data lost: %s", (unsigned long long)ip->ino,
                 strerror(-rc));
-    if (fh->flocked) {
-        int lrc = KEG_META_CALL(fs->meta, flock, ip->ino, fh->flock_owner, F_UNLCK);
-        if (lrc < 0)
-            KEG_WARN("releasing flock of inode %llu: %s", (unsigned long long)ip->ino,
-                     strerror(-lrc));
-    }
+    fs_locks_release(fs, fh);               /* lock.c: flock and OFD locks */
     pthread_mutex_lock(&ip->mu);
     KEG_ASSERT(ip->nopen > 0);
     ip->nopen--;

@@ -479,6 +479,14 @@ void fs_pattr_end(struct keg_fs *fs, const struct fs_pattr_tok *t, const struct 
 
 /* lock.c */
 void fs_waiters_wake_all(struct keg_fs *fs);
+/* close(2) of one descriptor of fh by lock_owner: drops that owner's POSIX
+ * locks on the inode (if any were set through this mount). */
+void fs_locks_flush(struct keg_fs *fs, struct keg_fh *fh, uint64_t lock_owner);
+/* Last close of fh (the open file description): drops its flock and the
+ * byte-range locks still held by owners that set them through fh -- its
+ * OFD locks (a POSIX owner's locks went at that owner's flush).  Frees the
+ * owner list. */
+void fs_locks_release(struct keg_fs *fs, struct keg_fh *fh);
 
 /* trash.c (docs/internals/TRASH.md); only called when fs->fmt.trash_days > 0,
  * except start/stop/free, which do nothing without a trash. */
@@ -509,6 +517,11 @@ struct keg_fh {
     int              flags;         /* open(2) flags */
     int              flocked;       /* a flock is held under flock_owner */
     uint64_t         flock_owner;
+    /* lock.c: owners that set byte-range locks through this handle and have
+     * not closed it since (protected by ip->mu): the OFD locks of the open
+     * file description, released at the last close */
+    uint64_t        *lk_owners;
+    uint32_t         nlk_owners, clk_owners;
 
     /* sequential read detection (read.c) */
     pthread_mutex_t  ra_mu;         /* protects the fields below */

@@ -1114,6 +1114,119 @@ static void t_posix_locks(void)
     close(b);
 }
 
+static void on_alarm(int sig)
+{
+    (void)sig;
+}
+
+/* F_OFD_SETLK on fd, retried for up to 5 s while it fails with EAGAIN: FUSE
+ * sends the RELEASE that drops a closed description's OFD locks a moment
+ * after close() returns (docs/posix.md).  Returns fcntl's result. */
+static int ofd_setlk_retry(int fd, short type)
+{
+    struct flock fl;
+    int rc = -1;
+
+    for (int i = 0; i < 500; i++) {
+        fl = (struct flock){.l_type = type, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
+        rc = fcntl(fd, F_OFD_SETLK, &fl);
+        if (rc == 0 || errno != EAGAIN)
+            break;
+        usleep(10000);
+    }
+    return rc;
+}
+
+/* OFD locks live as long as their open file description: not dropped by
+ * closing a duplicate descriptor or by another close of the process, dropped
+ * by the last close and when the holder exits. */
+static void t_ofd_locks(void)
+{
+    struct flock fl;
+    int a, b, c, st;
+    pid_t pid;
+
+    OK(write_file("f", "0123456789", 10, 0644));
+    a = OK(open("f", O_RDWR));
+    b = OK(open("f", O_RDWR));
+    fl = (struct flock){.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
+    OK(fcntl(a, F_OFD_SETLK, &fl));
+    fl = (struct flock){.l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+    ERR(fcntl(b, F_OFD_SETLK, &fl), EAGAIN);
+    /* closing a duplicate or another description of the same process keeps it */
+    c = OK(dup(a));
+    close(c);
+    c = OK(open("f", O_RDONLY));
+    close(c);
+    usleep(100000);
+    ERR(fcntl(b, F_OFD_SETLK, &fl), EAGAIN);
+    fl = (struct flock){.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
+    OK(fcntl(b, F_OFD_GETLK, &fl));
+    EQ(fl.l_type, F_WRLCK);
+    /* the last close of the description releases it */
+    close(a);
+    EQ(ofd_setlk_retry(b, F_WRLCK), 0);
+    close(b);
+
+    /* a process that takes an OFD lock and exits without closing */
+    fflush(stdout);
+    pid = fork();
+    if (pid == 0) {
+        int fd = open("f", O_RDWR);
+        struct flock l = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
+        _exit(fd >= 0 && fcntl(fd, F_OFD_SETLK, &l) == 0 ? 0 : 1);
+    }
+    waitpid(pid, &st, 0);
+    TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    a = OK(open("f", O_RDWR));
+    EQ(ofd_setlk_retry(a, F_WRLCK), 0);
+    close(a);
+
+    /* F_OFD_SETLKW waits for a holder that exits, and does not hang */
+    int p[2];
+    OK(pipe(p));
+    fflush(stdout);
+    pid = fork();
+    if (pid == 0) {
+        int fd = open("f", O_RDWR);
+        struct flock l = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
+        char ch = fcntl(fd, F_OFD_SETLK, &l) == 0 ? 'y' : 'n';
+        if (write(p[1], &ch, 1) != 1)
+            _exit(1);
+        usleep(300000);
+        _exit(0);                                   /* exits holding the lock */
+    }
+    close(p[1]);
+    char ch = 0;
+    EQ(read(p[0], &ch, 1), 1);
+    close(p[0]);
+    EQ(ch, 'y');
+    a = OK(open("f", O_RDWR));
+    fl = (struct flock){.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
+    ERR(fcntl(a, F_OFD_SETLK, &fl), EAGAIN);
+    struct sigaction sa = {.sa_handler = on_alarm}, old;
+    sigaction(SIGALRM, &sa, &old);                  /* no SA_RESTART: a hang ends in EINTR */
+    alarm(10);
+    OK(fcntl(a, F_OFD_SETLKW, &fl));
+    alarm(0);
+    sigaction(SIGALRM, &old, NULL);
+    waitpid(pid, &st, 0);
+    close(a);
+    /* and a POSIX lock of this process is still released by any close */
+    a = OK(open("f", O_RDWR));
+    fl = (struct flock){.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
+    OK(fcntl(a, F_SETLK, &fl));
+    b = OK(open("f", O_RDWR));
+    OK(fcntl(b, F_OFD_GETLK, &fl));
+    EQ(fl.l_type, F_WRLCK);
+    c = OK(open("f", O_RDONLY));
+    close(c);
+    fl = (struct flock){.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
+    OK(fcntl(b, F_OFD_SETLK, &fl));
+    close(a);
+    close(b);
+}
+
 static void t_fallocate(void)
 {
     char buf[8192];
@@ -1564,7 +1677,8 @@ static const struct test g_tests[] = {
     {"rename", t_rename},       {"link", t_link},
     {"symlink", t_symlink},     {"names", t_names},
     {"xattr", t_xattr},         {"flock", t_flock},
-    {"posix_locks", t_posix_locks}, {"fallocate", t_fallocate},
+    {"posix_locks", t_posix_locks}, {"ofd_locks", t_ofd_locks},
+    {"fallocate", t_fallocate},
     {"seek_data", t_seek_data}, {"copy_range", t_copy_range},
     {"unlinked_open", t_unlinked_open}, {"mmap", t_mmap},
     {"statfs", t_statfs},       {"buffered", t_buffered},
