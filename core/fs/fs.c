@@ -459,6 +459,7 @@ static void fs_init_locks(struct keg_fs *fs)
     pthread_condattr_t ca;
     pthread_mutex_init(&fs->id_mu, NULL);
     pthread_mutex_init(&fs->pa_mu, NULL);
+    pthread_mutex_init(&fs->odir_mu, NULL);
     pthread_mutex_init(&fs->itab_mu, NULL);
     pthread_mutex_init(&fs->bg_mu, NULL);
     pthread_mutex_init(&fs->del_mu, NULL);
@@ -480,6 +481,8 @@ static void fs_destroy_locks(struct keg_fs *fs)
 {
     pthread_mutex_destroy(&fs->id_mu);
     pthread_mutex_destroy(&fs->pa_mu);
+    fs_odir_free(fs);
+    pthread_mutex_destroy(&fs->odir_mu);
     pthread_mutex_destroy(&fs->itab_mu);
     pthread_mutex_destroy(&fs->bg_mu);
     pthread_mutex_destroy(&fs->del_mu);

@@ -226,8 +226,14 @@ int keg_fs_lookup(struct keg_fs *fs, const struct keg_ctx *c, uint64_t parent, c
 
 int keg_fs_getattr(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, struct keg_attr *out)
 {
+    int rc;
     KEG_UNUSED(c);
-    return fs_getattr_merged(fs, ino, out);
+    rc = fs_getattr_merged(fs, ino, out);
+    if (rc == 0 && S_ISDIR(out->mode))
+        fs_odir_seen(fs, out);          /* dir.c: for fstat after its removal */
+    else if (rc == -ENOENT)
+        rc = fs_odir_dead(fs, ino, out);
+    return rc;
 }
 
 int keg_fs_getattr_cached(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino,
@@ -304,6 +310,8 @@ int keg_fs_setattr(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, uns
         return -EROFS;
     token = fs_attr_token(fs, ino);
     rc = KEG_META_CALL(fs->meta, getattr, ino, &cur);
+    if (rc == -ENOENT)
+        return fs_odir_setattr(fs, c, ino, set, in, out);  /* removed, still open here */
     if (rc < 0)
         return rc;
     rc = fs_check_setattr(c, &cur, set, in, &mode);
@@ -314,6 +322,8 @@ int keg_fs_setattr(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, uns
     fs_pattr_begin(fs, ino, &t);        /* a directory's cached attributes change */
     rc = setattr_checked(fs, ino, set, cur, token, mode, in, out);
     fs_pattr_end(fs, &t, NULL);
+    if (rc == 0)
+        fs_odir_seen(fs, out);
     return rc;
 }
 

@@ -1227,6 +1227,73 @@ static void t_ofd_locks(void)
     close(b);
 }
 
+/* A directory removed (rmdir, or replaced by rename) while open keeps its
+ * identity until the last close: fstat, fchmod, futimens work on the
+ * descriptor; it lists nothing and refuses new entries (ENOENT). */
+static void t_open_dirs(void)
+{
+    struct stat st, st2;
+    int fd, fd2, cwd;
+
+    OK(mkdir("d", 0755));
+    fd = OK(open("d", O_RDONLY | O_DIRECTORY));
+    OK(fstat(fd, &st));
+    OK(rmdir("d"));
+    OK(fstat(fd, &st2));
+    EQ(st2.st_ino, st.st_ino);
+    TRUE(S_ISDIR(st2.st_mode));
+    EQ(st2.st_nlink, 0);
+    OK(fchmod(fd, 0700));
+    OK(fstat(fd, &st2));
+    EQ(st2.st_mode & 07777, 0700);
+    struct timespec ts[2] = {{1000000000, 0}, {1000000000, 500}};
+    OK(futimens(fd, ts));
+    OK(fstat(fd, &st2));
+    EQ(st2.st_mtim.tv_sec, 1000000000);
+    ERR(openat(fd, "x", O_CREAT | O_WRONLY, 0644), ENOENT);
+    ERR(mkdirat(fd, "x", 0755), ENOENT);
+    fd2 = OK(dup(fd));
+    DIR *dp = fdopendir(fd2);
+    TRUE(dp != NULL);
+    if (dp) {
+        errno = 0;
+        struct dirent *de = readdir(dp);           /* no entries, not even "." */
+        TRUE(de == NULL);
+        TRUE(errno == 0 || errno == ENOENT);
+        closedir(dp);
+    }
+    /* the current directory removed under a process */
+    cwd = OK(open(".", O_RDONLY | O_DIRECTORY));
+    OK(fchdir(fd));
+    OK(stat(".", &st2));
+    EQ(st2.st_ino, st.st_ino);
+    OK(fchdir(cwd));
+    close(cwd);
+    close(fd);
+
+    /* a directory replaced by rename */
+    OK(mkdir("a", 0755));
+    OK(mkdir("b", 0751));
+    fd = OK(open("b", O_RDONLY | O_DIRECTORY));
+    OK(fstat(fd, &st));
+    OK(rename("a", "b"));
+    OK(fstat(fd, &st2));
+    EQ(st2.st_ino, st.st_ino);
+    EQ(st2.st_mode & 07777, 0751);
+    EQ(st2.st_nlink, 0);
+    TRUE(xstat("b").st_ino != st.st_ino);
+    close(fd);
+    /* the same with renameat2(RENAME_NOREPLACE) refused: nothing changes */
+    fd = OK(open("b", O_RDONLY | O_DIRECTORY));
+    OK(mkdir("c", 0755));
+    ERR(renameat2(AT_FDCWD, "c", AT_FDCWD, "b", RENAME_NOREPLACE), EEXIST);
+    OK(fstat(fd, &st2));
+    TRUE(st2.st_nlink >= 2);
+    close(fd);
+    OK(rmdir("b"));
+    OK(rmdir("c"));
+}
+
 static void t_fallocate(void)
 {
     char buf[8192];
@@ -1678,6 +1745,7 @@ static const struct test g_tests[] = {
     {"symlink", t_symlink},     {"names", t_names},
     {"xattr", t_xattr},         {"flock", t_flock},
     {"posix_locks", t_posix_locks}, {"ofd_locks", t_ofd_locks},
+    {"open_dirs", t_open_dirs},
     {"fallocate", t_fallocate},
     {"seek_data", t_seek_data}, {"copy_range", t_copy_range},
     {"unlinked_open", t_unlinked_open}, {"mmap", t_mmap},
