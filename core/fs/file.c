@@ -62,7 +62,7 @@
 #include "fs_i.h"
 
 #define FS_MAX_WSLICES 1000
-#define FS_MAX_FILE_SIZE (KEG_CHUNK_SIZE * (uint64_t)UINT32_MAX)
+#define FS_MAX_FILE_SIZE KEG_MAX_FILE_SIZE
 #define FS_COPY_RETRIES 5
 #define FS_USYNC_MAX 4096     /* slices an fsync syncs one by one; more: the whole store */
 /* A sequential writer commits a full chunk's slice at most this often: a
@@ -706,8 +706,10 @@ ssize_t keg_fs_write(struct keg_fs *fs, struct keg_fh *fh, uint64_t off, const v
         return -EBADF;
     if (size == 0)
         return 0;
-    if (off >= FS_MAX_FILE_SIZE || size > FS_MAX_FILE_SIZE - off)
+    if (off >= FS_MAX_FILE_SIZE)
         return -EFBIG;
+    if (size > FS_MAX_FILE_SIZE - off)
+        size = (size_t)(FS_MAX_FILE_SIZE - off);    /* short write up to the limit */
     pthread_mutex_lock(&ip->mu);
     if (ip->werr == -ENOSPC || ip->werr == -EDQUOT) {
         rc = ip->werr;

@@ -344,6 +344,8 @@ static int setattr_checked(struct keg_fs *fs, uint64_t ino, unsigned set, struct
             return -EISDIR;
         if (!S_ISREG(cur.mode))
             return -EINVAL;
+        if (in->size > KEG_MAX_FILE_SIZE)
+            return -EFBIG;
         rc = do_truncate(fs, ino, in->size, &cur, &token);
         if (rc < 0)
             return rc;
