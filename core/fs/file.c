@@ -1023,6 +1023,13 @@ int keg_fs_fallocate(struct keg_fs *fs, const struct keg_ctx *c, struct keg_fh *
     rc = KEG_META_CALL(fs->meta, getattr, ip->ino, &a);
     if (rc < 0)
         goto out;
+    if ((mode & ~FALLOC_FL_KEEP_SIZE) == 0 && end > KEG_MAX(off, a.size)) {
+        /* what the request adds past EOF must fit (fs.c; holes inside the
+         * file are not counted: KegFS reserves no space for them) */
+        rc = fs_space_check(fs, end - KEG_MAX(off, a.size));
+        if (rc < 0)
+            goto out;
+    }
     if (mode == 0) {
         if (end > a.size)
             rc = KEG_META_CALL(fs->meta, truncate, ip->ino, end, &a);

@@ -490,6 +490,10 @@ struct fs_pattr_tok {
 void fs_pattr_begin(struct keg_fs *fs, uint64_t ino, struct fs_pattr_tok *t);
 void fs_pattr_end(struct keg_fs *fs, const struct fs_pattr_tok *t, const struct keg_attr *a);
 
+/* fs.c: -ENOSPC if need bytes exceed the volume's free space as statfs
+ * reports it (capacity quota, and the file store's disk).  Returns 0 or -errno. */
+int  fs_space_check(struct keg_fs *fs, uint64_t need);
+
 /* dir.c: open directories.  An open directory removed by rmdir or replaced
  * by rename has no engine record left, but its descriptors live on (fstat,
  * fchmod, futimens ...) until the last close, as on a local file system: the
