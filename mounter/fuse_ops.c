@@ -391,8 +391,8 @@ static void mnt_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse
     MNT_DBG("rename(parent=%" PRIu64 ", name=%s, newparent=%" PRIu64 ", newname=%s, flags=%u)",
             (uint64_t)parent, name, (uint64_t)newparent, newname, flags);
     mnt_ctx(req, &c, 0);
-    /* RENAME_NOREPLACE / RENAME_EXCHANGE have the Linux values in KEG_RENAME_*;
-     * anything else (RENAME_WHITEOUT) is refused by core/fs with -EINVAL. */
+    /* RENAME_NOREPLACE / _EXCHANGE / _WHITEOUT have the Linux values in
+     * KEG_RENAME_* and KEG_FS_RENAME_WHITEOUT; core/fs refuses others (-EINVAL). */
     fuse_reply_err(req, -keg_fs_rename(mnt(req)->fs, &c, parent, name, newparent, newname, flags));
 }
 

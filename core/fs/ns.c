@@ -489,11 +489,14 @@ int keg_fs_rename(struct keg_fs *fs, const struct keg_ctx *c, uint64_t parent, c
 {
     struct keg_unlinked gone;
     struct keg_attr moved;
+    int whiteout = (flags & KEG_FS_RENAME_WHITEOUT) != 0;
     int rc;
-    KEG_UNUSED(c);
+    flags &= ~KEG_FS_RENAME_WHITEOUT;
     if (flags & ~(KEG_RENAME_NOREPLACE | KEG_RENAME_EXCHANGE))
         return -EINVAL;
     if ((flags & KEG_RENAME_NOREPLACE) && (flags & KEG_RENAME_EXCHANGE))
+        return -EINVAL;
+    if (whiteout && (flags & KEG_RENAME_EXCHANGE))
         return -EINVAL;
     if (fs->read_only)
         return -EROFS;
@@ -516,6 +519,17 @@ int keg_fs_rename(struct keg_fs *fs, const struct keg_ctx *c, uint64_t parent, c
     pa_rename_end(fs, &t1, &t2, rc);
     if (rc == 0)
         fs_handle_gone(fs, &gone);
+    if (rc == 0 && whiteout) {
+        /* RENAME_WHITEOUT: a whiteout (char device 0/0, mode 0) takes the old
+         * name.  Not atomic with the rename: another mount may see the old
+         * name free for a moment, and a name created there meanwhile makes
+         * this fail (docs/posix.md). */
+        struct keg_attr wa;
+        rc = make_node(fs, c, parent, name, S_IFCHR, 0, NULL, &wa);
+        if (rc < 0)
+            KEG_WARN("rename with whiteout: the whiteout of %s was not created: %s", name,
+                     strerror(-rc));
+    }
     return rc;
 }
 

@@ -1599,6 +1599,46 @@ static void t_buffered(void)
     TRUE(checked);
 }
 
+/* renameat2(RENAME_WHITEOUT) (root: needs CAP_MKNOD): the file moves, the
+ * old name becomes a whiteout (character device 0/0). */
+static void t_whiteout(void)
+{
+    struct stat st, st2;
+
+    if (getuid() != 0) {
+        skip("needs root (CAP_MKNOD)");
+        return;
+    }
+    OK(write_file("a", "data", 4, 0644));
+    st = xstat("a");
+    OK(renameat2(AT_FDCWD, "a", AT_FDCWD, "b", RENAME_WHITEOUT));
+    st2 = xstat("b");
+    EQ(st2.st_ino, st.st_ino);
+    EQ(st2.st_size, 4);
+    st2 = xstat("a");
+    TRUE(S_ISCHR(st2.st_mode));
+    EQ(st2.st_rdev, makedev(0, 0));
+    EQ(st2.st_mode & 07777, 0);
+    /* over an existing target, and with RENAME_NOREPLACE */
+    OK(write_file("c", "x", 1, 0644));
+    OK(renameat2(AT_FDCWD, "b", AT_FDCWD, "c", RENAME_WHITEOUT));
+    EQ(xstat("c").st_size, 4);
+    TRUE(S_ISCHR(xstat("b").st_mode));
+    ERR(renameat2(AT_FDCWD, "c", AT_FDCWD, "a", RENAME_WHITEOUT | RENAME_NOREPLACE), EEXIST);
+    EQ(xstat("c").st_size, 4);
+    OK(mkdir("d", 0755));
+    OK(renameat2(AT_FDCWD, "c", AT_FDCWD, "d/e", RENAME_WHITEOUT | RENAME_NOREPLACE));
+    TRUE(S_ISCHR(xstat("c").st_mode));
+    EQ(xstat("d/e").st_size, 4);
+    /* not with RENAME_EXCHANGE */
+    ERR(renameat2(AT_FDCWD, "d/e", AT_FDCWD, "a", RENAME_WHITEOUT | RENAME_EXCHANGE), EINVAL);
+    /* a directory moves the same way */
+    OK(mkdir("dir", 0755));
+    OK(renameat2(AT_FDCWD, "dir", AT_FDCWD, "dir2", RENAME_WHITEOUT));
+    TRUE(S_ISDIR(xstat("dir2").st_mode));
+    TRUE(S_ISCHR(xstat("dir").st_mode));
+}
+
 static void t_tmpfile(void)
 {
     char path[64];
@@ -1750,7 +1790,7 @@ static const struct test g_tests[] = {
     {"seek_data", t_seek_data}, {"copy_range", t_copy_range},
     {"unlinked_open", t_unlinked_open}, {"mmap", t_mmap},
     {"statfs", t_statfs},       {"buffered", t_buffered},
-    {"tmpfile", t_tmpfile},     {"perms", t_perms},
+    {"tmpfile", t_tmpfile},     {"whiteout", t_whiteout},     {"perms", t_perms},
 };
 
 static int selected(const char *list, const char *name)
