@@ -107,7 +107,10 @@ static void attr_to_stat(const struct keg_attr *a, struct stat *st)
     st->st_rdev = (dev_t)a->rdev;
     st->st_size = (off_t)a->size;
     st->st_blksize = 4096;
-    st->st_blocks = (blkcnt_t)((a->size + 511) / 512);
+    /* data actually stored where the engine tracks it: holes do not count */
+    uint64_t used = S_ISREG(a->mode) && a->alloc != KEG_ALLOC_UNKNOWN ? KEG_MIN(a->alloc, a->size)
+                                                                      : a->size;
+    st->st_blocks = (blkcnt_t)((used + 511) / 512);
     st->st_atim.tv_sec = a->atime;
     st->st_atim.tv_nsec = a->atimensec;
     st->st_mtim.tv_sec = a->mtime;

@@ -329,6 +329,7 @@ int fs_attr_fixup_token(struct keg_fs *fs, struct keg_attr *a, uint64_t token)
     if (!changed && ip->wfirst) {
         if (ip->wend > a->size)
             a->size = ip->wend;
+        a->alloc = KEG_ALLOC_UNKNOWN;   /* buffered data: st_blocks follows size */
         a->mtime = ip->wtime_ns / 1000000000;
         a->mtimensec = (uint32_t)(ip->wtime_ns % 1000000000);
         a->ctime = a->mtime;
