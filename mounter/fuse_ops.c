@@ -123,7 +123,10 @@ static void attr_to_stat(const struct keg_attr *a, struct stat *st)
     st->st_rdev = (dev_t)a->rdev;
     st->st_size = (off_t)a->size;
     st->st_blksize = 4096;
-    st->st_blocks = (blkcnt_t)((a->size + 511) / 512);
+    /* data actually stored where the engine tracks it: holes do not count */
+    uint64_t used = S_ISREG(a->mode) && a->alloc != KEG_ALLOC_UNKNOWN ? KEG_MIN(a->alloc, a->size)
+                                                                      : a->size;
+    st->st_blocks = (blkcnt_t)((used + 511) / 512);
     st->st_atim.tv_sec = a->atime;
     st->st_atim.tv_nsec = a->atimensec;
     st->st_mtim.tv_sec = a->mtime;
@@ -407,8 +410,8 @@ static void mnt_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse
     MNT_DBG("rename(parent=%" PRIu64 ", name=%s, newparent=%" PRIu64 ", newname=%s, flags=%u)",
             (uint64_t)parent, name, (uint64_t)newparent, newname, flags);
     mnt_ctx(req, &c, 0);
-    /* RENAME_NOREPLACE / RENAME_EXCHANGE have the Linux values in KEG_RENAME_*;
-     * anything else (RENAME_WHITEOUT) is refused by core/fs with -EINVAL. */
+    /* RENAME_NOREPLACE / _EXCHANGE / _WHITEOUT have the Linux values in
+     * KEG_RENAME_* and KEG_FS_RENAME_WHITEOUT; core/fs refuses others (-EINVAL). */
     fuse_reply_err(req, -keg_fs_rename(mnt(req)->fs, &c, parent, name, newparent, newname, flags));
 }
 

@@ -10,6 +10,13 @@
  * exists throughout.  An entry refused by fill() stays the next one.  A call
  * with any other offset (seekdir/rewinddir) restarts from the beginning and
  * skips entries batch by batch -- memory stays bounded either way.
+ *
+ * Open directories are counted in fs->odir with the attributes last seen of
+ * each (at opendir, and at every getattr/setattr of it through this mount).
+ * Once rmdir or a replacing rename removed the engine's record, those stand
+ * in for it until the last handle closes: fstat answers them with nlink 0,
+ * fchmod/fchown/futimens change them in memory.  (The kernel refuses
+ * readdir and creation in a removed directory itself.)
  */
 #include <string.h>
 #include <sys/stat.h>
@@ -28,7 +35,7 @@ struct fs_dent {
 
 struct keg_dh {
     pthread_mutex_t mu;         /* protects everything below */
-    uint64_t        ino;
+    uint64_t        ino;        /* immutable; counted in fs->odir */
     uint64_t        pos;        /* offset of the next entry to deliver */
     struct fs_dent *ents;       /* current batch */
     size_t          n, idx;     /* batch size, next entry in it */
@@ -141,6 +148,148 @@ static int dh_seek(struct keg_fs *fs, struct keg_dh *dh, uint64_t off, int plus)
     return 0;
 }
 
+/*----------------------------------------------------------------------------
+ * Open directories
+ *--------------------------------------------------------------------------*/
+
+static struct fs_odir **odir_bucket(struct keg_fs *fs, uint64_t ino)
+{
+    _Static_assert(FS_ODIR_BUCKETS == 64, "the hash takes the top 6 bits");
+    return &fs->odir[(ino * 0x9E3779B97F4A7C15ULL) >> 58];
+}
+
+static struct fs_odir **odir_slot(struct keg_fs *fs, uint64_t ino)
+{
+    struct fs_odir **pp = odir_bucket(fs, ino);
+    while (*pp && (*pp)->a.ino != ino)
+        pp = &(*pp)->next;
+    return pp;
+}
+
+static int odir_open(struct keg_fs *fs, const struct keg_attr *a)
+{
+    struct fs_odir *o;
+    int rc = 0;
+    pthread_mutex_lock(&fs->odir_mu);
+    o = *odir_slot(fs, a->ino);
+    if (o) {
+        o->nopen++;
+        o->a = *a;
+    } else {
+        o = keg_calloc(1, sizeof(*o));
+        if (o) {
+            struct fs_odir **pp = odir_bucket(fs, a->ino);
+            o->nopen = 1;
+            o->a = *a;
+            o->next = *pp;
+            *pp = o;
+        } else {
+            rc = -ENOMEM;
+        }
+    }
+    pthread_mutex_unlock(&fs->odir_mu);
+    return rc;
+}
+
+static void odir_close(struct keg_fs *fs, uint64_t ino)
+{
+    struct fs_odir *o = NULL;
+    pthread_mutex_lock(&fs->odir_mu);
+    struct fs_odir **pp = odir_slot(fs, ino);
+    KEG_ASSERT(*pp != NULL);
+    if (*pp && --(*pp)->nopen == 0) {
+        o = *pp;
+        *pp = o->next;
+    }
+    pthread_mutex_unlock(&fs->odir_mu);
+    keg_free(o);
+}
+
+void fs_odir_seen(struct keg_fs *fs, const struct keg_attr *a)
+{
+    pthread_mutex_lock(&fs->odir_mu);
+    struct fs_odir *o = *odir_slot(fs, a->ino);
+    if (o)
+        o->a = *a;
+    pthread_mutex_unlock(&fs->odir_mu);
+}
+
+int fs_odir_dead(struct keg_fs *fs, uint64_t ino, struct keg_attr *out)
+{
+    int rc = -ENOENT;
+    pthread_mutex_lock(&fs->odir_mu);
+    struct fs_odir *o = *odir_slot(fs, ino);
+    if (o) {
+        o->a.nlink = 0;
+        *out = o->a;
+        rc = 0;
+    }
+    pthread_mutex_unlock(&fs->odir_mu);
+    return rc;
+}
+
+int fs_odir_setattr(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, unsigned set,
+                    const struct keg_attr *in, struct keg_attr *out)
+{
+    int64_t now = keg_now_ns();
+    uint32_t mode;
+    int rc = -ENOENT;
+
+    pthread_mutex_lock(&fs->odir_mu);
+    struct fs_odir *o = *odir_slot(fs, ino);
+    if (!o)
+        goto out;
+    o->a.nlink = 0;
+    if (set & KEG_FS_SET_SIZE) {
+        rc = -EISDIR;
+        goto out;
+    }
+    rc = fs_check_setattr(c, &o->a, set, in, &mode);
+    if (rc < 0)
+        goto out;
+    o->a.mode = mode;
+    if (set & KEG_SET_UID)
+        o->a.uid = in->uid;
+    if (set & KEG_SET_GID)
+        o->a.gid = in->gid;
+    if (set & KEG_SET_ATIME) {
+        o->a.atime = in->atime;
+        o->a.atimensec = in->atimensec;
+    } else if (set & KEG_SET_ATIME_NOW) {
+        o->a.atime = now / 1000000000;
+        o->a.atimensec = (uint32_t)(now % 1000000000);
+    }
+    if (set & KEG_SET_MTIME) {
+        o->a.mtime = in->mtime;
+        o->a.mtimensec = in->mtimensec;
+    } else if (set & KEG_SET_MTIME_NOW) {
+        o->a.mtime = now / 1000000000;
+        o->a.mtimensec = (uint32_t)(now % 1000000000);
+    }
+    if (set & KEG_SET_CTIME) {
+        o->a.ctime = in->ctime;
+        o->a.ctimensec = in->ctimensec;
+    } else if (set) {
+        o->a.ctime = now / 1000000000;
+        o->a.ctimensec = (uint32_t)(now % 1000000000);
+    }
+    *out = o->a;
+out:
+    pthread_mutex_unlock(&fs->odir_mu);
+    return rc;
+}
+
+void fs_odir_free(struct keg_fs *fs)
+{
+    for (size_t h = 0; h < FS_ODIR_BUCKETS; h++) {
+        while (fs->odir[h]) {
+            struct fs_odir *o = fs->odir[h];
+            fs->odir[h] = o->next;
+            keg_free(o);
+        }
+    }
+}
+
 int keg_fs_opendir(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, struct keg_dh **out)
 {
     struct keg_attr a;
@@ -162,6 +311,12 @@ int keg_fs_opendir(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, str
         keg_free(dh);
         return -ENOMEM;
     }
+    rc = odir_open(fs, &a);
+    if (rc < 0) {
+        keg_free(dh->ents);
+        keg_free(dh);
+        return rc;
+    }
     pthread_mutex_init(&dh->mu, NULL);
     dh->ino = ino;
     *out = dh;
@@ -170,9 +325,9 @@ int keg_fs_opendir(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, str
 
 int keg_fs_releasedir(struct keg_fs *fs, struct keg_dh *dh)
 {
-    KEG_UNUSED(fs);
     if (!dh)
         return 0;
+    odir_close(fs, dh->ino);
     dh_reset(dh);
     keg_free(dh->ents);
     pthread_mutex_destroy(&dh->mu);

@@ -62,7 +62,7 @@
 #include "fs_i.h"
 
 #define FS_MAX_WSLICES 1000
-#define FS_MAX_FILE_SIZE (KEG_CHUNK_SIZE * (uint64_t)UINT32_MAX)
+#define FS_MAX_FILE_SIZE KEG_MAX_FILE_SIZE
 /* copy_file_range: plans tried before the bytes are copied instead (the
  * source's slices keep being replaced), and the fallback's buffer */
 #define FS_COPY_RETRIES 10
@@ -720,8 +720,10 @@ static ssize_t write_at(struct keg_fs *fs, struct fs_inode *ip, uint64_t off, co
     size_t done = 0;
     int rc = 0;
 
-    if (off >= FS_MAX_FILE_SIZE || size > FS_MAX_FILE_SIZE - off)
+    if (off >= FS_MAX_FILE_SIZE)
         return -EFBIG;
+    if (size > FS_MAX_FILE_SIZE - off)
+        size = (size_t)(FS_MAX_FILE_SIZE - off);    /* short write up to the limit */
     pthread_mutex_lock(&ip->mu);
     if (ip->wappend > 0)
         commit_deferred(fs, ip);    /* appends are placed after every other slice */
@@ -975,19 +977,9 @@ uint64_t keg_fh_ino(const struct keg_fh *fh)
 int keg_fs_flush(struct keg_fs *fs, struct keg_fh *fh, uint64_t lock_owner)
 {
     struct fs_inode *ip = fh->ip;
-    int plocked;
     int rc = fs_flush_inode(fs, ip, 1);
 
-    pthread_mutex_lock(&ip->mu);
-    plocked = ip->plocked;
-    pthread_mutex_unlock(&ip->mu);
-    if (plocked) {
-        struct keg_plock lk = {.type = F_UNLCK, .start = 0, .end = UINT64_MAX, .pid = 0};
-        int lrc = KEG_META_CALL(fs->meta, setlk, ip->ino, lock_owner, &lk);
-        if (lrc < 0 && lrc != -ENOSYS)
-            KEG_WARN("releasing POSIX locks of inode %llu: %s", (unsigned long long)ip->ino,
-                     strerror(-lrc));
-    }
+    fs_locks_flush(fs, fh, lock_owner);     /* lock.c */
     return rc;
 }
 
@@ -1063,12 +1055,7 @@ int keg_fs_release(struct keg_fs *fs, struct keg_fh *fh)
     if (rc < 0)
         KEG_ERR("release of inode %llu: buffered data lost: %s", (unsigned long long)ip->ino,
                 strerror(-rc));
-    if (fh->flocked) {
-        int lrc = KEG_META_CALL(fs->meta, flock, ip->ino, fh->flock_owner, F_UNLCK);
-        if (lrc < 0)
-            KEG_WARN("releasing flock of inode %llu: %s", (unsigned long long)ip->ino,
-                     strerror(-lrc));
-    }
+    fs_locks_release(fs, fh);               /* lock.c: flock and OFD locks */
     pthread_mutex_lock(&ip->mu);
     KEG_ASSERT(ip->nopen > 0);
     ip->nopen--;
@@ -1160,6 +1147,13 @@ int keg_fs_fallocate(struct keg_fs *fs, const struct keg_ctx *c, struct keg_fh *
     rc = KEG_META_CALL(fs->meta, getattr, ip->ino, &a);
     if (rc < 0)
         goto out;
+    if ((mode & ~FALLOC_FL_KEEP_SIZE) == 0 && end > KEG_MAX(off, a.size)) {
+        /* what the request adds past EOF must fit (fs.c; holes inside the
+         * file are not counted: KegFS reserves no space for them) */
+        rc = fs_space_check(fs, end - KEG_MAX(off, a.size));
+        if (rc < 0)
+            goto out;
+    }
     if (mode == 0) {
         if (end > a.size)
             rc = KEG_META_CALL(fs->meta, truncate, ip->ino, end, &a);

@@ -36,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -459,6 +460,7 @@ static void fs_init_locks(struct keg_fs *fs)
     pthread_condattr_t ca;
     pthread_mutex_init(&fs->id_mu, NULL);
     pthread_mutex_init(&fs->pa_mu, NULL);
+    pthread_mutex_init(&fs->odir_mu, NULL);
     pthread_mutex_init(&fs->itab_mu, NULL);
     pthread_mutex_init(&fs->bg_mu, NULL);
     pthread_mutex_init(&fs->del_mu, NULL);
@@ -480,6 +482,8 @@ static void fs_destroy_locks(struct keg_fs *fs)
 {
     pthread_mutex_destroy(&fs->id_mu);
     pthread_mutex_destroy(&fs->pa_mu);
+    fs_odir_free(fs);
+    pthread_mutex_destroy(&fs->odir_mu);
     pthread_mutex_destroy(&fs->itab_mu);
     pthread_mutex_destroy(&fs->bg_mu);
     pthread_mutex_destroy(&fs->del_mu);
@@ -746,27 +750,74 @@ static void fs_refresh_quota(struct keg_fs *fs)
     __atomic_store_n(&fs->quota_inodes, f.inodes, __ATOMIC_RELAXED);
 }
 
-int keg_fs_statfs(struct keg_fs *fs, struct statvfs *st)
+#define FS_UNLIMITED_BYTES (1ULL << 50)     /* statfs of an unlimited volume on S3 */
+#define FS_UNLIMITED_FILES 10000000000ULL
+
+/* Space of the volume: *used (bytes charged in the engine), *total and
+ * *avail.  The free space is the smaller of what the capacity quota leaves
+ * and, on a file store, what the store's file system has available (its
+ * statvfs f_bavail); total is then used + avail, or the quota.  An unlimited
+ * volume on S3 reports FS_UNLIMITED_BYTES.  Returns 0 or -errno. */
+static int fs_space(struct keg_fs *fs, uint64_t *used, uint64_t *iused, uint64_t *total,
+                    uint64_t *avail)
 {
-    uint64_t used = 0;
-    uint64_t iused = 0;
     uint64_t cap;
-    uint64_t files;
     int rc;
 
-    memset(st, 0, sizeof(*st));
-    rc = KEG_META_CALL(fs->meta, statfs, &used, &iused);
+    *used = *iused = *total = *avail = 0;
+    rc = KEG_META_CALL(fs->meta, statfs, used, iused);
     if (rc < 0)
         return rc;
     fs_refresh_quota(fs);
     cap = __atomic_load_n(&fs->quota_bytes, __ATOMIC_RELAXED);
+    *avail = cap ? (*used < cap ? cap - *used : 0) : UINT64_MAX;
+    if (strcmp(fs->fmt.storage, "file") == 0) {
+        struct statvfs sv;
+        if (statvfs(fs->fmt.bucket, &sv) == 0) {
+            uint64_t disk = (uint64_t)sv.f_bavail * (uint64_t)sv.f_frsize;
+            *avail = KEG_MIN(*avail, disk);
+        }
+    }
+    if (cap) {
+        *total = cap;
+    } else if (*avail == UINT64_MAX) {
+        *total = KEG_MAX(FS_UNLIMITED_BYTES, *used);
+        *avail = *total - *used;
+    } else {
+        *total = *used + *avail;
+    }
+    return 0;
+}
+
+int fs_space_check(struct keg_fs *fs, uint64_t need)
+{
+    uint64_t used, iused, total, avail;
+    int rc;
+
+    if (need == 0)
+        return 0;
+    rc = fs_space(fs, &used, &iused, &total, &avail);
+    if (rc < 0)
+        return rc;
+    return need > avail ? -ENOSPC : 0;
+}
+
+int keg_fs_statfs(struct keg_fs *fs, struct statvfs *st)
+{
+    uint64_t used, iused, total, avail;
+    uint64_t files;
+    int rc;
+
+    memset(st, 0, sizeof(*st));
+    rc = fs_space(fs, &used, &iused, &total, &avail);
+    if (rc < 0)
+        return rc;
     files = __atomic_load_n(&fs->quota_inodes, __ATOMIC_RELAXED);
-    cap = cap ? cap : (1ULL << 50);
-    files = files ? files : 10000000000ULL;
+    files = files ? files : FS_UNLIMITED_FILES;
     st->f_bsize = 4096;
     st->f_frsize = 4096;
-    st->f_blocks = cap / 4096;
-    st->f_bfree = used < cap ? (cap - used) / 4096 : 0;
+    st->f_blocks = total / 4096;
+    st->f_bfree = avail / 4096;
     st->f_bavail = st->f_bfree;
     st->f_files = files;
     st->f_ffree = iused < files ? files - iused : 0;

@@ -292,6 +292,14 @@ struct fs_seen {
 
 struct fs_waiter;
 
+/* A directory with open handles here (dir.c). */
+#define FS_ODIR_BUCKETS 64
+struct fs_odir {
+    struct fs_odir  *next;      /* protected by fs->odir_mu, as all fields */
+    uint32_t         nopen;     /* open handles */
+    struct keg_attr  a;         /* attributes as last seen here */
+};
+
 /* One slot of the directory-attribute cache (ns.c). */
 #define FS_PATTR_SLOTS 64
 struct fs_pattr {
@@ -333,6 +341,11 @@ struct keg_fs {
     uint32_t          pa_global;    /* changes in flight that invalidate every entry
                                        (renames; changes whose slot was busy) */
     struct fs_pattr   pa[FS_PATTR_SLOTS];
+
+    /* directories open here, with their last attributes: what fstat of an
+     * open directory reports once it was removed (dir.c) */
+    pthread_mutex_t   odir_mu;      /* protects odir (a leaf lock) */
+    struct fs_odir   *odir[FS_ODIR_BUCKETS];
 
     pthread_mutex_t   id_mu;        /* protects the id batches */
     uint64_t          ino_next, ino_end;
@@ -486,8 +499,33 @@ struct fs_pattr_tok {
 void fs_pattr_begin(struct keg_fs *fs, uint64_t ino, struct fs_pattr_tok *t);
 void fs_pattr_end(struct keg_fs *fs, const struct fs_pattr_tok *t, const struct keg_attr *a);
 
+/* fs.c: -ENOSPC if need bytes exceed the volume's free space as statfs
+ * reports it (capacity quota, and the file store's disk).  Returns 0 or -errno. */
+int  fs_space_check(struct keg_fs *fs, uint64_t need);
+
+/* dir.c: open directories.  An open directory removed by rmdir or replaced
+ * by rename has no engine record left, but its descriptors live on (fstat,
+ * fchmod, futimens ...) until the last close, as on a local file system: the
+ * attributes last seen here stand in for the record, with nlink 0.
+ * fs_odir_seen: a directory's fresh attributes (no-op unless open here).
+ * fs_odir_dead: *out = those of ino if it is open here, else -ENOENT.
+ * fs_odir_setattr: setattr of such a removed directory (in memory only). */
+void fs_odir_seen(struct keg_fs *fs, const struct keg_attr *a);
+int  fs_odir_dead(struct keg_fs *fs, uint64_t ino, struct keg_attr *out);
+int  fs_odir_setattr(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, unsigned set,
+                     const struct keg_attr *in, struct keg_attr *out);
+void fs_odir_free(struct keg_fs *fs);
+
 /* lock.c */
 void fs_waiters_wake_all(struct keg_fs *fs);
+/* close(2) of one descriptor of fh by lock_owner: drops that owner's POSIX
+ * locks on the inode (if any were set through this mount). */
+void fs_locks_flush(struct keg_fs *fs, struct keg_fh *fh, uint64_t lock_owner);
+/* Last close of fh (the open file description): drops its flock and the
+ * byte-range locks still held by owners that set them through fh -- its
+ * OFD locks (a POSIX owner's locks went at that owner's flush).  Frees the
+ * owner list. */
+void fs_locks_release(struct keg_fs *fs, struct keg_fh *fh);
 
 /* trash.c (docs/internals/TRASH.md); only called when fs->fmt.trash_days > 0,
  * except start/stop/free, which do nothing without a trash. */
@@ -518,6 +556,11 @@ struct keg_fh {
     int              flags;         /* open(2) flags */
     int              flocked;       /* a flock is held under flock_owner */
     uint64_t         flock_owner;
+    /* lock.c: owners that set byte-range locks through this handle and have
+     * not closed it since (protected by ip->mu): the OFD locks of the open
+     * file description, released at the last close */
+    uint64_t        *lk_owners;
+    uint32_t         nlk_owners, clk_owners;
 
     /* sequential read detection (read.c) */
     pthread_mutex_t  ra_mu;         /* protects the fields below */

@@ -330,6 +330,7 @@ int fs_attr_fixup_token(struct keg_fs *fs, struct keg_attr *a, uint64_t token)
         if (ip->wend > a->size)
             a->size = ip->wend;
         a->size += ip->wappend;     /* buffered appends go at the end */
+        a->alloc = KEG_ALLOC_UNKNOWN;   /* buffered data: st_blocks follows size */
         a->mtime = ip->wtime_ns / 1000000000;
         a->mtimensec = (uint32_t)(ip->wtime_ns % 1000000000);
         a->ctime = a->mtime;

@@ -7,6 +7,21 @@
  * request is interrupted (keg_fs_interrupt with its lock owner: the FUSE
  * INTERRUPT of that request) or the volume is closing (-EINTR in both cases).
  * Waiters sleep on fs->bg_cv so that an interrupt wakes them at once.
+ *
+ * Who releases what.  The kernel names a byte-range lock's owner with a
+ * 64-bit id: for a POSIX (F_SETLK) lock the id of the process's file table,
+ * for an OFD (F_OFD_SETLK) lock the id of the open file description itself.
+ * It never sends an unlock when a description goes away (the kernel keeps no
+ * record of locks a FUSE file system holds), so:
+ *  - close(2) of any descriptor sends FLUSH with the closing file table's id:
+ *    that owner's POSIX locks on the inode go (fs_locks_flush);
+ *  - the last close of the description sends RELEASE (a moment after close
+ *    returns: the kernel queues it).  Every owner that set a lock through the
+ *    handle and has not flushed it since can only be the description itself,
+ *    so its locks go then (fs_locks_release): that is what releases OFD locks.
+ *    An OFD owner id never equals a file table's, so FLUSH never drops them.
+ *  - a mounter that ends or dies loses all its locks with its session
+ *    (session_end, or session_clean_stale of another mounter).
  */
 #include <fcntl.h>
 #include <string.h>
@@ -99,6 +114,82 @@ static int lock_wait(struct keg_fs *fs, const struct lock_req *r)
     return rc;
 }
 
+/* Remember that owner set a lock through fh (released at fh's last close
+ * unless the owner flushes fh first).  Returns 0 or -ENOMEM. */
+static int owner_note(struct keg_fh *fh, uint64_t owner)
+{
+    struct fs_inode *ip = fh->ip;
+    int rc = 0;
+
+    pthread_mutex_lock(&ip->mu);
+    ip->plocked = 1;                    /* from now on close() releases locks */
+    for (uint32_t i = 0; i < fh->nlk_owners; i++) {
+        if (fh->lk_owners[i] == owner)
+            goto out;
+    }
+    if (fh->nlk_owners == fh->clk_owners) {
+        uint32_t ncap = fh->clk_owners ? fh->clk_owners * 2 : 2;
+        uint64_t *v = keg_realloc(fh->lk_owners, ncap * sizeof(*v));
+        if (!v) {
+            rc = -ENOMEM;
+            goto out;
+        }
+        fh->lk_owners = v;
+        fh->clk_owners = ncap;
+    }
+    fh->lk_owners[fh->nlk_owners++] = owner;
+out:
+    pthread_mutex_unlock(&ip->mu);
+    return rc;
+}
+
+/* Drop every byte-range lock of owner on ino. */
+static void unlock_owner(struct keg_fs *fs, uint64_t ino, uint64_t owner)
+{
+    struct keg_plock lk = {.type = F_UNLCK, .start = 0, .end = UINT64_MAX, .pid = 0};
+    int rc = KEG_META_CALL(fs->meta, setlk, ino, owner, &lk);
+    if (rc < 0 && rc != -ENOSYS)
+        KEG_WARN("releasing byte-range locks of inode %llu: %s", (unsigned long long)ino,
+                 strerror(-rc));
+}
+
+void fs_locks_flush(struct keg_fs *fs, struct keg_fh *fh, uint64_t lock_owner)
+{
+    struct fs_inode *ip = fh->ip;
+    int plocked;
+
+    pthread_mutex_lock(&ip->mu);
+    plocked = ip->plocked;
+    for (uint32_t i = 0; i < fh->nlk_owners; i++) {
+        if (fh->lk_owners[i] == lock_owner) {
+            fh->lk_owners[i] = fh->lk_owners[--fh->nlk_owners];
+            break;
+        }
+    }
+    pthread_mutex_unlock(&ip->mu);
+    if (plocked)
+        unlock_owner(fs, ip->ino, lock_owner);
+}
+
+void fs_locks_release(struct keg_fs *fs, struct keg_fh *fh)
+{
+    struct fs_inode *ip = fh->ip;
+
+    if (fh->flocked) {
+        int rc = KEG_META_CALL(fs->meta, flock, ip->ino, fh->flock_owner, F_UNLCK);
+        if (rc < 0)
+            KEG_WARN("releasing flock of inode %llu: %s", (unsigned long long)ip->ino,
+                     strerror(-rc));
+        fh->flocked = 0;
+    }
+    /* the handle is going: nobody else adds owners now */
+    for (uint32_t i = 0; i < fh->nlk_owners; i++)
+        unlock_owner(fs, ip->ino, fh->lk_owners[i]);
+    keg_free(fh->lk_owners);
+    fh->lk_owners = NULL;
+    fh->nlk_owners = fh->clk_owners = 0;
+}
+
 int keg_fs_getlk(struct keg_fs *fs, struct keg_fh *fh, uint64_t owner, struct keg_plock *lk)
 {
     if (lk->type != F_RDLCK && lk->type != F_WRLCK)
@@ -119,10 +210,10 @@ int keg_fs_setlk(struct keg_fs *fs, struct keg_fh *fh, uint64_t owner,
     if (lk->start > lk->end)
         return -EINVAL;
     if (lk->type != F_UNLCK) {
-        /* from now on close() must release this inode's POSIX locks */
-        pthread_mutex_lock(&fh->ip->mu);
-        fh->ip->plocked = 1;
-        pthread_mutex_unlock(&fh->ip->mu);
+        /* noted before the lock exists, so a racing close cannot miss it */
+        rc = owner_note(fh, owner);
+        if (rc < 0)
+            return rc;
     }
     rc = lock_try(fs, &r);
     if (rc == -EAGAIN && wait && lk->type != F_UNLCK)

@@ -226,8 +226,14 @@ int keg_fs_lookup(struct keg_fs *fs, const struct keg_ctx *c, uint64_t parent, c
 
 int keg_fs_getattr(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, struct keg_attr *out)
 {
+    int rc;
     KEG_UNUSED(c);
-    return fs_getattr_merged(fs, ino, out);
+    rc = fs_getattr_merged(fs, ino, out);
+    if (rc == 0 && S_ISDIR(out->mode))
+        fs_odir_seen(fs, out);          /* dir.c: for fstat after its removal */
+    else if (rc == -ENOENT)
+        rc = fs_odir_dead(fs, ino, out);
+    return rc;
 }
 
 int keg_fs_getattr_cached(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino,
@@ -304,6 +310,8 @@ int keg_fs_setattr(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, uns
         return -EROFS;
     token = fs_attr_token(fs, ino);
     rc = KEG_META_CALL(fs->meta, getattr, ino, &cur);
+    if (rc == -ENOENT)
+        return fs_odir_setattr(fs, c, ino, set, in, out);  /* removed, still open here */
     if (rc < 0)
         return rc;
     rc = fs_check_setattr(c, &cur, set, in, &mode);
@@ -314,6 +322,8 @@ int keg_fs_setattr(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, uns
     fs_pattr_begin(fs, ino, &t);        /* a directory's cached attributes change */
     rc = setattr_checked(fs, ino, set, cur, token, mode, in, out);
     fs_pattr_end(fs, &t, NULL);
+    if (rc == 0)
+        fs_odir_seen(fs, out);
     return rc;
 }
 
@@ -334,6 +344,8 @@ static int setattr_checked(struct keg_fs *fs, uint64_t ino, unsigned set, struct
             return -EISDIR;
         if (!S_ISREG(cur.mode))
             return -EINVAL;
+        if (in->size > KEG_MAX_FILE_SIZE)
+            return -EFBIG;
         rc = do_truncate(fs, ino, in->size, &cur, &token);
         if (rc < 0)
             return rc;
@@ -477,11 +489,14 @@ int keg_fs_rename(struct keg_fs *fs, const struct keg_ctx *c, uint64_t parent, c
 {
     struct keg_unlinked gone;
     struct keg_attr moved;
+    int whiteout = (flags & KEG_FS_RENAME_WHITEOUT) != 0;
     int rc;
-    KEG_UNUSED(c);
+    flags &= ~KEG_FS_RENAME_WHITEOUT;
     if (flags & ~(KEG_RENAME_NOREPLACE | KEG_RENAME_EXCHANGE))
         return -EINVAL;
     if ((flags & KEG_RENAME_NOREPLACE) && (flags & KEG_RENAME_EXCHANGE))
+        return -EINVAL;
+    if (whiteout && (flags & KEG_RENAME_EXCHANGE))
         return -EINVAL;
     if (fs->read_only)
         return -EROFS;
@@ -504,6 +519,17 @@ int keg_fs_rename(struct keg_fs *fs, const struct keg_ctx *c, uint64_t parent, c
     pa_rename_end(fs, &t1, &t2, rc);
     if (rc == 0)
         fs_handle_gone(fs, &gone);
+    if (rc == 0 && whiteout) {
+        /* RENAME_WHITEOUT: a whiteout (char device 0/0, mode 0) takes the old
+         * name.  Not atomic with the rename: another mount may see the old
+         * name free for a moment, and a name created there meanwhile makes
+         * this fail (docs/posix.md). */
+        struct keg_attr wa;
+        rc = make_node(fs, c, parent, name, S_IFCHR, 0, NULL, &wa);
+        if (rc < 0)
+            KEG_WARN("rename with whiteout: the whiteout of %s was not created: %s", name,
+                     strerror(-rc));
+    }
     return rc;
 }
 

@@ -1123,6 +1123,7 @@ static int mr_attr_decode(uint64_t ino, const redisReply *e, struct keg_attr *a)
     a->atimensec = mr_get32(b + 64);
     a->mtimensec = mr_get32(b + 68);
     a->ctimensec = mr_get32(b + 72);
+    a->alloc = KEG_ALLOC_UNKNOWN;       /* not tracked by this engine (st_blocks = size) */
     return 0;
 }
 

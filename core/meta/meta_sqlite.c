@@ -98,7 +98,8 @@ static const char sq_schema[] =
     " uid INTEGER NOT NULL, gid INTEGER NOT NULL, nlink INTEGER NOT NULL,"
     " size INTEGER NOT NULL, rdev INTEGER NOT NULL, parent INTEGER NOT NULL,"
     " atime INTEGER NOT NULL, atimensec INTEGER NOT NULL, mtime INTEGER NOT NULL,"
-    " mtimensec INTEGER NOT NULL, ctime INTEGER NOT NULL, ctimensec INTEGER NOT NULL);"
+    " mtimensec INTEGER NOT NULL, ctime INTEGER NOT NULL, ctimensec INTEGER NOT NULL,"
+    " alloc INTEGER NOT NULL DEFAULT -1);"
     "CREATE TABLE IF NOT EXISTS dentry(parent INTEGER NOT NULL, name BLOB NOT NULL,"
     " ino INTEGER NOT NULL, type INTEGER NOT NULL, PRIMARY KEY(parent, name)) WITHOUT ROWID;"
     "CREATE TABLE IF NOT EXISTS symlink(ino INTEGER PRIMARY KEY, target BLOB NOT NULL);"
@@ -217,6 +218,24 @@ static void sq_secure_files(struct sq_priv *p, int create)
     __atomic_store_n(&p->secured, 1, __ATOMIC_RELEASE);
 }
 
+/* Databases formatted before inode.alloc existed get the column (-1: not
+ * tracked) the first time a connection sees them.  Failures only leave it
+ * for the next connection: no inode table yet (format creates it with the
+ * column), or another connection adding it at the same moment. */
+static void sq_migrate_alloc(struct sq_conn *c)
+{
+    if (sqlite3_exec(c->db, "SELECT alloc FROM inode LIMIT 0", NULL, NULL, NULL) == SQLITE_OK)
+        return;
+    if (strstr(sqlite3_errmsg(c->db), "no such column") == NULL)
+        return;
+    int rc = sqlite3_exec(c->db, "ALTER TABLE inode ADD COLUMN alloc INTEGER NOT NULL DEFAULT -1",
+                          NULL, NULL, NULL);
+    if (rc == SQLITE_OK)
+        KEG_INFO("sqlite3 database: added inode.alloc (allocated bytes, for st_blocks)");
+    else
+        KEG_DEBUG("adding inode.alloc: %s", sqlite3_errmsg(c->db));
+}
+
 /* OWNERSHIP: *out is returned with sq_conn_put(). */
 static int sq_conn_open(struct sq_priv *p, int create, struct sq_conn **out)
 {
@@ -255,6 +274,7 @@ static int sq_conn_open(struct sq_priv *p, int create, struct sq_conn **out)
             rc = -EIO;
         goto fail;
     }
+    sq_migrate_alloc(c);
     *out = c;
     return 0;
 fail:
@@ -471,10 +491,12 @@ static int sq_txn(struct keg_meta *m, int how, sq_fn *fn, void *arg)
  * Records: inodes, counters, settings, slices
  *--------------------------------------------------------------------------*/
 
+/* alloc: keg_attr.alloc, -1 = not tracked (KEG_ALLOC_UNKNOWN: rows written
+ * before the column existed, or by a kegfs that does not know it) */
 #define SQ_ICOLS "ino,mode,uid,gid,nlink,size,rdev,parent,atime,atimensec,mtime,mtimensec," \
-                 "ctime,ctimensec"
+                 "ctime,ctimensec,alloc"
 #define SQ_ICOLS_I "i.ino,i.mode,i.uid,i.gid,i.nlink,i.size,i.rdev,i.parent,i.atime," \
-                   "i.atimensec,i.mtime,i.mtimensec,i.ctime,i.ctimensec"
+                   "i.atimensec,i.mtime,i.mtimensec,i.ctime,i.ctimensec,i.alloc"
 
 static void sq_col_attr(sqlite3_stmt *st, int b, struct keg_attr *a)
 {
@@ -492,6 +514,8 @@ static void sq_col_attr(sqlite3_stmt *st, int b, struct keg_attr *a)
     a->mtimensec = (uint32_t)sqlite3_column_int64(st, b + 11);
     a->ctime = sqlite3_column_int64(st, b + 12);
     a->ctimensec = (uint32_t)sqlite3_column_int64(st, b + 13);
+    int64_t al = sqlite3_column_int64(st, b + 14);
+    a->alloc = al < 0 ? KEG_ALLOC_UNKNOWN : (uint64_t)al;
 }
 
 /* 0, -ENOENT or -errno. */
@@ -511,11 +535,12 @@ static int sq_get_inode(struct sq_conn *c, uint64_t ino, struct keg_attr *a)
 static int sq_put_inode(struct sq_conn *c, const struct keg_attr *a)
 {
     static const char sql[] = "INSERT OR REPLACE INTO inode(" SQ_ICOLS ")"
-                              " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)";
-    int rc = sq_exec(c, sql, "iiiiiiiiiiiiii", I(a->ino), I(a->mode), I(a->uid), I(a->gid),
+                              " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)";
+    int64_t al = !S_ISREG(a->mode) || a->alloc == KEG_ALLOC_UNKNOWN ? -1 : (int64_t)a->alloc;
+    int rc = sq_exec(c, sql, "iiiiiiiiiiiiiii", I(a->ino), I(a->mode), I(a->uid), I(a->gid),
                      I(a->nlink), I(a->size), I(a->rdev), I(a->parent), I(a->atime),
                      I(a->atimensec), I(a->mtime), I(a->mtimensec), I(a->ctime),
-                     I(a->ctimensec));
+                     I(a->ctimensec), I(al));
     return rc < 0 ? rc : 0;
 }
 
@@ -2208,6 +2233,8 @@ static int sq_write_one(struct sq_conn *c, struct sq_data_arg *a, uint32_t indx,
     if (rc)
         return rc;
     a->nslices = KEG_MAX(a->nslices, cnt);
+    if (s->id && a->out.alloc != KEG_ALLOC_UNKNOWN)
+        a->out.alloc += s->len;
     return 0;
 }
 
@@ -2250,6 +2277,8 @@ static int sq_write_slices_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
             return rc;
         x->size = size;
     }
+    if (x->alloc != KEG_ALLOC_UNKNOWN && x->alloc > x->size)
+        x->alloc = x->size;             /* nothing is stored past EOF */
     if (!(a->flags & KEG_WS_NOMTIME))
         sq_now(x, 1, 1);
     return sq_put_inode(c, x);
@@ -2317,6 +2346,8 @@ static int sq_truncate_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
     if (rc)
         return rc;
     x->size = a->size;
+    if (x->alloc != KEG_ALLOC_UNKNOWN && x->alloc > x->size)
+        x->alloc = x->size;
     sq_now(x, 1, 1);
     return sq_put_inode(c, x);
 }

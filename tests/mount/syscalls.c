@@ -1114,6 +1114,186 @@ static void t_posix_locks(void)
     close(b);
 }
 
+static void on_alarm(int sig)
+{
+    (void)sig;
+}
+
+/* F_OFD_SETLK on fd, retried for up to 5 s while it fails with EAGAIN: FUSE
+ * sends the RELEASE that drops a closed description's OFD locks a moment
+ * after close() returns (docs/posix.md).  Returns fcntl's result. */
+static int ofd_setlk_retry(int fd, short type)
+{
+    struct flock fl;
+    int rc = -1;
+
+    for (int i = 0; i < 500; i++) {
+        fl = (struct flock){.l_type = type, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
+        rc = fcntl(fd, F_OFD_SETLK, &fl);
+        if (rc == 0 || errno != EAGAIN)
+            break;
+        usleep(10000);
+    }
+    return rc;
+}
+
+/* OFD locks live as long as their open file description: not dropped by
+ * closing a duplicate descriptor or by another close of the process, dropped
+ * by the last close and when the holder exits. */
+static void t_ofd_locks(void)
+{
+    struct flock fl;
+    int a, b, c, st;
+    pid_t pid;
+
+    OK(write_file("f", "0123456789", 10, 0644));
+    a = OK(open("f", O_RDWR));
+    b = OK(open("f", O_RDWR));
+    fl = (struct flock){.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
+    OK(fcntl(a, F_OFD_SETLK, &fl));
+    fl = (struct flock){.l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+    ERR(fcntl(b, F_OFD_SETLK, &fl), EAGAIN);
+    /* closing a duplicate or another description of the same process keeps it */
+    c = OK(dup(a));
+    close(c);
+    c = OK(open("f", O_RDONLY));
+    close(c);
+    usleep(100000);
+    ERR(fcntl(b, F_OFD_SETLK, &fl), EAGAIN);
+    fl = (struct flock){.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
+    OK(fcntl(b, F_OFD_GETLK, &fl));
+    EQ(fl.l_type, F_WRLCK);
+    /* the last close of the description releases it */
+    close(a);
+    EQ(ofd_setlk_retry(b, F_WRLCK), 0);
+    close(b);
+
+    /* a process that takes an OFD lock and exits without closing */
+    fflush(stdout);
+    pid = fork();
+    if (pid == 0) {
+        int fd = open("f", O_RDWR);
+        struct flock l = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
+        _exit(fd >= 0 && fcntl(fd, F_OFD_SETLK, &l) == 0 ? 0 : 1);
+    }
+    waitpid(pid, &st, 0);
+    TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    a = OK(open("f", O_RDWR));
+    EQ(ofd_setlk_retry(a, F_WRLCK), 0);
+    close(a);
+
+    /* F_OFD_SETLKW waits for a holder that exits, and does not hang */
+    int p[2];
+    OK(pipe(p));
+    fflush(stdout);
+    pid = fork();
+    if (pid == 0) {
+        int fd = open("f", O_RDWR);
+        struct flock l = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
+        char ch = fcntl(fd, F_OFD_SETLK, &l) == 0 ? 'y' : 'n';
+        if (write(p[1], &ch, 1) != 1)
+            _exit(1);
+        usleep(300000);
+        _exit(0);                                   /* exits holding the lock */
+    }
+    close(p[1]);
+    char ch = 0;
+    EQ(read(p[0], &ch, 1), 1);
+    close(p[0]);
+    EQ(ch, 'y');
+    a = OK(open("f", O_RDWR));
+    fl = (struct flock){.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
+    ERR(fcntl(a, F_OFD_SETLK, &fl), EAGAIN);
+    struct sigaction sa = {.sa_handler = on_alarm}, old;
+    sigaction(SIGALRM, &sa, &old);                  /* no SA_RESTART: a hang ends in EINTR */
+    alarm(10);
+    OK(fcntl(a, F_OFD_SETLKW, &fl));
+    alarm(0);
+    sigaction(SIGALRM, &old, NULL);
+    waitpid(pid, &st, 0);
+    close(a);
+    /* and a POSIX lock of this process is still released by any close */
+    a = OK(open("f", O_RDWR));
+    fl = (struct flock){.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
+    OK(fcntl(a, F_SETLK, &fl));
+    b = OK(open("f", O_RDWR));
+    OK(fcntl(b, F_OFD_GETLK, &fl));
+    EQ(fl.l_type, F_WRLCK);
+    c = OK(open("f", O_RDONLY));
+    close(c);
+    fl = (struct flock){.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
+    OK(fcntl(b, F_OFD_SETLK, &fl));
+    close(a);
+    close(b);
+}
+
+/* A directory removed (rmdir, or replaced by rename) while open keeps its
+ * identity until the last close: fstat, fchmod, futimens work on the
+ * descriptor; it lists nothing and refuses new entries (ENOENT). */
+static void t_open_dirs(void)
+{
+    struct stat st, st2;
+    int fd, fd2, cwd;
+
+    OK(mkdir("d", 0755));
+    fd = OK(open("d", O_RDONLY | O_DIRECTORY));
+    OK(fstat(fd, &st));
+    OK(rmdir("d"));
+    OK(fstat(fd, &st2));
+    EQ(st2.st_ino, st.st_ino);
+    TRUE(S_ISDIR(st2.st_mode));
+    EQ(st2.st_nlink, 0);
+    OK(fchmod(fd, 0700));
+    OK(fstat(fd, &st2));
+    EQ(st2.st_mode & 07777, 0700);
+    struct timespec ts[2] = {{1000000000, 0}, {1000000000, 500}};
+    OK(futimens(fd, ts));
+    OK(fstat(fd, &st2));
+    EQ(st2.st_mtim.tv_sec, 1000000000);
+    ERR(openat(fd, "x", O_CREAT | O_WRONLY, 0644), ENOENT);
+    ERR(mkdirat(fd, "x", 0755), ENOENT);
+    fd2 = OK(dup(fd));
+    DIR *dp = fdopendir(fd2);
+    TRUE(dp != NULL);
+    if (dp) {
+        errno = 0;
+        struct dirent *de = readdir(dp);           /* no entries, not even "." */
+        TRUE(de == NULL);
+        TRUE(errno == 0 || errno == ENOENT);
+        closedir(dp);
+    }
+    /* the current directory removed under a process */
+    cwd = OK(open(".", O_RDONLY | O_DIRECTORY));
+    OK(fchdir(fd));
+    OK(stat(".", &st2));
+    EQ(st2.st_ino, st.st_ino);
+    OK(fchdir(cwd));
+    close(cwd);
+    close(fd);
+
+    /* a directory replaced by rename */
+    OK(mkdir("a", 0755));
+    OK(mkdir("b", 0751));
+    fd = OK(open("b", O_RDONLY | O_DIRECTORY));
+    OK(fstat(fd, &st));
+    OK(rename("a", "b"));
+    OK(fstat(fd, &st2));
+    EQ(st2.st_ino, st.st_ino);
+    EQ(st2.st_mode & 07777, 0751);
+    EQ(st2.st_nlink, 0);
+    TRUE(xstat("b").st_ino != st.st_ino);
+    close(fd);
+    /* the same with renameat2(RENAME_NOREPLACE) refused: nothing changes */
+    fd = OK(open("b", O_RDONLY | O_DIRECTORY));
+    OK(mkdir("c", 0755));
+    ERR(renameat2(AT_FDCWD, "c", AT_FDCWD, "b", RENAME_NOREPLACE), EEXIST);
+    OK(fstat(fd, &st2));
+    TRUE(st2.st_nlink >= 2);
+    close(fd);
+    OK(rmdir("b"));
+    OK(rmdir("c"));
+}
+
 static void t_fallocate(void)
 {
     char buf[8192];
@@ -1419,6 +1599,46 @@ static void t_buffered(void)
     TRUE(checked);
 }
 
+/* renameat2(RENAME_WHITEOUT) (root: needs CAP_MKNOD): the file moves, the
+ * old name becomes a whiteout (character device 0/0). */
+static void t_whiteout(void)
+{
+    struct stat st, st2;
+
+    if (getuid() != 0) {
+        skip("needs root (CAP_MKNOD)");
+        return;
+    }
+    OK(write_file("a", "data", 4, 0644));
+    st = xstat("a");
+    OK(renameat2(AT_FDCWD, "a", AT_FDCWD, "b", RENAME_WHITEOUT));
+    st2 = xstat("b");
+    EQ(st2.st_ino, st.st_ino);
+    EQ(st2.st_size, 4);
+    st2 = xstat("a");
+    TRUE(S_ISCHR(st2.st_mode));
+    EQ(st2.st_rdev, makedev(0, 0));
+    EQ(st2.st_mode & 07777, 0);
+    /* over an existing target, and with RENAME_NOREPLACE */
+    OK(write_file("c", "x", 1, 0644));
+    OK(renameat2(AT_FDCWD, "b", AT_FDCWD, "c", RENAME_WHITEOUT));
+    EQ(xstat("c").st_size, 4);
+    TRUE(S_ISCHR(xstat("b").st_mode));
+    ERR(renameat2(AT_FDCWD, "c", AT_FDCWD, "a", RENAME_WHITEOUT | RENAME_NOREPLACE), EEXIST);
+    EQ(xstat("c").st_size, 4);
+    OK(mkdir("d", 0755));
+    OK(renameat2(AT_FDCWD, "c", AT_FDCWD, "d/e", RENAME_WHITEOUT | RENAME_NOREPLACE));
+    TRUE(S_ISCHR(xstat("c").st_mode));
+    EQ(xstat("d/e").st_size, 4);
+    /* not with RENAME_EXCHANGE */
+    ERR(renameat2(AT_FDCWD, "d/e", AT_FDCWD, "a", RENAME_WHITEOUT | RENAME_EXCHANGE), EINVAL);
+    /* a directory moves the same way */
+    OK(mkdir("dir", 0755));
+    OK(renameat2(AT_FDCWD, "dir", AT_FDCWD, "dir2", RENAME_WHITEOUT));
+    TRUE(S_ISDIR(xstat("dir2").st_mode));
+    TRUE(S_ISCHR(xstat("dir").st_mode));
+}
+
 static void t_tmpfile(void)
 {
     char path[64];
@@ -1564,11 +1784,13 @@ static const struct test g_tests[] = {
     {"rename", t_rename},       {"link", t_link},
     {"symlink", t_symlink},     {"names", t_names},
     {"xattr", t_xattr},         {"flock", t_flock},
-    {"posix_locks", t_posix_locks}, {"fallocate", t_fallocate},
+    {"posix_locks", t_posix_locks}, {"ofd_locks", t_ofd_locks},
+    {"open_dirs", t_open_dirs},
+    {"fallocate", t_fallocate},
     {"seek_data", t_seek_data}, {"copy_range", t_copy_range},
     {"unlinked_open", t_unlinked_open}, {"mmap", t_mmap},
     {"statfs", t_statfs},       {"buffered", t_buffered},
-    {"tmpfile", t_tmpfile},     {"perms", t_perms},
+    {"tmpfile", t_tmpfile},     {"whiteout", t_whiteout},     {"perms", t_perms},
 };
 
 static int selected(const char *list, const char *name)

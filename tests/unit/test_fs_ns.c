@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <pthread.h>
+#include <linux/falloc.h>
 #include <sys/file.h>
 #include <sys/statvfs.h>
 
@@ -378,8 +379,23 @@ static void test_ns_xattr_statfs(void **state)
     assert_int_equal(st.f_bsize, 4096);
     assert_int_equal(st.f_frsize, 4096);
     assert_int_equal(st.f_namemax, 255);
-    assert_int_equal(st.f_blocks, (1ULL << 50) / 4096);
+    /* unlimited on a file store: the free space is the store disk's */
+    struct statvfs disk;
+    struct keg_attr a;
+    assert_int_equal(statvfs(v.objdir, &disk), 0);
+    uint64_t dfree = (uint64_t)disk.f_bavail * disk.f_frsize / 4096;
+    assert_true(st.f_blocks < (1ULL << 50) / 4096);
     assert_true(st.f_bfree <= st.f_blocks);
+    assert_true(st.f_bavail + 65536 >= dfree && st.f_bavail <= dfree + 65536);
+    /* fallocate of more than that is refused, a small one works */
+    assert_int_equal(keg_fs_create(v.fs, &tv_root, KEG_ROOT_INO, "big", 0644, O_RDWR, &a, &fh),
+                     0);
+    assert_int_equal(keg_fs_fallocate(v.fs, &tv_root, fh, 0, 0, st.f_bavail * 4096 * 2),
+                     -ENOSPC);
+    assert_int_equal(keg_fs_fallocate(v.fs, &tv_root, fh, FALLOC_FL_KEEP_SIZE, 0,
+                                      st.f_bavail * 4096 * 2), -ENOSPC);
+    assert_int_equal(keg_fs_fallocate(v.fs, &tv_root, fh, 0, 0, 65536), 0);
+    assert_int_equal(keg_fs_release(v.fs, fh), 0);
     assert_int_equal(st.f_files, 10000000000ULL);
     assert_true(st.f_ffree < st.f_files);
     tvol_cleanup(&v);

@@ -1495,6 +1495,41 @@ static void test_truncate(void **state)
 
 /* Truncating and deleting a huge sparse file costs work in proportion to the
  * chunks that exist, never to the size (10^15 bytes = 15 million chunk indices). */
+/* keg_attr.alloc: an upper bound of the data stored that counts no holes
+ * (SQLite keeps it; an engine may answer KEG_ALLOC_UNKNOWN instead). */
+static void test_alloc_bytes(void **state)
+{
+    struct t *t = *state;
+    struct keg_attr a;
+    int tracked = strncmp(t->url, "sqlite3://", 10) == 0;
+    uint64_t f = mkfile(t->m, KEG_ROOT_INO, "f");
+
+    a = attr(t->m, f);
+    if (a.alloc == KEG_ALLOC_UNKNOWN) {
+        assert_false(tracked);
+        return;
+    }
+    assert_int_equal(a.alloc, 0);
+    assert_int_equal(KEG_META_CALL(t->m, truncate, f, 1600 * 1024, &a), 0);
+    assert_int_equal(a.alloc, 0);                   /* all hole */
+    write_at(t->m, f, 800 * 1024, 50 * 1024);
+    a = attr(t->m, f);
+    assert_int_equal(a.size, 1600 * 1024);
+    assert_int_equal(a.alloc, 50 * 1024);
+    /* a hole slice (fallocate, punch) adds nothing */
+    struct keg_chunk_slice hole = {.indx = 0, .s = {.id = 0, .size = 4096, .len = 4096}};
+    assert_int_equal(KEG_META_CALL(t->m, write_slices, f, 1, &hole, 0, 0, NULL, &a), 0);
+    assert_int_equal(a.alloc, 50 * 1024);
+    /* a second chunk, then truncating below: never above the size */
+    write_at(t->m, f, CHUNK + 10, 1000);
+    assert_int_equal(attr(t->m, f).alloc, 50 * 1024 + 1000);
+    assert_int_equal(KEG_META_CALL(t->m, truncate, f, 4096, &a), 0);
+    assert_true(a.alloc <= 4096);
+    /* other kinds of inode report nothing tracked */
+    uint64_t d = mkdir_(t->m, KEG_ROOT_INO, "d");
+    assert_int_equal(attr(t->m, d).alloc, KEG_ALLOC_UNKNOWN);
+}
+
 static void test_truncate_huge_sparse(void **state)
 {
     struct t *t = *state;
@@ -2292,6 +2327,7 @@ int main(void)
         T(test_write_append),
         T(test_write_append_concurrent),
         T(test_truncate),
+        T(test_alloc_bytes),
         T(test_truncate_huge_sparse),
         T(test_next_chunk),
         T(test_purge_many_chunks),

@@ -122,6 +122,10 @@ int keg_fs_link(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, uint64
                 const char *newname, struct keg_attr *out);
 int keg_fs_unlink(struct keg_fs *fs, const struct keg_ctx *c, uint64_t parent, const char *name);
 int keg_fs_rmdir(struct keg_fs *fs, const struct keg_ctx *c, uint64_t parent, const char *name);
+/* flags: KEG_RENAME_NOREPLACE, KEG_RENAME_EXCHANGE (meta.h) and
+ * KEG_FS_RENAME_WHITEOUT (the old name becomes a whiteout, not atomically);
+ * all have the values of Linux's RENAME_*.  Others: -EINVAL. */
+#define KEG_FS_RENAME_WHITEOUT (1u << 2)
 int keg_fs_rename(struct keg_fs *fs, const struct keg_ctx *c, uint64_t parent, const char *name,
                   uint64_t newparent, const char *newname, unsigned flags);
 /* Copies the target into buf (NUL-terminated if it fits); returns its length. */

@@ -10,6 +10,11 @@
 
 #define KEG_ROOT_INO   1ULL                 /* FUSE_ROOT_ID: the volume's root directory */
 #define KEG_CHUNK_SIZE (64ULL << 20)        /* a file is a sequence of 64 MiB chunks */
+/* Largest file size, 8 PiB - 1 (2^53 - 1): every engine keeps sizes and
+ * offsets exactly (the Redis engine's Lua numbers are IEEE doubles).  Writes,
+ * truncate, fallocate and copy_file_range past it fail with EFBIG; a write
+ * that crosses it is cut short at it (docs/posix.md). */
+#define KEG_MAX_FILE_SIZE ((1ULL << 53) - 1)
 #define KEG_BLOCK_SIZE_DEFAULT (4U << 20)   /* default block size (fixed at format) */
 #define KEG_BLOCK_SIZE_MAX     (16U << 20)
 #define KEG_NAME_MAX   255                  /* longest directory entry name, in bytes */

@@ -57,7 +57,14 @@ struct keg_attr {
     uint64_t parent;        /* directories: parent ino; others: 0 */
     int64_t  atime, mtime, ctime;            /* seconds since the epoch */
     uint32_t atimensec, mtimensec, ctimensec;
+    /* Regular files: an upper bound of the data bytes stored (written and not
+     * truncated away; holes and fallocated ranges are not counted; overwrites
+     * may be counted twice), never above size: st_blocks.  Engines keep it in
+     * write_slices/truncate; KEG_ALLOC_UNKNOWN where they do not (st_blocks
+     * then follows size). */
+    uint64_t alloc;
 };
+#define KEG_ALLOC_UNKNOWN UINT64_MAX
 
 /* One slice reference inside a chunk: bytes [off, off+len) of slice `id`
  * (whose whole size is `size`) appear at position `pos` of the chunk.
