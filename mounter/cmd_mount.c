@@ -982,6 +982,7 @@ static int run_session(struct mount_opts *o, const char *url, const char *abs_mp
     state.entry_timeout = o->entry_cache;
     state.dir_entry_timeout = o->dir_entry_cache;
     state.read_only = o->read_only;
+    state.generation = mnt_generation(keg_fs_format(fs)->uuid);
 
     if (build_fuse_args(o, volname, &args) != 0)
         goto fail;

@@ -262,7 +262,12 @@ struct mnt_state {
     double dir_entry_timeout;   /* seconds the kernel keeps a directory name */
     int    read_only;
     int    allow_other;         /* informational */
+    uint32_t generation;        /* of every inode: mnt_generation() of the volume */
 };
+/* The inode generation of volume uuid (never 0): FUSE file handles (nodeid,
+ * generation) stay valid across remounts of one volume, and a handle of another
+ * volume's file fails with ESTALE.  Inode numbers are never reused in a volume. */
+uint32_t mnt_generation(const char *uuid);
 struct fuse_lowlevel_ops;
 const struct fuse_lowlevel_ops *mnt_fuse_ops(void);
 
