@@ -202,15 +202,27 @@ static void mnt_init(void *userdata, struct fuse_conn_info *conn)
                           FUSE_CAP_EXPORT_SUPPORT;
     const unsigned never = FUSE_CAP_WRITEBACK_CACHE | FUSE_CAP_READDIRPLUS_AUTO |
                            FUSE_CAP_HANDLE_KILLPRIV | FUSE_CAP_SPLICE_READ |
-                           FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE | FUSE_CAP_DONT_MASK;
+                           FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE;
+    /* POSIX ACLs: the kernel enforces them (and checks who may set one); core/fs
+     * keeps mode and ACL in sync and applies default ACLs at creation, where the
+     * umask must not apply: DONT_MASK hands it the unmasked mode and the umask.
+     * Without both (old kernels), setting an ACL fails with EOPNOTSUPP. */
+    const unsigned acl = FUSE_CAP_POSIX_ACL | FUSE_CAP_DONT_MASK;
+    struct mnt_state *m = userdata;
     conn->want |= want & conn->capable;
     conn->want &= ~never;
+    if ((conn->capable & acl) == acl)
+        conn->want |= acl;
+    else
+        conn->want &= ~acl;
+    keg_fs_set_acl(m->fs, (conn->want & acl) == acl);
     conn->max_write = 1u << 20;
     conn->max_background = 64;
     conn->congestion_threshold = 48;
     conn->time_gran = 1;
-    KEG_INFO("FUSE protocol %u.%u, capable 0x%x, want 0x%x, max_write %u", conn->proto_major,
-             conn->proto_minor, conn->capable, conn->want, conn->max_write);
+    KEG_INFO("FUSE protocol %u.%u, capable 0x%x, want 0x%x, max_write %u, POSIX ACLs %s",
+             conn->proto_major, conn->proto_minor, conn->capable, conn->want, conn->max_write,
+             (conn->want & acl) == acl ? "on" : "off (the kernel cannot enforce them)");
     if ((want & ~conn->capable) != 0)
         KEG_WARN("kernel lacks FUSE capabilities 0x%x", want & ~conn->capable);
 }
@@ -768,7 +780,8 @@ static void mnt_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const
     struct keg_ctx c;
     MNT_DBG("setxattr(ino=%" PRIu64 ", name=%s, size=%zu, flags=%d)", (uint64_t)ino, name, size,
             flags);
-    mnt_ctx(req, &c, 0);
+    /* an access ACL clears S_ISGID unless the caller is in the file's group */
+    mnt_ctx(req, &c, strncmp(name, "system.posix_acl_", 17) == 0);
     fuse_reply_err(req, -keg_fs_setxattr(mnt(req)->fs, &c, ino, name, value, size, flags));
 }
 
