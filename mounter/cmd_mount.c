@@ -99,6 +99,7 @@ struct mount_opts {
     char    *kflags;           /* the kernel flags of -o in order (relatime,nodev, ...), for
                                 * the supervisor's mount(2); OWNERSHIP: keg_free */
     int      remount;          /* -o remount: change the flags of a live mount */
+    int      no_acl;           /* -o noacl: no POSIX ACL mode (setfacl: EOPNOTSUPP) */
     char    *log_file;         /* OWNERSHIP: keg_free */
     char    *config;           /* OWNERSHIP: keg_free */
     /* Config-file only (never on argv): the volume and credentials overriding the
@@ -582,12 +583,14 @@ out:
 
 /*----- -o handling with fuse_opt -----*/
 
-enum { KEY_NONEMPTY, KEY_RO, KEY_ALLOW_OTHER };
+enum { KEY_NONEMPTY, KEY_RO, KEY_ALLOW_OTHER, KEY_ACL, KEY_NOACL };
 
 static const struct fuse_opt mnt_fuse_opt_spec[] = {
     FUSE_OPT_KEY("nonempty", KEY_NONEMPTY),
     FUSE_OPT_KEY("ro", KEY_RO),
     FUSE_OPT_KEY("allow_other", KEY_ALLOW_OTHER),
+    FUSE_OPT_KEY("acl", KEY_ACL),
+    FUSE_OPT_KEY("noacl", KEY_NOACL),
     FUSE_OPT_END,
 };
 
@@ -610,6 +613,10 @@ static int fuse_opt_proc(void *data, const char *arg, int key, struct fuse_args 
         return 0;      /* added back below, once */
     case KEY_ALLOW_OTHER:
         fc->allow_other = 1;
+        return 0;
+    case KEY_ACL:
+    case KEY_NOACL:
+        fc->o->no_acl = key == KEY_NOACL;
         return 0;
     case FUSE_OPT_KEY_OPT: {
         /* A generic option of mount(8) / fstab (mnt_mopts.c)? */
@@ -983,6 +990,7 @@ static int run_session(struct mount_opts *o, const char *url, const char *abs_mp
     state.dir_entry_timeout = o->dir_entry_cache;
     state.read_only = o->read_only;
     state.generation = mnt_generation(keg_fs_format(fs)->uuid);
+    state.no_acl = o->no_acl;
 
     if (build_fuse_args(o, volname, &args) != 0)
         goto fail;

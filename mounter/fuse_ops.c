@@ -211,7 +211,7 @@ static void mnt_init(void *userdata, struct fuse_conn_info *conn)
     struct mnt_state *m = userdata;
     conn->want |= want & conn->capable;
     conn->want &= ~never;
-    if ((conn->capable & acl) == acl)
+    if ((conn->capable & acl) == acl && !m->no_acl)
         conn->want |= acl;
     else
         conn->want &= ~acl;
@@ -222,7 +222,8 @@ static void mnt_init(void *userdata, struct fuse_conn_info *conn)
     conn->time_gran = 1;
     KEG_INFO("FUSE protocol %u.%u, capable 0x%x, want 0x%x, max_write %u, POSIX ACLs %s",
              conn->proto_major, conn->proto_minor, conn->capable, conn->want, conn->max_write,
-             (conn->want & acl) == acl ? "on" : "off (the kernel cannot enforce them)");
+             (conn->want & acl) == acl ? "on" : m->no_acl ? "off (-o noacl)" :
+             "off (the kernel cannot enforce them)");
     if ((want & ~conn->capable) != 0)
         KEG_WARN("kernel lacks FUSE capabilities 0x%x", want & ~conn->capable);
 }

@@ -263,6 +263,7 @@ struct mnt_state {
     int    read_only;
     int    allow_other;         /* informational */
     uint32_t generation;        /* of every inode: mnt_generation() of the volume */
+    int    no_acl;              /* -o noacl: do not ask for FUSE's POSIX ACL mode */
 };
 /* The inode generation of volume uuid (never 0): FUSE file handles (nodeid,
  * generation) stay valid across remounts of one volume, and a handle of another

@@ -4,7 +4,7 @@
 # mask and chmod changes the mask; default ACLs are inherited by new files and directories
 # (umask ignored there, applied elsewhere); setting an access ACL as an owner outside the
 # file's group clears S_ISGID; getfacl/setfacl round-trip; ACLs survive a remount and
-# `kegfs dump` / `kegfs load`.
+# `kegfs dump` / `kegfs load`; with -o noacl setfacl fails with EOPNOTSUPP.
 # timeout: 180
 . "$(dirname "$0")/../lib.sh"
 need_kegfs
@@ -96,4 +96,11 @@ diff "$WORK/before.acl" <(cd "$WORK/m2" && getfacl -cpnE f) || fail "ACL of f ch
 diff "$WORK/before-d.acl" <(cd "$WORK/m2" && getfacl -cpnER d) || fail "ACLs under d changed by dump/load"
 (cd "$WORK/m2" && as_uid 65534 cat f >/dev/null 2>&1) && fail "uid 65534 read the loaded f"
 "$KEGFS" umount "$WORK/m2" || fail "umount the loaded copy"
+
+# 7. -o noacl: nothing enforces ACLs, so none can be set
+mt_umount
+mt_mount -o noacl
+grep -q 'POSIX ACLs off (-o noacl)' "$MT_LOG" || fail "-o noacl not logged"
+out=$(setfacl -m u:65534:rwx "$MNT/g" 2>&1) && fail "setfacl succeeded with -o noacl"
+echo "$out" | grep -q 'Operation not supported' || fail "setfacl with -o noacl: $out"
 exit 0
