@@ -346,15 +346,17 @@ static int setattr_checked(struct keg_fs *fs, uint64_t ino, unsigned set, struct
             return rc;
         nin = *in;
         nin.mode = mode;
+        if (rest & KEG_SET_MODE) {
+            /* the ACL follows chmod (acl.c); first, since the kernel checks
+             * permissions against the ACL when there is one */
+            rc = fs_acl_chmod(fs, ino, mode);
+            if (rc < 0)
+                return rc;
+        }
         token = fs_attr_token(fs, ino);
         rc = KEG_META_CALL(fs->meta, setattr, ino, rest, &nin, out);
         if (rc < 0)
             return rc;
-        if (rest & KEG_SET_MODE) {
-            rc = fs_acl_chmod(fs, ino, out->mode);      /* the ACL follows chmod (acl.c) */
-            if (rc < 0)
-                return rc;
-        }
     } else {
         *out = cur;
     }
