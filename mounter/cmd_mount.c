@@ -98,6 +98,10 @@ struct mount_opts {
     char    *kernel_opts;      /* FUSE mount options for the supervisor; OWNERSHIP: keg_free */
     int      no_allow_other;
     char    *fuse_opts;        /* comma-joined -o values; OWNERSHIP: keg_free */
+    char    *kflags;           /* the kernel flags of -o in order (relatime,nodev, ...), for
+                                * the supervisor's mount(2); OWNERSHIP: keg_free */
+    int      remount;          /* -o remount: change the flags of a live mount */
+    int      no_acl;           /* -o noacl: no POSIX ACL mode (setfacl: EOPNOTSUPP) */
     char    *log_file;         /* OWNERSHIP: keg_free */
     char    *config;           /* OWNERSHIP: keg_free */
     char    *meta_password_file; /* file holding the META_URL password; OWNERSHIP: keg_free */
@@ -152,8 +156,11 @@ static void usage(FILE *out)
         "\n"
         "Options:\n"
         "  -d, --background         detach; return once the mount is live\n"
-        "  -o OPT[,OPT...]          FUSE mount options (allow_other, ro, debug, ...) or\n"
-        "                           kegfs options as name=value (attr_cache=2)\n"
+        "  -o OPT[,OPT...]          FUSE mount options (allow_other, ro, debug, ...),\n"
+        "                           kernel flags (noatime, nodev, relatime, ...), kegfs\n"
+        "                           options as name=value (attr_cache=2); mount(8) and\n"
+        "                           fstab options (defaults, _netdev, x-*, ...) are ignored;\n"
+        "                           -o remount,ro MOUNTPOINT changes a live mount's flags\n"
         "      --attr-cache SEC     kernel attribute cache timeout (default 1)\n"
         "      --entry-cache SEC    kernel file-name cache timeout, also for\n"
         "                           negative lookups (default 1)\n"
@@ -587,12 +594,14 @@ out:
 
 /*----- -o handling with fuse_opt -----*/
 
-enum { KEY_NONEMPTY, KEY_RO, KEY_ALLOW_OTHER };
+enum { KEY_NONEMPTY, KEY_RO, KEY_ALLOW_OTHER, KEY_ACL, KEY_NOACL };
 
 static const struct fuse_opt mnt_fuse_opt_spec[] = {
     FUSE_OPT_KEY("nonempty", KEY_NONEMPTY),
     FUSE_OPT_KEY("ro", KEY_RO),
     FUSE_OPT_KEY("allow_other", KEY_ALLOW_OTHER),
+    FUSE_OPT_KEY("acl", KEY_ACL),
+    FUSE_OPT_KEY("noacl", KEY_NOACL),
     FUSE_OPT_END,
 };
 
@@ -616,7 +625,36 @@ static int fuse_opt_proc(void *data, const char *arg, int key, struct fuse_args 
     case KEY_ALLOW_OTHER:
         fc->allow_other = 1;
         return 0;
+    case KEY_ACL:
+    case KEY_NOACL:
+        fc->o->no_acl = key == KEY_NOACL;
+        return 0;
     case FUSE_OPT_KEY_OPT: {
+        /* A generic option of mount(8) / fstab (mnt_mopts.c)? */
+        int libfuse = 0;
+        switch (mnt_mopt_kind(arg, &libfuse)) {
+        case MNT_MOPT_FLAG:
+            if (strcmp(arg, "rw") == 0)
+                return 0;    /* the default; mount(8) passes it (not over --read-only) */
+            /* Every flag goes to the supervisor's mount(2) in the order given
+             * (relatime,noatime: noatime); libfuse's mount gets those it knows. */
+            char *n = fc->o->kflags ? keg_asprintf("%s,%s", fc->o->kflags, arg)
+                                    : keg_strdup(arg);
+            if (!n) {
+                fc->failed = 1;
+                return -1;
+            }
+            keg_free(fc->o->kflags);
+            fc->o->kflags = n;
+            return libfuse ? 1 : 0;
+        case MNT_MOPT_IGNORED:
+            return 0;
+        case MNT_MOPT_REMOUNT:
+            fc->o->remount = 1;
+            return 0;
+        default:
+            break;
+        }
         /* A kegfs option given as -o name[=value]? */
         size_t len = strcspn(arg, "=");
         const struct option *opt = find_opt(arg, len);
@@ -639,6 +677,17 @@ static int fuse_opt_proc(void *data, const char *arg, int key, struct fuse_args 
     }
 }
 
+/* 1 if the comma-separated list opts holds the option name. */
+static int has_opt(const char *opts, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = opts; p && *p; p += strcspn(p, ","), p += *p == ',') {
+        if (strncmp(p, name, n) == 0 && (p[n] == ',' || p[n] == '\0'))
+            return 1;
+    }
+    return 0;
+}
+
 /* Build the libfuse arguments: our defaults, then the user's -o options
  * (kegfs ones taken out).  OWNERSHIP: caller fuse_opt_free_args(out). */
 static int build_fuse_args(struct mount_opts *o, const char *volname, struct fuse_args *out)
@@ -649,6 +698,8 @@ static int build_fuse_args(struct mount_opts *o, const char *volname, struct fus
     *out = (struct fuse_args)FUSE_ARGS_INIT(0, NULL);
     if (fuse_opt_add_arg(&in, "kegfs") != 0)
         return 1;
+    keg_free(o->kflags);    /* rebuilt by fuse_opt_proc */
+    o->kflags = NULL;
     if (o->fuse_opts && (fuse_opt_add_arg(&in, "-o") || fuse_opt_add_arg(&in, o->fuse_opts))) {
         rc = 1;
         goto out;
@@ -1093,6 +1144,8 @@ static int run_session(struct mount_opts *o, const char *url, const char *abs_mp
     state.entry_timeout = o->entry_cache;
     state.dir_entry_timeout = o->dir_entry_cache;
     state.read_only = o->read_only;
+    state.generation = mnt_generation(keg_fs_format(fs)->uuid);
+    state.no_acl = o->no_acl;
 
     if (build_fuse_args(o, volname, &args) != 0)
         goto fail;
@@ -1242,14 +1295,23 @@ static int serve(struct mount_opts *o, const char *url, const char *abs_mp, cons
         KEG_INFO("not root: no supervisor (a crash of this mounter leaves a dead mount)");
         o->no_supervisor = 1;
     }
-    if (o->no_supervisor)
+    if (o->no_supervisor) {
+        if (o->kflags)
+            KEG_DEBUG("without the supervisor libfuse mounts: of -o %s only the flags it "
+                      "knows apply", o->kflags);
         return run_session(o, url, abs_mp, volname, notify_fd, NULL);
+    }
     if (build_fuse_args(o, volname, &args) != 0) {
         notify_error(notify_fd);
         return 1;
     }
     o->kernel_opts = mount_opts_of(&args);
     fuse_opt_free_args(&args);
+    if (o->kernel_opts && o->kflags) {
+        char *k = keg_asprintf("%s,%s", o->kernel_opts, o->kflags);
+        keg_free(o->kernel_opts);
+        o->kernel_opts = k;
+    }
     if (!o->kernel_opts) {
         mnt_error("out of memory");
         notify_error(notify_fd);
@@ -1418,6 +1480,21 @@ int mnt_cmd_mount(int argc, char **argv)
     }
     if (mnt_log_file && !o.log_file)
         o.log_file = keg_strdup(mnt_log_file);
+    if (has_opt(o.fuse_opts, "remount")) {
+        /* mount(8) gives SPEC DIR (SPEC is the fsname, kegfs:VOLUME); we need DIR */
+        if (argc - optind < 1 || argc - optind > 2) {
+            mnt_error("-o remount needs the MOUNTPOINT (see 'kegfs mount --help')");
+            rc = 2;
+            goto out;
+        }
+        rc = mnt_abspath(argv[argc - 1], &abs_mp);
+        if (rc == 0)
+            rc = mnt_mopt_remount(abs_mp, o.fuse_opts);
+        else
+            mnt_error("%s: %s", argv[argc - 1], strerror(-rc));
+        rc = rc ? 1 : 0;
+        goto out;
+    }
     rc = check_cache_opts(&o);
     if (rc)
         goto out;
@@ -1478,6 +1555,7 @@ out:
     keg_free(abs_mp);
     keg_free(o.meta_password_file);
     keg_free(o.fuse_opts);
+    keg_free(o.kflags);
     keg_free(o.log_file);
     keg_free(o.config);
     keg_free(o.cache_dir);

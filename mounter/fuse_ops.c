@@ -139,7 +139,9 @@ static void fill_entry(struct mnt_state *m, const struct keg_attr *a, struct fus
 {
     memset(e, 0, sizeof(*e));
     e->ino = a->ino;
-    e->generation = 1;
+    /* the kernel made the root inode with generation 0; another value in an
+     * entry for it (lookup of "..") would mark it stale */
+    e->generation = a->ino == FUSE_ROOT_ID ? 0 : m->generation;
     attr_to_stat(a, &e->attr);
     e->attr_timeout = m->attr_timeout;
     e->entry_timeout = S_ISDIR(a->mode) ? m->dir_entry_timeout : m->entry_timeout;
@@ -210,21 +212,37 @@ static char *tbuf_get(size_t size)
 
 static void mnt_init(void *userdata, struct fuse_conn_info *conn)
 {
+    /* EXPORT_SUPPORT: the kernel resolves a file handle whose inode it no longer
+     * caches with lookup(ino, ".") and reconnects directories with lookup(ino, "..")
+     * (mnt_lookup), so open_by_handle_at and NFS re-export work. */
     const unsigned want = FUSE_CAP_FLOCK_LOCKS | FUSE_CAP_POSIX_LOCKS | FUSE_CAP_READDIRPLUS |
                           FUSE_CAP_ASYNC_READ | FUSE_CAP_ATOMIC_O_TRUNC |
-                          FUSE_CAP_PARALLEL_DIROPS | FUSE_CAP_AUTO_INVAL_DATA;
+                          FUSE_CAP_PARALLEL_DIROPS | FUSE_CAP_AUTO_INVAL_DATA |
+                          FUSE_CAP_EXPORT_SUPPORT;
     const unsigned never = FUSE_CAP_WRITEBACK_CACHE | FUSE_CAP_READDIRPLUS_AUTO |
                            FUSE_CAP_HANDLE_KILLPRIV | FUSE_CAP_SPLICE_READ |
-                           FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE | FUSE_CAP_DONT_MASK |
-                           FUSE_CAP_EXPORT_SUPPORT;
+                           FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE;
+    /* POSIX ACLs: the kernel enforces them (and checks who may set one); core/fs
+     * keeps mode and ACL in sync and applies default ACLs at creation, where the
+     * umask must not apply: DONT_MASK hands it the unmasked mode and the umask.
+     * Without both (old kernels), setting an ACL fails with EOPNOTSUPP. */
+    const unsigned acl = FUSE_CAP_POSIX_ACL | FUSE_CAP_DONT_MASK;
+    struct mnt_state *m = userdata;
     conn->want |= want & conn->capable;
     conn->want &= ~never;
+    if ((conn->capable & acl) == acl && !m->no_acl)
+        conn->want |= acl;
+    else
+        conn->want &= ~acl;
+    keg_fs_set_acl(m->fs, (conn->want & acl) == acl);
     conn->max_write = 1u << 20;
     conn->max_background = 64;
     conn->congestion_threshold = 48;
     conn->time_gran = 1;
-    KEG_INFO("FUSE protocol %u.%u, capable 0x%x, want 0x%x, max_write %u", conn->proto_major,
-             conn->proto_minor, conn->capable, conn->want, conn->max_write);
+    KEG_INFO("FUSE protocol %u.%u, capable 0x%x, want 0x%x, max_write %u, POSIX ACLs %s",
+             conn->proto_major, conn->proto_minor, conn->capable, conn->want, conn->max_write,
+             (conn->want & acl) == acl ? "on" : m->no_acl ? "off (-o noacl)" :
+             "off (the kernel cannot enforce them)");
     if ((want & ~conn->capable) != 0)
         KEG_WARN("kernel lacks FUSE capabilities 0x%x", want & ~conn->capable);
 }
@@ -236,6 +254,32 @@ static void mnt_destroy(void *userdata)
 
 /*----- namespace -----*/
 
+uint32_t mnt_generation(const char *uuid)
+{
+    uint32_t h = 2166136261u;     /* FNV-1a */
+    for (const char *p = uuid; p && *p; p++)
+        h = (h ^ (uint8_t)*p) * 16777619u;
+    return h ? h : 1;
+}
+
+/* lookup(ino, ".") and lookup(ino, "..") come only from the kernel's export
+ * operations (a file handle whose inode is not cached, reconnecting a
+ * directory): the kernel never sends them for path walks.  An inode that is
+ * gone, or unlinked (only open handles keep it), is ENOENT: ESTALE to the caller. */
+static int lookup_export(struct mnt_state *m, const struct keg_ctx *c, uint64_t ino, int dotdot,
+                         struct keg_attr *a)
+{
+    int rc = keg_fs_getattr(m->fs, c, ino, a);
+    if (rc == 0 && a->nlink == 0)
+        rc = -ENOENT;
+    if (rc == 0 && dotdot) {
+        if (!S_ISDIR(a->mode))
+            return -ENOTDIR;
+        rc = keg_fs_getattr(m->fs, c, a->parent ? a->parent : FUSE_ROOT_ID, a);
+    }
+    return rc;
+}
+
 static void mnt_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
     struct mnt_state *m = mnt(req);
@@ -243,6 +287,10 @@ static void mnt_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
     struct keg_attr a;
     MNT_DBG("lookup(parent=%" PRIu64 ", name=%s)", (uint64_t)parent, name);
     mnt_ctx(req, &c, 0);
+    if (name[0] == '.' && (name[1] == '\0' || (name[1] == '.' && name[2] == '\0'))) {
+        reply_entry(req, lookup_export(m, &c, parent, name[1] == '.', &a), &a);
+        return;
+    }
     int rc = keg_fs_lookup(m->fs, &c, parent, name, &a);
     if (rc == -ENOENT && m->entry_timeout > 0) {
         /* A negative entry: the kernel caches "no such name" for entry_timeout. */
@@ -783,7 +831,8 @@ static void mnt_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const
     struct keg_ctx c;
     MNT_DBG("setxattr(ino=%" PRIu64 ", name=%s, size=%zu, flags=%d)", (uint64_t)ino, name, size,
             flags);
-    mnt_ctx(req, &c, 0);
+    /* an access ACL clears S_ISGID unless the caller is in the file's group */
+    mnt_ctx(req, &c, strncmp(name, "system.posix_acl_", 17) == 0);
     fuse_reply_err(req, -keg_fs_setxattr(mnt(req)->fs, &c, ino, name, value, size, flags));
 }
 

@@ -69,6 +69,10 @@ int main(int argc, char **argv)
     int opt;
 
     keg_log_set_level(LOG_WARNING);
+    /* Installed as mount.kegfs / mount.fuse.kegfs: the mount(8) helper. */
+    const char *base = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
+    if (strcmp(base, "mount.kegfs") == 0 || strcmp(base, "mount.fuse.kegfs") == 0)
+        return mnt_mount_helper(argc, argv);
     opterr = 0;     /* every command reports a bad option itself, in one line */
     /* "+": stop at the first non-option (the sub-command). */
     while ((opt = getopt_long(argc, argv, "+vhV", longopts, NULL)) != -1) {

@@ -295,6 +295,24 @@ struct mnt_super_conf {
  * Returns the exit status (the last worker's). */
 int mnt_super_run(const struct mnt_super_conf *sc, int notify_fd);
 
+/*--- generic mount options and the mount(8) helper (mnt_mopts.c) ---*/
+#define MNT_MOPT_NONE     0   /* not a generic option (a libfuse or kegfs one) */
+#define MNT_MOPT_FLAG     1   /* a kernel mount flag: ro, nodev, relatime, ... */
+#define MNT_MOPT_IGNORED  2   /* means nothing to a FUSE mount: defaults, _netdev, x-* ... */
+#define MNT_MOPT_REMOUNT  3
+/* Kind of the single option opt.  *libfuse (may be NULL) is set to 1 for a
+ * kernel flag that libfuse 3.14's own option parser accepts. */
+int mnt_mopt_kind(const char *opt, int *libfuse);
+/* If opt is a kernel flag, apply it to the MS_* bits in *flags and return 1; else 0. */
+int mnt_mopt_apply(const char *opt, unsigned long *flags);
+/* Change the flags of the live kegfs mount abs_mp by the kernel flags in the
+ * comma-separated opts (the others are ignored), starting from its current
+ * flags.  Returns 0 or -errno (message printed). */
+int mnt_mopt_remount(const char *abs_mp, const char *opts);
+/* main() of `mount.kegfs` / `mount.fuse.kegfs` (argv[0] picks it).  Returns the
+ * exit status mount(8) expects (0, 1 usage, 32 mount failure). */
+int mnt_mount_helper(int argc, char **argv);
+
 /*--- FUSE side (fuse_ops.c) ---*/
 /* mnt_inval.c: the kernel's page cache invalidated for core/fs (its
  * invalidation hook, sent by one thread) and for O_DIRECT writes (at once).
@@ -313,7 +331,13 @@ struct mnt_state {
     double dir_entry_timeout;   /* seconds the kernel keeps a directory name */
     int    read_only;
     int    allow_other;         /* informational */
+    uint32_t generation;        /* of every inode: mnt_generation() of the volume */
+    int    no_acl;              /* -o noacl: do not ask for FUSE's POSIX ACL mode */
 };
+/* The inode generation of volume uuid (never 0): FUSE file handles (nodeid,
+ * generation) stay valid across remounts of one volume, and a handle of another
+ * volume's file fails with ESTALE.  Inode numbers are never reused in a volume. */
+uint32_t mnt_generation(const char *uuid);
 struct fuse_lowlevel_ops;
 const struct fuse_lowlevel_ops *mnt_fuse_ops(void);
 

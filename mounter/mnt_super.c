@@ -103,21 +103,6 @@ static int add_data(struct kmount *k, const char *opt)
  * not the kernel's and are skipped.  Returns 0 or -errno (message printed). */
 static int kernel_opts(const char *opts, int fd, struct kmount *k)
 {
-    static const struct {
-        const char   *name;
-        unsigned long set, clear;
-    } flagmap[] = {
-        {"ro", MS_RDONLY, 0}, {"rw", 0, MS_RDONLY},
-        {"nosuid", MS_NOSUID, 0}, {"suid", 0, MS_NOSUID},
-        {"nodev", MS_NODEV, 0}, {"dev", 0, MS_NODEV},
-        {"noexec", MS_NOEXEC, 0}, {"exec", 0, MS_NOEXEC},
-        {"noatime", MS_NOATIME, 0}, {"atime", 0, MS_NOATIME},
-        {"nodiratime", MS_NODIRATIME, 0}, {"diratime", 0, MS_NODIRATIME},
-        {"relatime", MS_RELATIME, 0}, {"norelatime", 0, MS_RELATIME},
-        {"strictatime", MS_STRICTATIME, 0}, {"lazytime", MS_LAZYTIME, 0},
-        {"sync", MS_SYNCHRONOUS, 0}, {"async", 0, MS_SYNCHRONOUS},
-        {"dirsync", MS_DIRSYNC, 0},
-    };
     char *copy = keg_strdup(opts ? opts : "");
     char *save = NULL;
     int rc = 0;
@@ -130,14 +115,7 @@ static int kernel_opts(const char *opts, int fd, struct kmount *k)
     snprintf(k->source, sizeof(k->source), "kegfs");
     snprintf(k->type, sizeof(k->type), "fuse");
     for (char *o = strtok_r(copy, ",", &save); o && rc == 0; o = strtok_r(NULL, ",", &save)) {
-        size_t i;
-        for (i = 0; i < sizeof(flagmap) / sizeof(flagmap[0]); i++) {
-            if (strcmp(o, flagmap[i].name) == 0) {
-                k->flags = (k->flags & ~flagmap[i].clear) | flagmap[i].set;
-                break;
-            }
-        }
-        if (i < sizeof(flagmap) / sizeof(flagmap[0]))
+        if (mnt_mopt_apply(o, &k->flags))    /* ro, nodev, relatime, ... (mnt_mopts.c) */
             continue;
         if (!strcmp(o, "allow_other") || !strcmp(o, "default_permissions") ||
             !strncmp(o, "max_read=", 9) || !strncmp(o, "context=", 8) ||

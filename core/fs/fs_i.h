@@ -326,6 +326,7 @@ struct keg_fs {
     uint32_t          bs;           /* block size */
     struct keg_block_id blk_id;     /* the volume's part of every block identity (vol, v1_ok) */
     int               read_only;
+    int               acl;          /* POSIX ACLs enforced by the kernel (keg_fs_set_acl) */
     int               has_session;
     uint64_t          buffer_size;
     unsigned          heartbeat_sec;
@@ -585,5 +586,40 @@ static inline struct keg_block_id fs_block_id(const struct keg_fs *fs, uint64_t 
     b.blen = blen;
     return b;
 }
+
+/*----- POSIX ACLs (acl.c) -----*/
+#define KEG_ACL_ACCESS  "system.posix_acl_access"
+#define KEG_ACL_DEFAULT "system.posix_acl_default"
+/* 1 for KEG_ACL_ACCESS, 2 for KEG_ACL_DEFAULT, else 0. */
+int fs_acl_name(const char *name);
+/* setxattr of an ACL name: validates, stores (an access ACL equivalent to mode
+ * bits is removed instead), sets the mode bits from an access ACL.  Returns 0,
+ * -EOPNOTSUPP (ACLs not enforced), -EINVAL, -EPERM (not owner or root),
+ * -EACCES (default ACL on a non-directory), -errno. */
+int fs_acl_set(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, const char *name,
+               const void *val, size_t len, int flags);
+/* After a mode change of ino to mode: rewrite its access ACL, if any.  Returns 0 or -errno. */
+int fs_acl_chmod(struct keg_fs *fs, uint64_t ino, uint32_t mode);
+/* ACLs a new node gets from its directory's default ACL. */
+struct fs_acl_new {
+    struct acl *access;         /* NULL: none; OWNERSHIP: fs_acl_new_free */
+    struct acl *def;            /* directories: the default ACL; NULL: none */
+    uint32_t    final_mode;     /* mode once access is stored */
+};
+/* Before creating a node of mode (type included) in parent: applies the umask,
+ * or the parent's default ACL (*mode becomes the mode to create with).
+ * OWNERSHIP: caller calls fs_acl_new_free(nw) (also on failure).  Returns 0 or -errno. */
+int fs_acl_create_mode(struct keg_fs *fs, const struct keg_ctx *c, uint64_t parent,
+                       uint32_t *mode, struct fs_acl_new *nw);
+/* After the node ino was created: store nw's ACLs.  Returns 0 or -errno (logged). */
+int fs_acl_create_finish(struct keg_fs *fs, uint64_t ino, const struct fs_acl_new *nw);
+void fs_acl_new_free(struct fs_acl_new *nw);
+/* getxattr through the negative cache of xattr.c (absence of
+ * security.capability and of the ACLs is remembered briefly).  Returns the size or -errno. */
+ssize_t fs_xattr_get_raw(struct keg_fs *fs, uint64_t ino, const char *name, void *buf,
+                         size_t size);
+/* A node ino was just created (with an access / default ACL or not): its
+ * capability and missing ACLs are known absent, no engine call needed. */
+void fs_xattr_new_inode(struct keg_fs *fs, uint64_t ino, int has_access, int has_default);
 
 #endif

@@ -358,6 +358,13 @@ static int setattr_checked(struct keg_fs *fs, uint64_t ino, unsigned set, struct
             return rc;
         nin = *in;
         nin.mode = mode;
+        if (rest & KEG_SET_MODE) {
+            /* the ACL follows chmod (acl.c); first, since the kernel checks
+             * permissions against the ACL when there is one */
+            rc = fs_acl_chmod(fs, ino, mode);
+            if (rc < 0)
+                return rc;
+        }
         token = fs_attr_token(fs, ino);
         rc = KEG_META_CALL(fs->meta, setattr, ino, rest, &nin, out);
         if (rc < 0)
@@ -380,14 +387,27 @@ static int make_node(struct keg_fs *fs, const struct keg_ctx *c, uint64_t parent
     rc = fs_check_name(name);
     if (rc < 0)
         return rc;
-    rc = fs_alloc_ino(fs, &ino);
-    if (rc < 0)
+    struct fs_acl_new acl;
+    rc = fs_acl_create_mode(fs, c, parent, &mode, &acl);    /* umask or default ACL */
+    if (rc == 0)
+        rc = fs_alloc_ino(fs, &ino);
+    if (rc < 0) {
+        fs_acl_new_free(&acl);
         return rc;
+    }
     struct fs_pattr_tok t;
     fs_pattr_begin(fs, parent, &t);
     rc = KEG_META_CALL(fs->meta, mknod, parent, name, ino, mode, c->uid, c->gid, rdev, target,
                        out);
     pa_end_op(fs, &t, rc);
+    if (rc == 0)
+        fs_xattr_new_inode(fs, ino, acl.access != NULL, acl.def != NULL);
+    if (rc == 0 && (acl.access || acl.def)) {
+        rc = fs_acl_create_finish(fs, ino, &acl);
+        if (rc == 0)
+            rc = KEG_META_CALL(fs->meta, getattr, ino, out);
+    }
+    fs_acl_new_free(&acl);
     return rc;
 }
 

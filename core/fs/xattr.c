@@ -1,15 +1,19 @@
 /* xattr.c -- extended attributes: pass-through to the engine with the Linux
- * limits, and a negative cache for "security.capability".
+ * limits, a negative cache for "security.capability" and the POSIX ACL names,
+ * and the ACL names routed to acl.c.
  *
  * DESIGN
  * The kernel asks getxattr("security.capability") before every write (to
- * drop file capabilities).  Files almost never have one, and small-file
- * workloads open, write and close a file per operation, so the answer
- * "absent" is remembered per inode for FS_CAP_TTL_NS in a small
- * direct-mapped table that outlives open handles.  setxattr/removexattr
- * through this mount forget the inode at once; a capability set by another
- * mounter is seen here within FS_CAP_TTL_NS (the kernel's own attribute cache
- * is as stale).  The table never answers "present": only absence is cached.
+ * drop file capabilities), and with POSIX ACLs on it asks for
+ * "system.posix_acl_access" when it checks a permission the mode bits alone
+ * do not settle (again after every attribute refresh); creating a node reads
+ * the directory's "system.posix_acl_default".  Files almost never have any of
+ * them, and small-file workloads open, write and close a file per operation,
+ * so the answer "absent" is remembered per (inode, name) for FS_CAP_TTL_NS in
+ * a small direct-mapped table that outlives open handles.  setxattr/removexattr
+ * through this mount forget the entry at once; one set by another mounter is
+ * seen here within FS_CAP_TTL_NS (the kernel's own attribute cache is as
+ * stale).  The table never answers "present": only absence is cached.
  */
 #include <pthread.h>
 #include <string.h>
@@ -25,45 +29,68 @@
 struct cap_slot {
     const struct keg_fs *fs;    /* the volume instance (tests open several) */
     uint64_t ino;
+    int      kind;              /* xname_kind() */
     int64_t  until;             /* keg_mono_ns() deadline of the "absent" answer */
 };
 
 static pthread_mutex_t cap_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct cap_slot cap_slots[FS_CAP_SLOTS];     /* protected by cap_lock */
 
-static struct cap_slot *cap_slot(const struct keg_fs *fs, uint64_t ino)
+/* 1..3 for the names whose absence is cached, else 0. */
+static int xname_kind(const char *name)
 {
-    uint64_t h = (ino ^ (uint64_t)(uintptr_t)fs) * 0x9E3779B97F4A7C15ULL;
+    if (strcmp(name, FS_XATTR_CAP) == 0)
+        return 3;
+    return fs_acl_name(name);
+}
+
+static struct cap_slot *cap_slot(const struct keg_fs *fs, uint64_t ino, int kind)
+{
+    uint64_t h = (ino ^ (uint64_t)(uintptr_t)fs ^ ((uint64_t)kind << 56)) *
+                 0x9E3779B97F4A7C15ULL;
     return &cap_slots[h >> 52];     /* top 12 bits: FS_CAP_SLOTS == 4096 */
 }
 
-static int cap_known_absent(const struct keg_fs *fs, uint64_t ino)
+static int cap_known_absent(const struct keg_fs *fs, uint64_t ino, int kind)
 {
     int absent;
     pthread_mutex_lock(&cap_lock);
-    struct cap_slot *sl = cap_slot(fs, ino);
-    absent = sl->fs == fs && sl->ino == ino && keg_mono_ns() < sl->until;
+    struct cap_slot *sl = cap_slot(fs, ino, kind);
+    absent = sl->fs == fs && sl->ino == ino && sl->kind == kind && keg_mono_ns() < sl->until;
     pthread_mutex_unlock(&cap_lock);
     return absent;
 }
 
-static void cap_set_absent(const struct keg_fs *fs, uint64_t ino)
+static void cap_set_absent(const struct keg_fs *fs, uint64_t ino, int kind)
 {
     pthread_mutex_lock(&cap_lock);
-    struct cap_slot *sl = cap_slot(fs, ino);
+    struct cap_slot *sl = cap_slot(fs, ino, kind);
     sl->fs = fs;
     sl->ino = ino;
+    sl->kind = kind;
     sl->until = keg_mono_ns() + FS_CAP_TTL_NS;
     pthread_mutex_unlock(&cap_lock);
 }
 
-static void cap_forget(struct keg_fs *fs, uint64_t ino)
+static void cap_forget(struct keg_fs *fs, uint64_t ino, int kind)
 {
     pthread_mutex_lock(&cap_lock);
-    struct cap_slot *sl = cap_slot(fs, ino);
-    if (sl->fs == fs && sl->ino == ino)
+    struct cap_slot *sl = cap_slot(fs, ino, kind);
+    if (sl->fs == fs && sl->ino == ino && sl->kind == kind)
         sl->until = 0;
     pthread_mutex_unlock(&cap_lock);
+}
+
+ssize_t fs_xattr_get_raw(struct keg_fs *fs, uint64_t ino, const char *name, void *buf,
+                         size_t size)
+{
+    int kind = xname_kind(name);
+    if (kind && cap_known_absent(fs, ino, kind))
+        return -ENODATA;
+    ssize_t n = KEG_META_CALL(fs->meta, getxattr, ino, name, buf, size);
+    if (kind && n == -ENODATA)
+        cap_set_absent(fs, ino, kind);
+    return n;
 }
 
 static int check_xname(const char *name)
@@ -80,29 +107,20 @@ static int check_xname(const char *name)
 ssize_t keg_fs_getxattr(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino,
                         const char *name, void *buf, size_t size)
 {
-    int is_cap;
-    ssize_t n;
     int rc = check_xname(name);
 
     KEG_UNUSED(c);
     if (rc < 0)
         return rc;
-    is_cap = strcmp(name, FS_XATTR_CAP) == 0;
-    if (is_cap && cap_known_absent(fs, ino))
-        return -ENODATA;
     if (size > KEG_XATTR_SIZE_MAX)
         size = KEG_XATTR_SIZE_MAX;
-    n = KEG_META_CALL(fs->meta, getxattr, ino, name, buf, size);
-    if (is_cap && n == -ENODATA)
-        cap_set_absent(fs, ino);
-    return n;
+    return fs_xattr_get_raw(fs, ino, name, buf, size);
 }
 
 int keg_fs_setxattr(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, const char *name,
                     const void *val, size_t len, int flags)
 {
     int rc = check_xname(name);
-    KEG_UNUSED(c);
     if (rc < 0)
         return rc;
     if (len > KEG_XATTR_SIZE_MAX)
@@ -110,10 +128,15 @@ int keg_fs_setxattr(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, co
     if (fs->read_only)
         return -EROFS;
     struct fs_pattr_tok t;
+    int kind = xname_kind(name);
     fs_pattr_begin(fs, ino, &t);        /* ctime of a directory may be cached (ns.c) */
-    rc = KEG_META_CALL(fs->meta, setxattr, ino, name, val, len, flags);
+    if (fs_acl_name(name))
+        rc = fs_acl_set(fs, c, ino, name, val, len, flags);    /* also the mode (acl.c) */
+    else
+        rc = KEG_META_CALL(fs->meta, setxattr, ino, name, val, len, flags);
     fs_pattr_end(fs, &t, NULL);
-    cap_forget(fs, ino);
+    if (kind)
+        cap_forget(fs, ino, kind);
     return rc;
 }
 
@@ -134,9 +157,25 @@ int keg_fs_removexattr(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino,
     if (fs->read_only)
         return -EROFS;
     struct fs_pattr_tok t;
+    int kind = xname_kind(name);
     fs_pattr_begin(fs, ino, &t);
     rc = KEG_META_CALL(fs->meta, removexattr, ino, name);
     fs_pattr_end(fs, &t, NULL);
-    cap_forget(fs, ino);
+    if (kind)
+        cap_forget(fs, ino, kind);
     return rc;
+}
+
+void fs_xattr_new_inode(struct keg_fs *fs, uint64_t ino, int has_access, int has_default)
+{
+    cap_set_absent(fs, ino, 3);
+    if (!has_access)
+        cap_set_absent(fs, ino, 1);
+    if (!has_default)
+        cap_set_absent(fs, ino, 2);
+}
+
+void keg_fs_set_acl(struct keg_fs *fs, int on)
+{
+    fs->acl = on ? 1 : 0;
 }

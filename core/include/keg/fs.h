@@ -88,6 +88,14 @@ void keg_fs_free(struct keg_fs *fs);
 void keg_fs_settle(struct keg_fs *fs);
 
 const struct keg_format *keg_fs_format(struct keg_fs *fs);
+/* POSIX ACLs (off by default): on only where something enforces them -- the
+ * mounter turns them on when the kernel grants FUSE's POSIX ACL mode, which then
+ * checks permissions against the ACLs.  On: setting system.posix_acl_* keeps the
+ * mode bits in sync, chmod updates the ACL, new nodes inherit default ACLs and
+ * the umask (keg_ctx.umask) is applied here unless a default ACL replaces it.
+ * Off: setting an ACL fails with EOPNOTSUPP.  keg_ctx.umask is applied to new
+ * nodes either way (a caller that applied it already loses nothing). */
+void keg_fs_set_acl(struct keg_fs *fs, int on);
 struct keg_meta *keg_fs_meta(struct keg_fs *fs);
 struct keg_obj  *keg_fs_obj(struct keg_fs *fs);
 
@@ -110,8 +118,8 @@ int keg_fs_getattr_cached(struct keg_fs *fs, const struct keg_ctx *c, uint64_t i
                           int64_t max_age_ns, struct keg_attr *out);
 int keg_fs_setattr(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, unsigned set,
                    const struct keg_attr *in, struct keg_attr *out);
-/* mode includes the S_IFMT type (regular, fifo, socket, char, block); the umask
- * is already applied by the caller.  */
+/* mode includes the S_IFMT type (regular, fifo, socket, char, block); c->umask
+ * is applied here, or the directory's default ACL (keg_fs_set_acl).  */
 int keg_fs_mknod(struct keg_fs *fs, const struct keg_ctx *c, uint64_t parent, const char *name,
                  uint32_t mode, uint64_t rdev, struct keg_attr *out);
 int keg_fs_mkdir(struct keg_fs *fs, const struct keg_ctx *c, uint64_t parent, const char *name,
