@@ -884,6 +884,29 @@ static void notify_error(int fd)
     notify(fd, buf);
 }
 
+/* The worker was asked to hand over (kegfs upgrade): every request it started
+ * is answered; commit what is buffered and close the volume without waiting for
+ * uploads (staged objects stay in the staging directory for the next worker).
+ * TAKES se, fs, cfg, args.  Returns MNT_EXIT_UPGRADE. */
+static int handover_exit(struct mount_opts *o, struct fuse_session *se, struct keg_fs *fs,
+                         struct fuse_loop_config *cfg, struct fuse_args *args)
+{
+    KEG_UNUSED(o);
+    KEG_INFO("handing over: committing open files");
+    fuse_remove_signal_handlers(se);
+    mnt_stats_phase("handover");
+    keg_stack_set_drain(keg_fs_obj(fs), 1);
+    mnt_stats_stop();
+    keg_fs_free(fs);      /* flushes and commits open files, ends the session */
+    mnt_inode_clear();
+    if (cfg)
+        fuse_loop_cfg_destroy(cfg);
+    fuse_session_destroy(se);   /* closes this process's copy of the descriptor */
+    fuse_opt_free_args(args);
+    KEG_INFO("handed over");
+    return MNT_EXIT_UPGRADE;
+}
+
 /* Open the volume, mount, serve until unmounted or signalled.  notify_fd: the
  * pipe to a waiting parent (-d), or -1.  w: the supervisor's mounted descriptor
  * and FUSE_INIT (this process is a worker), or NULL (mount here, no supervisor).
@@ -981,9 +1004,13 @@ static int run_session(struct mount_opts *o, const char *url, const char *abs_mp
         fb.size = w->init_len;
         fuse_session_process_buf(se, &fb);
         keg_free(fb.mem);
-        if (w->epoch > 1)
+        if (w->handover)
+            KEG_INFO("worker %u took over %s from the previous worker (upgrade)", w->epoch,
+                     abs_mp);
+        else if (w->epoch > 1)
             KEG_WARN("worker %u serving %s again after a crash of the previous worker "
                      "(its uncommitted writes are lost)", w->epoch, abs_mp);
+        mnt_upgrade_worker_arm(se);
     } else {
         mnt_state_prune();
         rc = mnt_state_write(abs_mp, getpid(), url,
@@ -1006,6 +1033,9 @@ static int run_session(struct mount_opts *o, const char *url, const char *abs_mp
         fuse_loop_cfg_set_max_threads(cfg, 64);
     }
     rc = fuse_session_loop_mt(se, cfg);
+    mnt_upgrade_worker_disarm();
+    if (w && rc >= 0 && mnt_upgrade_worker_requested())
+        return handover_exit(o, se, fs, cfg, &args);
     /* libfuse returns the number of the signal that ended the loop (> 0),
      * 0 after an external unmount, or -errno on failure. */
     status = rc < 0 ? 1 : 0;
@@ -1103,6 +1133,7 @@ static int serve(struct mount_opts *o, const char *url, const char *abs_mp, cons
         .abs_mp = abs_mp,
         .fuse_opts = o->kernel_opts,
         .meta_url = url,
+        .volname = volname,
         .drain_timeout = o->writeback ? (unsigned)(o->drain_timeout + 0.999) : 0,
         .worker = worker_main,
         .arg = &wa,
@@ -1230,6 +1261,28 @@ out:
     return status;
 }
 
+/* Started by an upgrading supervisor (cmd_upgrade.c): the mount exists and is
+ * ours, so none of the pre-mount checks apply (and nothing may touch the mount
+ * point: no worker answers until we start one).  Returns the exit status, or -1
+ * when this is an ordinary mount. */
+static int resume_upgrade(struct mount_opts *o, const char *url)
+{
+    const char *abs_mp = NULL, *volname = NULL;
+    int rc = mnt_upgrade_resuming(&abs_mp, &volname);
+    if (rc == 0)
+        return -1;
+    if (rc < 0)
+        return 1;
+    char *log_file = o->log_file ? keg_strdup(o->log_file)
+                                 : o->background ? default_log_file(volname, abs_mp) : NULL;
+    if (log_file && keg_log_set_file(log_file) < 0)
+        KEG_WARN("cannot open log file %s: %s", log_file, strerror(errno));
+    rc = serve(o, url, abs_mp, volname, -1);
+    keg_log_set_file(NULL);
+    keg_free(log_file);
+    return rc;
+}
+
 int mnt_cmd_mount(int argc, char **argv)
 {
     struct mount_opts o;
@@ -1279,6 +1332,9 @@ int mnt_cmd_mount(int argc, char **argv)
     }
     fuse_set_log_func(fuse_log_to_keg);
     signal(SIGPIPE, SIG_IGN);
+    rc = resume_upgrade(&o, url);
+    if (rc >= 0)
+        goto out;
 
     /* Check what can be checked before anything changes. */
     struct fuse_args probe;

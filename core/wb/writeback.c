@@ -1153,6 +1153,17 @@ int keg_wb_drain(struct keg_obj *o, unsigned timeout_ms, uint64_t *remaining)
     return rc;
 }
 
+void keg_wb_set_drain(struct keg_obj *o, unsigned drain_ms)
+{
+    struct wb *wb;
+    if (!o || o->ops != &keg_wb_ops)
+        return;
+    wb = o->priv;
+    pthread_mutex_lock(&wb->mu);
+    wb->drain_ms = drain_ms ? drain_ms : 1;
+    pthread_mutex_unlock(&wb->mu);
+}
+
 int keg_wb_stats(struct keg_obj *o, struct keg_wb_stats *st)
 {
     struct wb *wb;
