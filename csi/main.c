@@ -28,6 +28,12 @@ static void usage(FILE *fp)
         "                       (default " CSI_STATE_DIR_DEFAULT ")\n"
         "  --mounter PATH       the kegfs binary (default: kegfs next to this binary,\n"
         "                       else /usr/local/bin/kegfs)\n"
+        "  --mount-mode MODE    process (mounters are children of this plugin) or\n"
+        "                       holder (mounters belong to `kegfs holder`; default process)\n"
+        "  --holder-socket PATH the holder's socket (default /var/lib/kegfs/holder.sock)\n"
+        "  --holder-upgrade B   holder mode: at start, run every mounter on this plugin's\n"
+        "                       kegfs (copied next to the socket, in bin/), upgrading in\n"
+        "                       place (true or false; default true)\n"
         "  --workers N          gRPC worker threads (default 8)\n"
         "  --watchdog-ms MS     how often dead mounts are re-established (default 2000)\n"
         "  -v, --verbose        log at debug level\n"
@@ -62,7 +68,8 @@ static char *default_mounter(void)
 
 int main(int argc, char **argv)
 {
-    enum { O_ENDPOINT = 0x100, O_NODEID, O_MODE, O_STATE, O_MOUNTER, O_WORKERS, O_WD, O_VERSION };
+    enum { O_ENDPOINT = 0x100, O_NODEID, O_MODE, O_STATE, O_MOUNTER, O_WORKERS, O_WD, O_VERSION,
+           O_MMODE, O_HSOCK, O_HUPG };
     static const struct option longopts[] = {
         { "endpoint", required_argument, NULL, O_ENDPOINT },
         { "nodeid", required_argument, NULL, O_NODEID },
@@ -71,6 +78,9 @@ int main(int argc, char **argv)
         { "state-dir", required_argument, NULL, O_STATE },
         { "mounter", required_argument, NULL, O_MOUNTER },
         { "workers", required_argument, NULL, O_WORKERS },
+        { "mount-mode", required_argument, NULL, O_MMODE },
+        { "holder-socket", required_argument, NULL, O_HSOCK },
+        { "holder-upgrade", required_argument, NULL, O_HUPG },
         { "watchdog-ms", required_argument, NULL, O_WD },
         { "verbose", no_argument, NULL, 'v' },
         { "version", no_argument, NULL, O_VERSION },
@@ -83,6 +93,8 @@ int main(int argc, char **argv)
     const char *state_dir = CSI_STATE_DIR_DEFAULT;
     char *mounter = NULL;
     unsigned long workers = 8, wd_ms = 2000;
+    const char *holder_socket = "/var/lib/kegfs/holder.sock";
+    int holder_mode = 0, holder_upgrade = 1;
     int opt, rc;
     char *end;
 
@@ -118,6 +130,24 @@ int main(int argc, char **argv)
         case O_MOUNTER:
             keg_free(mounter);
             mounter = keg_strdup(optarg);
+            break;
+        case O_MMODE:
+            if (strcmp(optarg, "process") == 0 || strcmp(optarg, "holder") == 0) {
+                holder_mode = optarg[0] == 'h';
+            } else {
+                fprintf(stderr, "kegfs-csi: --mount-mode must be process or holder\n");
+                return 2;
+            }
+            break;
+        case O_HSOCK:
+            holder_socket = optarg;
+            break;
+        case O_HUPG:
+            if (strcmp(optarg, "true") != 0 && strcmp(optarg, "false") != 0) {
+                fprintf(stderr, "kegfs-csi: --holder-upgrade must be true or false\n");
+                return 2;
+            }
+            holder_upgrade = optarg[0] == 't';
             break;
         case O_WORKERS:
             workers = strtoul(optarg, &end, 10);
@@ -180,7 +210,18 @@ int main(int argc, char **argv)
                     strerror(-rc));
             goto out;
         }
-        rc = csi_mount_mgr_process_create(mounter, state_dir, &ctx.mm);
+        if (holder_mode) {
+            char *bin_dir = keg_asprintf("%.*s/bin",
+                                         (int)(strrchr(holder_socket, '/') ?
+                                               strrchr(holder_socket, '/') - holder_socket : 1),
+                                         holder_socket);
+            rc = bin_dir ? csi_mount_mgr_holder_create(holder_socket, mounter, bin_dir,
+                                                       holder_upgrade, &ctx.mm)
+                         : -ENOMEM;
+            keg_free(bin_dir);
+        } else {
+            rc = csi_mount_mgr_process_create(mounter, state_dir, &ctx.mm);
+        }
         if (rc < 0)
             goto out;
         /* first recovery pass runs in the watchdog, which then sets ctx.ready */
@@ -190,7 +231,8 @@ int main(int argc, char **argv)
     } else {
         ctx.ready = 1;
     }
-    KEG_INFO("mounter %s, state dir %s", mounter, state_dir);
+    KEG_INFO("mounter %s, state dir %s, mount mode %s", mounter, state_dir,
+             ctx.mm ? ctx.mm->ops->name : "none");
     rc = csi_serve(&ctx, endpoint, (unsigned)workers);
 
 out:

@@ -596,6 +596,8 @@ int csi_node_recover(struct csi_ctx *ctx)
 static void *node_watchdog(void *arg)
 {
     struct csi_ctx *ctx = arg;
+    if (ctx->mm->ops->reconcile)
+        ctx->mm->ops->reconcile(ctx->mm, ctx->state);
     /* first pass at once: re-establish what died while the plugin was down */
     int n = csi_node_recover(ctx);
     if (n > 0)

@@ -261,9 +261,9 @@ static void hm_load(void)
         else if (strcmp(ln, "binary") == 0)
             hm_set(&cur.binary, v);
         else if (strcmp(ln, "readonly") == 0)
-            cur.readonly = atoi(v);
+            cur.readonly = strtol(v, NULL, 10) != 0;
         else if (strcmp(ln, "pid") == 0)
-            cur.pid = (pid_t)atol(v);
+            cur.pid = (pid_t)strtol(v, NULL, 10);
     }
     keg_free(text);
 }

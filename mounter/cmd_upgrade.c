@@ -443,7 +443,7 @@ static int handover_load(void)
         ho.loaded = -1;
         return 0;
     }
-    int mfd = atoi(env);
+    int mfd = (int)strtol(env, NULL, 10);
     unsetenv(HANDOVER_ENV);
     struct stat st;
     if (mfd < 3 || fstat(mfd, &st) < 0 || st.st_size <= 0 || st.st_size > (16 << 20)) {
@@ -472,7 +472,7 @@ static int handover_load(void)
     }
     *end = '\0';
     kv_get(buf, "fuse_fd", v, sizeof(v));
-    ho.fuse_fd = atoi(v);
+    ho.fuse_fd = (int)strtol(v, NULL, 10);
     kv_get(buf, "epoch", v, sizeof(v));
     ho.epoch = (unsigned)strtoul(v, NULL, 10);
     kv_get(buf, "t0", v, sizeof(v));
