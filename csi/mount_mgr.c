@@ -712,6 +712,7 @@ static void mm_holder_destroy(struct csi_mount_mgr *mm)
 
 static const struct csi_mount_mgr_ops mm_holder_ops = {
     .name = "holder",
+    .self_healing = 1,
     .start = mm_holder_start,
     .stop = mm_holder_stop,
     .check = mm_check,

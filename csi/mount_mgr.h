@@ -31,7 +31,11 @@ struct csi_mount_mgr;
 struct csi_state;
 
 struct csi_mount_mgr_ops {
-    const char *name;          /* "process", "fake" */
+    const char *name;          /* "process", "holder", "fake" */
+    /* 1: the mounters' owner re-establishes dead mounts itself (holder mode);
+     * the plugin's recovery then only asks start() (idempotent there) and never
+     * detaches or stops first. */
+    int         self_healing;
     /* Start a mounter for req and wait until the mount at req->target is live.
      * *pid = the mounter's pid.  On failure err gets a one-paragraph reason
      * (for a mounter that died: its last log lines).  Returns 0, -ETIMEDOUT

@@ -25,9 +25,10 @@
  * persisted in <state>/holder.state (no secrets; the configs are 0600 files).
  *
  * The monitor thread (every --check-ms) reaps exited mounters and restarts every
- * mount that is still wanted and whose mounter is gone: the stale FUSE mount is
- * detached first (the kernel then drops it from pods that see it through
- * HostToContainer propagation) and a fresh mounter mounts the same target.  It
+ * mount that is still wanted and whose mounter is gone: a fresh mounter mounts the
+ * same target on top of the dead mount (`mount --over-stale`), so the new mount
+ * also propagates into containers that bound target with HostToContainer (rslave)
+ * propagation; unmount removes every layer.  It
  * never stats a target (a stat waits for the FUSE daemon); a mounter that is
  * alive is trusted: its supervisor restarts a crashed worker itself.  A target
  * whose parent directory is gone (the pod was deleted) is forgotten.
@@ -322,6 +323,7 @@ static int hm_spawn(struct hmount *m)
     argv[argc++] = "mount";
     argv[argc++] = "--config";
     argv[argc++] = m->config;
+    argv[argc++] = "--over-stale";
     if (m->readonly)
         argv[argc++] = "--read-only";
     if (m->options && *m->options) {
@@ -378,17 +380,24 @@ static int target_live(const char *target)
     return 0;
 }
 
-/* Detach whatever FUSE mount is at target (a dead one after a crash). */
-static void detach_stale(const char *target)
+/* Unmount every FUSE mount stacked at target (a restarted mounter mounts on top
+ * of the dead one), lazily when busy.  Returns 0 or -errno. */
+static int unmount_all(const char *target)
 {
     char fstype[64];
-    if (mnt_is_mountpoint(target, fstype, sizeof(fstype)) > 0 &&
-        strncmp(fstype, "fuse", 4) == 0) {
-        if (umount2(target, MNT_DETACH) < 0)
-            KEG_WARN("target=%s: cannot detach the stale mount: %s", target, strerror(errno));
-        else
-            KEG_INFO("target=%s: stale mount detached", target);
+    for (int i = 0; i < 64; i++) {
+        if (mnt_is_mountpoint(target, fstype, sizeof(fstype)) <= 0 ||
+            strncmp(fstype, "fuse", 4) != 0)
+            return 0;
+        if (umount2(target, 0) < 0) {
+            int e = errno;
+            if (e == EINVAL || e == ENOENT)
+                return 0;
+            if (umount2(target, MNT_DETACH) < 0 && errno != EINVAL)
+                return -e;
+        }
     }
+    return -EBUSY;
 }
 
 /* Stop pid (a mounter of target): TERM, then KILL after 5 s.  The monitor reaps. */
@@ -582,8 +591,7 @@ static void do_mount(int c, const struct hreq *r)
 
     int rc = 0;
     if (old)
-        stop_pid(old, target);
-    detach_stale(target);
+        stop_pid(old, target);   /* a dead mount left at target is mounted over */
     if (r->fd >= 0)
         rc = config ? copy_config(r->fd, config) : -ENOMEM;
     keg_free(config);
@@ -657,12 +665,7 @@ static void do_unmount(int c, const struct hreq *r)
         hm_save();
     }
     pthread_mutex_unlock(&hold_mu);
-    int rc = 0;
-    if (umount2(target, 0) < 0) {
-        int e = errno;
-        if (e != EINVAL && e != ENOENT && umount2(target, MNT_DETACH) < 0 && errno != EINVAL)
-            rc = -e;
-    }
+    int rc = unmount_all(target);
     if (pid)
         stop_pid(pid, target);
     if (config) {
@@ -872,16 +875,19 @@ static void monitor_once(void)
             *slash = '\0';
         if (access(parent, F_OK) < 0) {
             KEG_WARN("target=%s: the pod directory is gone, forgetting the mount", m->target);
-            detach_stale(m->target);
+            unmount_all(m->target);
             unlink(m->config);
             hm_remove(m);
             hm_save();
             i--;
             continue;
         }
-        KEG_WARN("target=%s volume_id=%s: mounter gone, mounting again", m->target,
-                 m->volume_id);
-        detach_stale(m->target);
+        /* Mount on top of the dead mount (--over-stale), not after detaching it:
+         * a container that bound target with HostToContainer (rslave) propagation
+         * holds a copy of the dead mount; a detach would not reach that copy, a
+         * mount on top of it does.  Unmount removes every layer. */
+        KEG_WARN("target=%s volume_id=%s: mounter gone, mounting again on top of the dead "
+                 "mount", m->target, m->volume_id);
         m->restarts++;
         m->next_try_ms = now + (m->restarts > 5 ? 5000 : 500);
         if (hm_spawn(m) == 0)

@@ -69,6 +69,7 @@ enum {
     OPT_MEM_CACHE_SIZE, OPT_CACHE_DIR, OPT_WRITEBACK, OPT_UPLOAD_WORKERS, OPT_MAX_STAGING,
     OPT_DRAIN_TIMEOUT, OPT_SESSION_TIMEOUT, OPT_HEARTBEAT, OPT_NO_SUPERVISOR, OPT_MISSING_WAIT,
     OPT_INSECURE, OPT_CA_FILE, OPT_S3_CONCURRENCY, OPT_S3_RETRY_DEADLINE, OPT_UPLOAD_DELAY,
+    OPT_OVER_STALE,
 };
 
 struct mount_opts {
@@ -89,6 +90,7 @@ struct mount_opts {
     double   missing_wait;     /* seconds a read waits for a block not uploaded yet */
     double   heartbeat;        /* seconds; 0: core default */
     int      no_supervisor;    /* one process: no restart of a crashed worker */
+    int      over_stale;       /* mount on top of a dead FUSE mount at the mount point */
     int      insecure;         /* S3: no TLS verification */
     char    *ca_file;          /* S3: CA bundle (absolute after checks); OWNERSHIP: keg_free */
     uint64_t s3_concurrency;   /* S3 connection pool size, 0: store default */
@@ -127,6 +129,7 @@ static const struct option longopts[] = {
     {"heartbeat", required_argument, NULL, OPT_HEARTBEAT},
     {"missing-block-wait", required_argument, NULL, OPT_MISSING_WAIT},
     {"no-supervisor", optional_argument, NULL, OPT_NO_SUPERVISOR},
+    {"over-stale", optional_argument, NULL, OPT_OVER_STALE},
     {"insecure", optional_argument, NULL, OPT_INSECURE},
     {"ca-file", required_argument, NULL, OPT_CA_FILE},
     {"s3-concurrency", required_argument, NULL, OPT_S3_CONCURRENCY},
@@ -174,6 +177,9 @@ static void usage(FILE *out)
         "      --missing-block-wait SEC  a read of a block not uploaded yet (staged by a\n"
         "                           writeback mounter elsewhere) retries this long (default 10)\n"
         "      --no-supervisor      one process: a crash of the mounter leaves a dead mount\n"
+        "      --over-stale         if MOUNTPOINT is a dead FUSE mount (ENOTCONN), mount on\n"
+        "                           top of it (processes that see MOUNTPOINT through mount\n"
+        "                           propagation get the new mount; needs the supervisor)\n"
         "                           (default as non-root; root mounts keep /dev/fuse in a\n"
         "                           supervisor that restarts a crashed worker)\n"
         "      --no-allow-other     do not add allow_other (added by default for root)\n"
@@ -261,6 +267,7 @@ static int apply_opt(struct mount_opts *o, int id, const char *name, const char 
         break;
     case OPT_WRITEBACK: rc = parse_bool(v, &o->writeback); break;
     case OPT_NO_SUPERVISOR: rc = parse_bool(v, &o->no_supervisor); break;
+    case OPT_OVER_STALE: rc = parse_bool(v, &o->over_stale); break;
     case OPT_INSECURE: rc = parse_bool(v, &o->insecure); break;
     case OPT_CA_FILE:
         keg_free(o->ca_file);
@@ -768,6 +775,23 @@ static int check_mountpoint(const char *mp, char **abs)
     }
     closedir(d);
     return rc;
+}
+
+/* --over-stale: mp is a dead FUSE mount (mounted on top of) or an ordinary
+ * mount point (checked as usual). */
+static int check_stale_mountpoint(const char *mp, char **abs)
+{
+    struct stat st;
+    *abs = NULL;
+    if (stat(mp, &st) == 0 || errno != ENOTCONN)
+        return check_mountpoint(mp, abs);
+    int rc = mnt_abspath(mp, abs);
+    if (rc) {
+        mnt_error("mount point %s: %s", mp, strerror(-rc));
+        return rc;
+    }
+    KEG_INFO("%s is a dead FUSE mount: mounting on top of it", *abs);
+    return 0;
 }
 
 /* Volume name, or an error printed.  Opens and closes the engine (no threads
@@ -1355,7 +1379,7 @@ int mnt_cmd_mount(int argc, char **argv)
     fuse_session_destroy(pse);
     fuse_last_error[0] = '\0';
     if (check_volume(url, volname, sizeof(volname)) != 0 ||
-        check_mountpoint(mp, &abs_mp) != 0) {
+        (o.over_stale ? check_stale_mountpoint(mp, &abs_mp) : check_mountpoint(mp, &abs_mp)) != 0) {
         rc = 1;
         goto out;
     }

@@ -161,6 +161,9 @@ def main():
     t2 = os.path.join(pods, "pod-b", "volumes", "kubernetes.io~csi", "pv", "mount")
     for t in (t1, t2):
         os.makedirs(os.path.dirname(t), exist_ok=True)
+    # like the kubelet pods dir: a shared mount, so mounts below it propagate
+    subprocess.run(["mount", "--bind", pods, pods], check=True)
+    subprocess.run(["mount", "--make-rshared", pods], check=True)
     kegfs2 = os.path.join(W, "kegfs-v2")
     shutil.copy2(args.kegfs, kegfs2)
     with open(kegfs2, "ab") as f:   # another binary: same code, different bytes
@@ -261,25 +264,52 @@ def main():
              "listings=%s longest stall %s ms %s" % (rd["records"], rd["max_stall_ms"],
                                                     rd["first_error"]))
 
-        # (c) a mounter crashes outright
+        # (c) a mounter crashes outright.  "view" is what a container that bound
+        # the target with HostToContainer (rslave) propagation holds: a slave
+        # copy of the FUSE mount.
+        view = os.path.join(W, "view")
+        os.makedirs(view)
+        subprocess.run(["mount", "--bind", t1, view], check=True)
+        subprocess.run(["mount", "--make-slave", view], check=True)
+        held_fd = os.open(os.path.join(view, "app", "held"), os.O_RDWR | os.O_CREAT, 0o644)
         pid = int(now[t1]["pid"])
         os.killpg(pid, signal.SIGKILL)
         t0 = time.time()
-        back = None
-        while time.time() - t0 < 10:
-            try:
-                with open(os.path.join(t1, "app", "log"), "rb") as f:
-                    if f.read().count(b"\n") == lines and is_live(t1):
-                        back = time.time() - t0
-                        break
-            except OSError:
-                pass
+        back = vback = None
+        while time.time() - t0 < 10 and (back is None or vback is None):
+            for path, which in ((t1, "host"), (view, "view")):
+                if (back if which == "host" else vback) is not None:
+                    continue
+                try:
+                    with open(os.path.join(path, "app", "log"), "rb") as f:
+                        if f.read().count(b"\n") == lines:
+                            if which == "host":
+                                back = time.time() - t0
+                            else:
+                                vback = time.time() - t0
+                except OSError:
+                    pass
             time.sleep(0.02)
         newpid = holder_list(hsock)[t1]["pid"]
         step("(c) mounter killed outright: mounted again within 2 s",
              back is not None and back < 2.0 and newpid != str(pid),
              "back after %s s (mounter %d -> %s)" % ("%.2f" % back if back else "never", pid,
                                                      newpid))
+        step("(c) a HostToContainer view sees it again within 2 s",
+             vback is not None and vback < 2.0,
+             "after %s s" % ("%.2f" % vback if vback else "never"))
+        try:
+            os.write(held_fd, b"after the crash\n")
+            os.fsync(held_fd)
+            fd_err = "none"
+        except OSError as e:
+            fd_err = e.strerror
+        try:
+            os.close(held_fd)   # the flush of a dead connection fails too
+        except OSError:
+            pass
+        step("(c) a descriptor opened before the crash fails clearly",
+             fd_err != "none", "write+fsync: %s" % fd_err)
         with open(os.path.join(W, "pids"), "a") as f:
             f.write(" " + newpid)
 
@@ -297,10 +327,11 @@ def main():
         c.controller.DeleteVolume(pb.DeleteVolumeRequest(volume_id=vid, secrets=secrets),
                                   timeout=60)
         vid = None
+        subprocess.run(["umount", "-l", view])
         print("FIGURES (a)+(b): app records=%s errors=%s longest_stall_ms=%s; reader "
-              "errors=%s longest_stall_ms=%s; (c) back after %.2f s"
+              "errors=%s longest_stall_ms=%s; (c) host back after %.2f s, view after %.2f s"
               % (wr["records"], wr["errors"], wr["max_stall_ms"], rd["errors"],
-                 rd["max_stall_ms"], back or -1), flush=True)
+                 rd["max_stall_ms"], back or -1, vback or -1), flush=True)
     except Exception as e:  # noqa: BLE001
         step("unexpected error", False, repr(e))
     finally:
