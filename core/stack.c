@@ -245,5 +245,5 @@ void keg_stack_set_drain(struct keg_obj *top, unsigned drain_ms)
 {
     struct keg_obj *wb = stack_find(top, &keg_wb_ops);
     if (wb)
-        keg_wb_set_drain(wb, drain_ms ? drain_ms : 1);
+        keg_wb_set_drain(wb, drain_ms);
 }

@@ -919,7 +919,7 @@ static int handover_exit(struct mount_opts *o, struct fuse_session *se, struct k
     KEG_INFO("handing over: committing open files");
     fuse_remove_signal_handlers(se);
     mnt_stats_phase("handover");
-    keg_stack_set_drain(keg_fs_obj(fs), 1);
+    keg_stack_set_drain(keg_fs_obj(fs), 0);
     mnt_stats_stop();
     keg_fs_free(fs);      /* flushes and commits open files, ends the session */
     mnt_inode_clear();

@@ -1160,7 +1160,7 @@ void keg_wb_set_drain(struct keg_obj *o, unsigned drain_ms)
         return;
     wb = o->priv;
     pthread_mutex_lock(&wb->mu);
-    wb->drain_ms = drain_ms ? drain_ms : 1;
+    wb->drain_ms = drain_ms;        /* 0: close neither waits nor hurries uploads */
     pthread_mutex_unlock(&wb->mu);
 }
 
@@ -1359,7 +1359,7 @@ static void wb_close(struct keg_obj *o)
     if (!wb)
         return;
     pthread_mutex_lock(&wb->mu);
-    if (wb->nents) {
+    if (wb->nents && wb->drain_ms) {
         KEG_INFO("draining %zu staged objects (%llu bytes) for up to %u ms", wb->nents,
                  (unsigned long long)wb->staged_bytes, wb->drain_ms);
         wb_wait_idle(wb, keg_mono_ns() + (int64_t)wb->drain_ms * 1000000LL);

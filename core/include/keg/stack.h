@@ -81,7 +81,8 @@ int keg_stack_drain(struct keg_obj *top, unsigned timeout_ms, uint64_t *remainin
 
 /* How long closing the stack waits for uploads (the conf's drain_ms), changed
  * for a close that must be quick (an in-place upgrade: what is staged stays in
- * the staging directory for the next mount).  No-op without writeback. */
+ * the staging directory for the next mount).  0: no wait, and staged objects are
+ * not hurried (uploads in flight finish).  No-op without writeback. */
 void keg_stack_set_drain(struct keg_obj *top, unsigned drain_ms);
 
 #endif
