@@ -514,8 +514,8 @@ static int mm_holder_start(struct csi_mount_mgr *mm, const struct csi_mount_req 
         snprintf(err, errlen, "mount holder at %s: %s", h->socket, strerror(-rc));
     }
     keg_free(resp);
-    if (rc == -ETIMEDOUT || rc == -EIO || rc == -ENOENT || rc == -EACCES)
-        return rc == -ENOENT || rc == -EACCES ? -EIO : rc;   /* not "binary missing" */
+    if (rc == -ENOENT || rc == -EACCES)
+        rc = -EIO;      /* the holder's socket is missing: not "mounter binary missing" */
     return rc;
 }
 

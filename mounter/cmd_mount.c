@@ -18,7 +18,9 @@
  * Supervisor (root, default; mnt_super.c): the process that was started opens
  * /dev/fuse, mounts, and runs run_session() in forked workers on that descriptor,
  * starting a new one when a worker crashes.  --no-supervisor (and non-root):
- * run_session() mounts through libfuse in this process.
+ * run_session() mounts through libfuse in this process.  `kegfs upgrade` makes the
+ * worker hand over (handover_exit) and the supervisor exec another binary, which
+ * re-enters here with KEGFS_HANDOVER set (resume_upgrade: no checks, no mount).
  *
  * While mounted, a state file (mnt_state_write) records pid (the supervisor's),
  * META_URL and drain timeout for `kegfs umount` (waits for the pid) and

@@ -35,6 +35,12 @@
  *
  * More than MNT_SUPER_MAX_RESTARTS crashes within MNT_SUPER_WINDOW_SEC make the
  * supervisor give up: it detaches the mount and exits 1.
+ *
+ * In-place upgrade (cmd_upgrade.c has the protocol): SIGUSR2 to the supervisor with
+ * a request file -> the worker hands over and exits MNT_EXIT_UPGRADE -> the
+ * supervisor execs the new binary keeping the descriptor (super_handover); the new
+ * image finds the handover record and skips the mount and the INIT read
+ * (super_resume), then forks the next worker as after a crash, but with nothing lost.
  */
 #define _GNU_SOURCE
 #include <errno.h>

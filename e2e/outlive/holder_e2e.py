@@ -313,6 +313,36 @@ def main():
         with open(os.path.join(W, "pids"), "a") as f:
             f.write(" " + newpid)
 
+        # the holder itself restarts (outside a container its mounters survive it):
+        # the new holder adopts the running mounters from its table
+        held = {t: v["pid"] for t, v in holder_list(hsock).items()}
+        holder.kill()
+        holder.wait(10)
+        holder = subprocess.Popen([args.kegfs, "holder", "--socket", hsock, "--state-dir", hdir,
+                                   "--check-ms", "100"], stdout=hlog, stderr=subprocess.STDOUT,
+                                  start_new_session=True)
+        with open(os.path.join(W, "holder.pid"), "w") as f:
+            f.write(str(holder.pid))
+        for _ in range(100):
+            try:
+                again = {t: v["pid"] for t, v in holder_list(hsock).items()}
+                break
+            except OSError:
+                time.sleep(0.05)
+        time.sleep(0.5)
+        again = {t: v["pid"] for t, v in holder_list(hsock).items()}
+        step("holder killed -9 and restarted: running mounters adopted",
+             again == held and is_live(t1) and is_live(t2), "%s -> %s" % (held, again))
+        # an adopted mounter (not the new holder's child) that dies is restarted too
+        os.killpg(int(again[t2]), signal.SIGKILL)
+        t0 = time.time()
+        while time.time() - t0 < 5 and not (is_live(t2) and
+                                            holder_list(hsock)[t2]["pid"] not in ("0", again[t2])):
+            time.sleep(0.05)
+        step("an adopted mounter that dies is mounted again",
+             is_live(t2) and holder_list(hsock)[t2]["pid"] != again[t2],
+             "%.2f s" % (time.time() - t0))
+
         # (d) kubelet unpublishes right after a plugin restart (pod deleted meanwhile)
         c.close()
         plugin.kill()
