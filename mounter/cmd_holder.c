@@ -42,6 +42,7 @@
  * being started or upgraded is marked busy and skipped by the monitor.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -707,6 +708,29 @@ static void do_list(int c)
     keg_free(out);
 }
 
+/* Remove the binaries in <state>/bin that neither new mounts nor any mounter
+ * use (node plugins leave one per image).  LOCKS: hold_mu. */
+static void prune_bins(void)
+{
+    char *dir = keg_asprintf("%s/bin", state_dir);
+    DIR *d = dir ? opendir(dir) : NULL;
+    struct dirent *de;
+    while (d && (de = readdir(d)) != NULL) {
+        if (strncmp(de->d_name, "kegfs-", 6) != 0)
+            continue;
+        char *p = keg_asprintf("%s/%s", dir, de->d_name);
+        int used = !p || strcmp(p, mounter_bin) == 0;
+        for (size_t i = 0; p && !used && i < n_mounts; i++)
+            used = strcmp(p, mounts[i].binary) == 0;
+        if (!used && unlink(p) == 0)
+            KEG_INFO("removed %s (no mounter uses it)", p);
+        keg_free(p);
+    }
+    if (d)
+        closedir(d);
+    keg_free(dir);
+}
+
 static void do_upgrade(int c, const struct hreq *r)
 {
     char binary[PATH_MAX], only[PATH_MAX], why[512];
@@ -757,6 +781,9 @@ static void do_upgrade(int c, const struct hreq *r)
         keg_free(targets[i]);
     }
     keg_free(targets);
+    pthread_mutex_lock(&hold_mu);
+    prune_bins();
+    pthread_mutex_unlock(&hold_mu);
     if (out && o < cap)
         snprintf(out + o, cap - o, "failed=%u\n\n", failed);
     if (out)
