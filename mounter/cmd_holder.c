@@ -942,8 +942,14 @@ static void *monitor(void *arg)
 static void cg_setup(void)
 {
     char *text = NULL, *own = NULL;
+    struct statfs sfs;
     if (!memory_max)
         return;
+    if (statfs("/sys/fs/cgroup", &sfs) < 0 || (unsigned long)sfs.f_type != 0x63677270UL) {
+        KEG_WARN("no per-mounter cgroups: /sys/fs/cgroup is not a cgroup v2 hierarchy "
+                 "(hybrid or v1 host); mounters are bounded by --buffer-size only");
+        return;
+    }
     if (mnt_read_small_file("/proc/self/cgroup", &text) != 0)
         goto out;
     char *p = strstr(text, "0::");
