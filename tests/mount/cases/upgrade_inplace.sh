@@ -58,7 +58,7 @@ note "reader: $(tr '\n' ' ' < "$WORK/reader.txt")"
 grep -q '^errors=0$' "$WORK/writer.txt" || fail "writer errors: $(cat "$WORK/writer.txt")"
 grep -q '^errors=0$' "$WORK/reader.txt" || fail "reader errors: $(cat "$WORK/reader.txt")"
 n=$(sed -n 's/^records=//p' "$WORK/writer.txt")
-[ "$n" -ge 20 ] || fail "only $n records written"
+[ "$n" -ge 10 ] || fail "only $n records written"
 assert_eq "$(wc -l < "$MNT/app/log")" "$n" "records in the file"
 assert_eq "$(cat "$MNT/app/hello")" hello "old file"
 grep -q 'took over' "$MT_LOG" || fail "no handover in the log"
