@@ -401,8 +401,7 @@ void mnt_upgrade_super_exec(const char *abs_mp, const char *volname, int fuse_fd
     }
     KEG_INFO("executing %s for %s (fuse fd %d, worker epoch %u done)", binary, abs_mp,
              fuse_fd, epoch);
-    keg_log_set_file(NULL);
-    fflush(NULL);
+    fflush(NULL);           /* the log file is O_CLOEXEC: the new image reopens it */
     char *argv0 = saved_argv[0];
     saved_argv[0] = binary;
     execv(binary, saved_argv);

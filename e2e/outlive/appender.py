@@ -6,9 +6,11 @@
                                            and check every record acknowledged so far
   appender.py read DIR STOPFILE REPORT     every 50 ms list DIR and read every file
 
-Runs until STOPFILE exists, then writes REPORT (key=value lines): records (acknowledged
-appends), errors, max_stall_ms (longest single iteration), first_error.  Any exception,
-a missing or wrong record is an error; the loop goes on after one.
+Creates REPORT.alive after its first good iteration (tests wait for it: starting
+python can take seconds on a loaded machine).  Runs until STOPFILE exists, then
+writes REPORT (key=value lines): records (acknowledged appends), errors,
+max_stall_ms (longest single iteration), first_error.  Any exception, a missing or
+wrong record is an error; the loop goes on after one.
 """
 import os
 import sys
@@ -45,6 +47,8 @@ def main():
                     with open(os.path.join(path, name), "rb") as f:
                         f.read()
                 acked += 1
+            if acked == 1:
+                open(report + ".alive", "w").close()
         except Exception as e:  # noqa: BLE001 -- every failure counts
             errors += 1
             if not first:

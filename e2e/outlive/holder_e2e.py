@@ -95,6 +95,23 @@ def mounters_of(target):
     return [p for p, pp in procs.items() if pp not in procs]
 
 
+def wait_until(seconds, cond):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if cond():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def count_lines(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read().count(b"\n")
+    except OSError:
+        return -1
+
+
 def is_live(target):
     try:
         st = os.statvfs(target)
@@ -207,7 +224,11 @@ def main():
         apps.append(subprocess.Popen([sys.executable, os.path.join(HERE, "appender.py"), "read",
                                       os.path.join(t2, "app"), stop,
                                       os.path.join(W, "reader.txt")]))
-        time.sleep(1.5)
+        # python may take seconds to start on a loaded machine
+        assert wait_until(60, lambda: all(os.path.exists(os.path.join(W, r + ".alive"))
+                                          for r in ("writer.txt", "reader.txt"))), \
+            "the app did not start"
+        logf = os.path.join(t1, "app", "log")
 
         # (a) the plugin dies and comes back
         before = {t: held[t]["pid"] for t in held}
@@ -246,7 +267,9 @@ def main():
         step("(b) plugin with another kegfs: every mounter upgraded in place",
              upgraded and {t: now[t]["pid"] for t in now} == before,
              "%.2f s; binaries %s" % (time.time() - t0, exes))
-        time.sleep(1.5)
+        n0 = count_lines(logf)
+        step("(b) the app goes on after the upgrade",
+             wait_until(30, lambda: count_lines(logf) > n0 + 3))
 
         open(stop, "w").close()
         for p in apps:

@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "conformance"))
 sys.path.insert(0, HERE)
 import csiclient  # noqa: E402
 from csiclient import pb, mount_cap  # noqa: E402
-from holder_e2e import holder_list, step, RESULTS  # noqa: E402
+from holder_e2e import holder_list, step, wait_until, count_lines, RESULTS  # noqa: E402
 
 MiB = 1 << 20
 
@@ -187,7 +187,8 @@ def main():
         app = ["-v", "%s:/data:rslave" % t1, "-v", "%s:/out" % out]
         e.run("app-a", app, ["-c", APP], entry="/bin/sh")
         e.run("app-b", app, ["-c", READER], entry="/bin/sh")
-        time.sleep(2)
+        logf = os.path.join(t1, "log")
+        assert wait_until(60, lambda: count_lines(logf) >= 3), "the app container did not start"
         before = holder_list(hsock)[t1]["pid"]
 
         # (1) the plugin container restarts (SIGKILL)
@@ -215,7 +216,9 @@ def main():
         step("(2)+(3) new plugin image: the mounter upgraded in place",
              exe.startswith(hdir + "/bin/") and holder_list(hsock)[t1]["pid"] == before,
              "%.2f s, mounter runs %s" % (time.time() - t0, exe))
-        time.sleep(1.5)
+        n0 = count_lines(logf)
+        step("(2)+(3) the app goes on after the upgrade",
+             wait_until(30, lambda: count_lines(logf) > n0 + 3))
         open(os.path.join(out, "stop"), "w").close()
         for n in ("app-a", "app-b"):
             podman("wait", "%s-%s" % (e.tag, n), check=False)
