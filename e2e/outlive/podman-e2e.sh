@@ -14,6 +14,8 @@ set -euo pipefail
 command -v podman >/dev/null || { echo "SKIP: podman not installed"; exit 77; }
 can_mount || { echo "SKIP: needs root, /dev/fuse and $KEGFS_BIN"; exit 77; }
 [ -x "$CSI_BIN" ] || die "no $CSI_BIN (build kegfs-csi, or set KEG_BUILD)"
+KEGFS_BIN=$(readlink -f "$KEGFS_BIN")     # bind-mount sources must be absolute
+CSI_BIN=$(readlink -f "$CSI_BIN")
 $PY -c 'import grpc, grpc_tools' 2>/dev/null ||
   { echo "SKIP: $PY lacks python3-grpcio / python3-grpc-tools"; exit 77; }
 
