@@ -257,3 +257,10 @@ int keg_stack_drain(struct keg_obj *top, unsigned timeout_ms, uint64_t *remainin
         return 0;
     return keg_wb_drain(wb, timeout_ms, remaining);
 }
+
+void keg_stack_set_drain(struct keg_obj *top, unsigned drain_ms)
+{
+    struct keg_obj *wb = stack_find(top, &keg_wb_ops);
+    if (wb)
+        keg_wb_set_drain(wb, drain_ms);
+}

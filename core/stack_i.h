@@ -97,6 +97,9 @@ int keg_wb_stats(struct keg_obj *o, struct keg_wb_stats *st);
  * *remaining (may be NULL) = objects still staged.
  * Returns 0, -ETIMEDOUT (time ran out), or -EIO (what is left only fails to upload). */
 int keg_wb_drain(struct keg_obj *o, unsigned timeout_ms, uint64_t *remaining);
+/* Sets the drain time of close(); 0: close does not wait for, nor hurry, uploads
+ * (those in flight finish; the rest stays staged). */
+void keg_wb_set_drain(struct keg_obj *o, unsigned drain_ms);
 extern const struct keg_obj_ops keg_wb_ops;
 
 #endif

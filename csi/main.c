@@ -33,6 +33,12 @@ static void usage(FILE *fp)
         "                       the flag (default " CSI_CACHE_ROOT_DEFAULT ")\n"
         "  --mounter PATH       the kegfs binary (default: kegfs next to this binary,\n"
         "                       else /usr/local/bin/kegfs)\n"
+        "  --mount-mode MODE    process (mounters are children of this plugin) or\n"
+        "                       holder (mounters belong to `kegfs holder`; default process)\n"
+        "  --holder-socket PATH the holder's socket (default /var/lib/kegfs/holder.sock)\n"
+        "  --holder-upgrade B   holder mode: at start, run every mounter on this plugin's\n"
+        "                       kegfs (copied next to the socket, in bin/), upgrading in\n"
+        "                       place (true or false; default true)\n"
         "  --workers N          gRPC worker threads (default 8)\n"
         "  --watchdog-ms MS     how often dead mounts are re-established (default 2000)\n"
         "  -v, --verbose        log at debug level\n"
@@ -68,7 +74,7 @@ static char *default_mounter(void)
 int main(int argc, char **argv)
 {
     enum { O_ENDPOINT = 0x100, O_NODEID, O_MODE, O_STATE, O_MOUNTER, O_WORKERS, O_WD, O_VERSION,
-           O_KUBELET, O_CACHE_ROOT };
+           O_KUBELET, O_CACHE_ROOT, O_MMODE, O_HSOCK, O_HUPG };
     static const struct option longopts[] = {
         { "endpoint", required_argument, NULL, O_ENDPOINT },
         { "nodeid", required_argument, NULL, O_NODEID },
@@ -79,6 +85,9 @@ int main(int argc, char **argv)
         { "kubelet-dir", required_argument, NULL, O_KUBELET },
         { "cache-root", required_argument, NULL, O_CACHE_ROOT },
         { "workers", required_argument, NULL, O_WORKERS },
+        { "mount-mode", required_argument, NULL, O_MMODE },
+        { "holder-socket", required_argument, NULL, O_HSOCK },
+        { "holder-upgrade", required_argument, NULL, O_HUPG },
         { "watchdog-ms", required_argument, NULL, O_WD },
         { "verbose", no_argument, NULL, 'v' },
         { "version", no_argument, NULL, O_VERSION },
@@ -93,6 +102,8 @@ int main(int argc, char **argv)
     const char *cache_root = CSI_CACHE_ROOT_DEFAULT;
     char *mounter = NULL, *target_root = NULL;
     unsigned long workers = 8, wd_ms = 2000;
+    const char *holder_socket = "/var/lib/kegfs/holder.sock";
+    int holder_mode = 0, holder_upgrade = 1;
     int opt, rc;
     char *end;
 
@@ -134,6 +145,24 @@ int main(int argc, char **argv)
         case O_MOUNTER:
             keg_free(mounter);
             mounter = keg_strdup(optarg);
+            break;
+        case O_MMODE:
+            if (strcmp(optarg, "process") == 0 || strcmp(optarg, "holder") == 0) {
+                holder_mode = optarg[0] == 'h';
+            } else {
+                fprintf(stderr, "kegfs-csi: --mount-mode must be process or holder\n");
+                return 2;
+            }
+            break;
+        case O_HSOCK:
+            holder_socket = optarg;
+            break;
+        case O_HUPG:
+            if (strcmp(optarg, "true") != 0 && strcmp(optarg, "false") != 0) {
+                fprintf(stderr, "kegfs-csi: --holder-upgrade must be true or false\n");
+                return 2;
+            }
+            holder_upgrade = optarg[0] == 't';
             break;
         case O_WORKERS:
             workers = strtoul(optarg, &end, 10);
@@ -203,7 +232,18 @@ int main(int argc, char **argv)
                     strerror(-rc));
             goto out;
         }
-        rc = csi_mount_mgr_process_create(mounter, state_dir, &ctx.mm);
+        if (holder_mode) {
+            char *bin_dir = keg_asprintf("%.*s/bin",
+                                         (int)(strrchr(holder_socket, '/') ?
+                                               strrchr(holder_socket, '/') - holder_socket : 1),
+                                         holder_socket);
+            rc = bin_dir ? csi_mount_mgr_holder_create(holder_socket, mounter, bin_dir,
+                                                       holder_upgrade, &ctx.mm)
+                         : -ENOMEM;
+            keg_free(bin_dir);
+        } else {
+            rc = csi_mount_mgr_process_create(mounter, state_dir, &ctx.mm);
+        }
         if (rc < 0)
             goto out;
         /* first recovery pass runs in the watchdog, which then sets ctx.ready */
@@ -213,7 +253,8 @@ int main(int argc, char **argv)
     } else {
         ctx.ready = 1;
     }
-    KEG_INFO("mounter %s, state dir %s", mounter, state_dir);
+    KEG_INFO("mounter %s, state dir %s, mount mode %s", mounter, state_dir,
+             ctx.mm ? ctx.mm->ops->name : "none");
     rc = csi_serve(&ctx, endpoint, (unsigned)workers);
 
 out:

@@ -29,7 +29,9 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/vfs.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -39,6 +41,7 @@
 #include "csi_i.h"
 #include "keg/mem.h"
 #include "mount_mgr.h"
+#include "state.h"
 #define KEG_LOG_TAG "csi.mount"
 #include "keg/log.h"
 
@@ -358,6 +361,394 @@ nomem:
         keg_free(p);
     mm_destroy(mm);
     return -ENOMEM;
+}
+
+/*----------------------------------------------------------------------------
+ * Holder mode: the mounters belong to `kegfs holder` (mounter/cmd_holder.c)
+ *--------------------------------------------------------------------------*/
+
+struct mm_holder {
+    char *socket;           /* the holder's unix socket */
+    char *mounter;          /* this plugin's kegfs */
+    char *bin_dir;          /* where reconcile() puts a copy of it for the holder */
+    int   upgrade;
+};
+
+int csi_holder_call(const char *socket_path, const char *req, int fd, unsigned timeout_s,
+                    char **resp)
+{
+    struct sockaddr_un sa;
+    int rc = 0;
+    *resp = NULL;
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    if (strlen(socket_path) >= sizeof(sa.sun_path))
+        return -ENAMETOOLONG;
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", socket_path);
+    int c = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (c < 0)
+        return -errno;
+    struct timeval tv = {.tv_sec = timeout_s};
+    setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(c, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    if (connect(c, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+        rc = -errno;
+        close(c);
+        return rc;
+    }
+    union {
+        struct cmsghdr h;
+        char b[CMSG_SPACE(sizeof(int))];
+    } cb;
+    memset(&cb, 0, sizeof(cb));
+    struct iovec iov = {.iov_base = (void *)req, .iov_len = strlen(req)};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+    if (fd >= 0) {
+        mh.msg_control = cb.b;
+        mh.msg_controllen = sizeof(cb.b);
+        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+        cm->cmsg_level = SOL_SOCKET;
+        cm->cmsg_type = SCM_RIGHTS;
+        cm->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+    }
+    ssize_t n = sendmsg(c, &mh, MSG_NOSIGNAL);
+    if (n != (ssize_t)strlen(req)) {   /* requests are small: one sendmsg */
+        rc = n < 0 ? -errno : -EIO;
+        close(c);
+        return rc;
+    }
+    size_t cap = 4096, len = 0;
+    char *buf = keg_malloc(cap);
+    if (!buf) {
+        close(c);
+        return -ENOMEM;
+    }
+    for (;;) {
+        if (len + 1 >= cap) {
+            char *nb = keg_realloc(buf, cap * 2);
+            if (!nb) {
+                rc = -ENOMEM;
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        ssize_t k = read(c, buf + len, cap - 1 - len);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0) {
+            rc = errno == EAGAIN ? -ETIMEDOUT : -errno;
+            break;
+        }
+        if (k == 0)
+            break;
+        len += (size_t)k;
+    }
+    close(c);
+    buf[len] = '\0';
+    if (rc == 0) {
+        if (strncmp(buf, "ok\n", 3) == 0)
+            rc = 0;
+        else if (strncmp(buf, "error ", 6) == 0)
+            rc = -(int)KEG_MAX(1, strtol(buf + 6, NULL, 10));
+        else
+            rc = -EPROTO;
+    }
+    *resp = buf;
+    return rc;
+}
+
+/* Value of key in the answer (the first "key=" line), copied into out. */
+static const char *hm_get(const char *resp, const char *key, char *out, size_t size)
+{
+    size_t kl = strlen(key);
+    out[0] = '\0';
+    for (const char *ln = resp; ln && *ln;) {
+        const char *nl = strchr(ln, '\n');
+        size_t len = nl ? (size_t)(nl - ln) : strlen(ln);
+        if (len > kl && strncmp(ln, key, kl) == 0 && ln[kl] == '=') {
+            size_t vl = KEG_MIN(len - kl - 1, size - 1);
+            memcpy(out, ln + kl + 1, vl);
+            out[vl] = '\0';
+            return out;
+        }
+        ln = nl ? nl + 1 : NULL;
+    }
+    return NULL;
+}
+
+static int mm_holder_start(struct csi_mount_mgr *mm, const struct csi_mount_req *req,
+                           pid_t *pid, char *err, size_t errlen)
+{
+    struct mm_holder *h = mm->priv;
+    char *resp = NULL, v[1024];
+    int fd = -1;
+    *pid = 0;
+    err[0] = '\0';
+    if (req->config && req->config[0]) {
+        fd = open(req->config, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) {
+            int rc = -errno;
+            snprintf(err, errlen, "cannot open the mounter config %s: %s", req->config,
+                     strerror(-rc));
+            return rc;
+        }
+    }
+    char *text = keg_asprintf("mount\nvolume_id=%s\ntarget=%s\noptions=%s\nreadonly=%d\n\n",
+                              req->volume_id, req->target, req->options ? req->options : "",
+                              req->readonly ? 1 : 0);
+    if (!text) {
+        if (fd >= 0)
+            close(fd);
+        return -ENOMEM;
+    }
+    int rc = csi_holder_call(h->socket, text, fd, CSI_MOUNT_TIMEOUT_MS / 1000 + 15, &resp);
+    keg_free(text);
+    if (fd >= 0)
+        close(fd);
+    if (rc == 0) {
+        *pid = (pid_t)strtol(hm_get(resp, "pid", v, sizeof(v)) ? v : "0", NULL, 10);
+        KEG_INFO("volume_id=%s target=%s: holder mounter pid %ld%s", req->volume_id,
+                 req->target, (long)*pid, hm_get(resp, "existing", v, sizeof(v)) ?
+                 " (already running)" : "");
+    } else if (resp && hm_get(resp, "message", v, sizeof(v))) {
+        snprintf(err, errlen, "mount holder: %s", v);
+    } else {
+        snprintf(err, errlen, "mount holder at %s: %s", h->socket, strerror(-rc));
+    }
+    keg_free(resp);
+    if (rc == -ENOENT || rc == -EACCES)
+        rc = -EIO;      /* the holder's socket is missing: not "mounter binary missing" */
+    return rc;
+}
+
+static int mm_holder_stop(struct csi_mount_mgr *mm, const char *target, pid_t pid)
+{
+    struct mm_holder *h = mm->priv;
+    char *resp = NULL, v[1024];
+    KEG_UNUSED(pid);
+    char *text = keg_asprintf("unmount\ntarget=%s\n\n", target);
+    if (!text)
+        return -ENOMEM;
+    int rc = csi_holder_call(h->socket, text, -1, 30, &resp);
+    keg_free(text);
+    if (rc < 0)
+        KEG_ERR("target=%s: the mount holder could not unmount it: %s", target,
+                resp && hm_get(resp, "message", v, sizeof(v)) ? v : strerror(-rc));
+    keg_free(resp);
+    return rc;
+}
+
+/* Copy src to dir/kegfs-<hash of its bytes> (0755) unless there.  *out: the copy. */
+static int mm_holder_copy_binary(const char *src, const char *dir, char **out)
+{
+    char buf[65536], hash[17];
+    uint64_t hv = 0xcbf29ce484222325ULL;
+    int rc = 0;
+    *out = NULL;
+    int in = open(src, O_RDONLY | O_CLOEXEC);
+    if (in < 0)
+        return -errno;
+    for (;;) {
+        ssize_t n = read(in, buf, sizeof(buf));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            rc = n < 0 ? -errno : 0;
+            break;
+        }
+        for (ssize_t i = 0; i < n; i++) {
+            hv ^= (unsigned char)buf[i];
+            hv *= 0x100000001b3ULL;
+        }
+    }
+    snprintf(hash, sizeof(hash), "%016llx", (unsigned long long)hv);
+    char *dst = keg_asprintf("%s/kegfs-%s", dir, hash);
+    char *tmp = keg_asprintf("%s/.kegfs-%s.%ld", dir, hash, (long)getpid());
+    if (rc || !dst || !tmp) {
+        rc = rc ? rc : -ENOMEM;
+        goto out;
+    }
+    mkdir(dir, 0755);
+    if (access(dst, X_OK) == 0)
+        goto done;
+    int o = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0755);
+    if (o < 0) {
+        rc = -errno;
+        goto out;
+    }
+    lseek(in, 0, SEEK_SET);
+    for (;;) {
+        ssize_t n = read(in, buf, sizeof(buf));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            rc = n < 0 ? -errno : 0;
+            break;
+        }
+        if (write(o, buf, (size_t)n) != n) {
+            rc = -EIO;
+            break;
+        }
+    }
+    if (rc == 0 && (fsync(o) < 0 || fchmod(o, 0755) < 0))
+        rc = -errno;
+    close(o);
+    if (rc == 0 && rename(tmp, dst) < 0)
+        rc = -errno;
+    if (rc)
+        unlink(tmp);
+done:
+    if (rc == 0) {
+        *out = dst;
+        dst = NULL;
+    }
+out:
+    close(in);
+    keg_free(dst);
+    keg_free(tmp);
+    return rc;
+}
+
+static int mm_holder_reconcile(struct csi_mount_mgr *mm, struct csi_state *state)
+{
+    struct mm_holder *h = mm->priv;
+    char *resp = NULL;
+    char v[PATH_MAX], vol[256], pid[32];
+    unsigned held = 0, updated = 0, dropped = 0;
+    int rc = csi_holder_call(h->socket, "list\n\n", -1, 30, &resp);
+    if (rc < 0) {
+        KEG_ERR("cannot list the mounts of the holder at %s: %s", h->socket, strerror(-rc));
+        keg_free(resp);
+        return rc;
+    }
+    /* "mount=T" starts each entry; its fields follow */
+    for (char *ln = strstr(resp, "\nmount="); ln; ln = strstr(ln + 1, "\nmount=")) {
+        char *end = strstr(ln + 1, "\nmount=");
+        char save = 0;
+        if (end) {
+            save = *end;
+            *end = '\0';
+        }
+        hm_get(ln + 1, "mount", v, sizeof(v));
+        hm_get(ln + 1, "volume_id", vol, sizeof(vol));
+        hm_get(ln + 1, "pid", pid, sizeof(pid));
+        held++;
+        struct csi_publish rec;
+        if (csi_state_find(state, v, &rec) == 0) {
+            pid_t p = (pid_t)strtol(pid, NULL, 10);
+            if (p && p != rec.pid) {
+                rec.pid = p;
+                if (csi_state_put(state, &rec) == 0)
+                    updated++;
+            }
+            csi_publish_clear(&rec);
+        } else {
+            char parent[PATH_MAX];
+            snprintf(parent, sizeof(parent), "%s", v);
+            char *slash = strrchr(parent, '/');
+            if (slash && slash != parent)
+                *slash = '\0';
+            if (access(parent, F_OK) < 0) {
+                KEG_WARN("target=%s volume_id=%s: held but unrecorded, and its pod is gone: "
+                         "unmounting", v, vol);
+                mm_holder_stop(mm, v, 0);
+                dropped++;
+            } else {
+                KEG_WARN("target=%s volume_id=%s: held but not recorded here (a publish cut "
+                         "short); kubelet's retry or unpublish settles it", v, vol);
+            }
+        }
+        if (end)
+            *end = save;
+    }
+    keg_free(resp);
+    KEG_INFO("mount holder %s: %u mount(s) held, %u pid(s) updated, %u dropped", h->socket,
+             held, updated, dropped);
+    if (!h->upgrade)
+        return 0;
+    char *copy = NULL;
+    rc = mm_holder_copy_binary(h->mounter, h->bin_dir, &copy);
+    if (rc < 0) {
+        KEG_ERR("cannot copy %s to %s for the holder: %s", h->mounter, h->bin_dir,
+                strerror(-rc));
+        return rc;
+    }
+    char *text = keg_asprintf("upgrade\nbinary=%s\n\n", copy);
+    if (!text) {
+        keg_free(copy);
+        return -ENOMEM;
+    }
+    rc = csi_holder_call(h->socket, text, -1, 600, &resp);
+    keg_free(text);
+    char n[32], failed[32];
+    if (rc == 0) {
+        hm_get(resp, "count", n, sizeof(n));
+        hm_get(resp, "failed", failed, sizeof(failed));
+        if (strcmp(failed, "0") != 0)
+            KEG_ERR("mount holder: %s of %s mounter(s) could not be upgraded to %s (they run "
+                    "their old binary; see the holder's log)", failed, n, copy);
+        else
+            KEG_INFO("mount holder: %s mounter(s) upgraded in place to %s", n, copy);
+    } else {
+        KEG_ERR("mount holder refused the upgrade to %s: %s", copy,
+                resp && hm_get(resp, "message", v, sizeof(v)) ? v : strerror(-rc));
+    }
+    keg_free(resp);
+    keg_free(copy);
+    return rc;
+}
+
+static void mm_holder_destroy(struct csi_mount_mgr *mm)
+{
+    if (!mm)
+        return;
+    struct mm_holder *h = mm->priv;
+    if (h) {
+        keg_free(h->socket);
+        keg_free(h->mounter);
+        keg_free(h->bin_dir);
+        keg_free(h);
+    }
+    keg_free(mm);
+}
+
+static const struct csi_mount_mgr_ops mm_holder_ops = {
+    .name = "holder",
+    .self_healing = 1,
+    .start = mm_holder_start,
+    .stop = mm_holder_stop,
+    .check = mm_check,
+    .detach = mm_detach,
+    .reconcile = mm_holder_reconcile,
+    .destroy = mm_holder_destroy,
+};
+
+int csi_mount_mgr_holder_create(const char *socket_path, const char *mounter,
+                                const char *bin_dir, int upgrade,
+                                struct csi_mount_mgr **out)
+{
+    struct csi_mount_mgr *mm = keg_calloc(1, sizeof(*mm));
+    struct mm_holder *h = keg_calloc(1, sizeof(*h));
+    *out = NULL;
+    if (!mm || !h) {
+        keg_free(mm);
+        keg_free(h);
+        return -ENOMEM;
+    }
+    mm->ops = &mm_holder_ops;
+    mm->priv = h;
+    h->socket = keg_strdup(socket_path);
+    h->mounter = keg_strdup(mounter);
+    h->bin_dir = keg_strdup(bin_dir);
+    h->upgrade = upgrade;
+    if (!h->socket || !h->mounter || !h->bin_dir) {
+        mm_holder_destroy(mm);
+        return -ENOMEM;
+    }
+    *out = mm;
+    return 0;
 }
 
 /*----------------------------------------------------------------------------

@@ -2,10 +2,14 @@
  *
  * DESIGN
  * The mount mode is a choice behind this table (STYLE.md §10):
- *  - process mode (mount_mgr.c, the only one so far): `kegfs mount` runs as a
- *    child of the node plugin, so restarting the plugin container kills the
- *    mounts; the plugin's recovery re-establishes them from the state file.
- *  - mount-pod mode (later): one pod per mounter, surviving plugin upgrades.
+ *  - process mode (mount_mgr.c): `kegfs mount` runs as a child of the node
+ *    plugin, so restarting the plugin container kills the mounts; the plugin's
+ *    recovery re-establishes them from the state file.  For single-host use
+ *    and the CSI socket tests.
+ *  - holder mode (mount_mgr.c): the mounters are children of `kegfs holder`,
+ *    a separate long-lived process (its own DaemonSet), asked over a unix
+ *    socket; restarting or upgrading the plugin never touches a mount
+ *    (docs/internals/MOUNT-HOLDER.md).
  * Secrets never pass through this interface: the node handler writes them into
  * a 0600 config file (csi_mount_write_config) and hands over its path.
  */
@@ -24,9 +28,14 @@ struct csi_mount_req {
 };
 
 struct csi_mount_mgr;
+struct csi_state;
 
 struct csi_mount_mgr_ops {
-    const char *name;          /* "process", "fake" */
+    const char *name;          /* "process", "holder", "fake" */
+    /* 1: the mounters' owner re-establishes dead mounts itself (holder mode);
+     * the plugin's recovery then only asks start() (idempotent there) and never
+     * detaches or stops first. */
+    int         self_healing;
     /* Start a mounter for req and wait until the mount at req->target is live.
      * *pid = the mounter's pid.  On failure err gets a one-paragraph reason
      * (for a mounter that died: its last log lines).  Returns 0, -ETIMEDOUT
@@ -45,6 +54,11 @@ struct csi_mount_mgr_ops {
     int  (*detach)(struct csi_mount_mgr *mm, const char *target);
     /* Collect exited mounters (no zombies).  Optional. */
     void (*reap)(struct csi_mount_mgr *mm);
+    /* At plugin start, before the first recovery: make the state agree with
+     * the mounters that exist (holder mode: record the holder's pids, unmount
+     * what the holder keeps for pods that are gone, upgrade mounters to this
+     * plugin's kegfs).  Optional.  Returns 0 or -errno (logged; not fatal). */
+    int  (*reconcile)(struct csi_mount_mgr *mm, struct csi_state *state);
     void (*destroy)(struct csi_mount_mgr *mm);
 };
 
@@ -57,6 +71,22 @@ struct csi_mount_mgr {
  * OWNERSHIP: caller frees with mm->ops->destroy(mm).  Returns 0 or -errno. */
 int csi_mount_mgr_process_create(const char *mounter, const char *state_dir,
                                  struct csi_mount_mgr **out);
+
+/* Holder mode: requests go to the `kegfs holder` socket.  mounter: this
+ * plugin's kegfs; with upgrade set, reconcile() copies it to <bin_dir> (a host
+ * path the holder sees at the same path) and asks the holder to run every
+ * mounter on that copy (an in-place upgrade, nothing unmounted).
+ * OWNERSHIP: caller frees with mm->ops->destroy(mm).  Returns 0 or -errno. */
+int csi_mount_mgr_holder_create(const char *socket_path, const char *mounter,
+                                const char *bin_dir, int upgrade,
+                                struct csi_mount_mgr **out);
+
+/* One request to the holder at socket_path: req is "VERB\nkey=value\n...\n\n",
+ * fd (or -1) goes along as SCM_RIGHTS.  *resp gets the whole answer.
+ * OWNERSHIP: caller keg_free()s *resp.  Returns 0 when the holder answered "ok",
+ * the holder's -errno (message in *resp) or -errno of the socket. */
+int csi_holder_call(const char *socket_path, const char *req, int fd, unsigned timeout_s,
+                    char **resp);
 
 /* Write the mounter config file `path` (mode 0600, atomically) with keys
  * meta-url, and access-key / secret-key when given (NULL: left out).

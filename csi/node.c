@@ -559,8 +559,10 @@ static int node_recover_one(struct csi_ctx *ctx, const struct csi_publish *rec)
     }
     KEG_WARN("volume_id=%s target=%s: mount is %s, re-establishing it", rec->volume_id,
              rec->target, rc == -ENOTCONN ? "dead (ENOTCONN)" : "not there");
-    ctx->mm->ops->detach(ctx->mm, rec->target);
-    ctx->mm->ops->stop(ctx->mm, rec->target, rec->pid);
+    if (!ctx->mm->ops->self_healing) {
+        ctx->mm->ops->detach(ctx->mm, rec->target);
+        ctx->mm->ops->stop(ctx->mm, rec->target, rec->pid);
+    }
     if (!rec->config[0] || access(rec->config, R_OK) < 0) {
         KEG_ERR("volume_id=%s target=%s: mounter config %s is missing; cannot re-mount "
                 "(unpublish and publish again)", rec->volume_id, rec->target, rec->config);
@@ -619,6 +621,8 @@ int csi_node_recover(struct csi_ctx *ctx)
 static void *node_watchdog(void *arg)
 {
     struct csi_ctx *ctx = arg;
+    if (ctx->mm->ops->reconcile)
+        ctx->mm->ops->reconcile(ctx->mm, ctx->state);
     /* first pass at once: re-establish what died while the plugin was down */
     int n = csi_node_recover(ctx);
     if (n > 0)

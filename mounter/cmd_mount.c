@@ -18,7 +18,9 @@
  * Supervisor (root, default; mnt_super.c): the process that was started opens
  * /dev/fuse, mounts, and runs run_session() in forked workers on that descriptor,
  * starting a new one when a worker crashes.  --no-supervisor (and non-root):
- * run_session() mounts through libfuse in this process.
+ * run_session() mounts through libfuse in this process.  `kegfs upgrade` makes the
+ * worker hand over (handover_exit) and the supervisor exec another binary, which
+ * re-enters here with KEGFS_HANDOVER set (resume_upgrade: no checks, no mount).
  *
  * While mounted, a state file (mnt_state_write) records pid (the supervisor's),
  * META_URL and drain timeout for `kegfs umount` (waits for the pid) and
@@ -71,6 +73,7 @@ enum {
     OPT_DRAIN_TIMEOUT, OPT_SESSION_TIMEOUT, OPT_HEARTBEAT, OPT_NO_SUPERVISOR, OPT_MISSING_WAIT,
     OPT_INSECURE, OPT_CA_FILE, OPT_S3_CONCURRENCY, OPT_S3_RETRY_DEADLINE, OPT_UPLOAD_DELAY,
     OPT_META_PASSWORD_FILE,
+    OPT_OVER_STALE,
 };
 
 struct mount_opts {
@@ -91,6 +94,7 @@ struct mount_opts {
     double   missing_wait;     /* seconds a read waits for a block not uploaded yet */
     double   heartbeat;        /* seconds; 0: core default */
     int      no_supervisor;    /* one process: no restart of a crashed worker */
+    int      over_stale;       /* mount on top of a dead FUSE mount at the mount point */
     int      insecure;         /* S3: no TLS verification */
     char    *ca_file;          /* S3: CA bundle (absolute after checks); OWNERSHIP: keg_free */
     uint64_t s3_concurrency;   /* S3 connection pool size, 0: store default */
@@ -134,6 +138,7 @@ static const struct option longopts[] = {
     {"heartbeat", required_argument, NULL, OPT_HEARTBEAT},
     {"missing-block-wait", required_argument, NULL, OPT_MISSING_WAIT},
     {"no-supervisor", optional_argument, NULL, OPT_NO_SUPERVISOR},
+    {"over-stale", optional_argument, NULL, OPT_OVER_STALE},
     {"insecure", optional_argument, NULL, OPT_INSECURE},
     {"ca-file", required_argument, NULL, OPT_CA_FILE},
     {"s3-concurrency", required_argument, NULL, OPT_S3_CONCURRENCY},
@@ -185,6 +190,9 @@ static void usage(FILE *out)
         "      --missing-block-wait SEC  a read of a block not uploaded yet (staged by a\n"
         "                           writeback mounter elsewhere) retries this long (default 10)\n"
         "      --no-supervisor      one process: a crash of the mounter leaves a dead mount\n"
+        "      --over-stale         if MOUNTPOINT is a dead FUSE mount (ENOTCONN), mount on\n"
+        "                           top of it (processes that see MOUNTPOINT through mount\n"
+        "                           propagation get the new mount; needs the supervisor)\n"
         "                           (default as non-root; root mounts keep /dev/fuse in a\n"
         "                           supervisor that restarts a crashed worker)\n"
         "      --no-allow-other     drop an allow_other given with -o (allow_other lets\n"
@@ -275,6 +283,7 @@ static int apply_opt(struct mount_opts *o, int id, const char *name, const char 
         break;
     case OPT_WRITEBACK: rc = parse_bool(v, &o->writeback); break;
     case OPT_NO_SUPERVISOR: rc = parse_bool(v, &o->no_supervisor); break;
+    case OPT_OVER_STALE: rc = parse_bool(v, &o->over_stale); break;
     case OPT_INSECURE: rc = parse_bool(v, &o->insecure); break;
     case OPT_CA_FILE:
         keg_free(o->ca_file);
@@ -976,6 +985,23 @@ static int check_mountpoint(const char *mp, char **abs)
     return rc;
 }
 
+/* --over-stale: mp is a dead FUSE mount (mounted on top of) or an ordinary
+ * mount point (checked as usual). */
+static int check_stale_mountpoint(const char *mp, char **abs)
+{
+    struct stat st;
+    *abs = NULL;
+    if (stat(mp, &st) == 0 || errno != ENOTCONN)
+        return check_mountpoint(mp, abs);
+    int rc = mnt_abspath(mp, abs);
+    if (rc) {
+        mnt_error("mount point %s: %s", mp, strerror(-rc));
+        return rc;
+    }
+    KEG_INFO("%s is a dead FUSE mount: mounting on top of it", *abs);
+    return 0;
+}
+
 /* Volume name, or an error printed.  Opens and closes the engine (no threads
  * are left behind: safe before fork()). */
 static int check_volume(const char *url, char *name, size_t size)
@@ -1090,6 +1116,29 @@ static void notify_error(int fd)
     notify(fd, buf);
 }
 
+/* The worker was asked to hand over (kegfs upgrade): every request it started
+ * is answered; commit what is buffered and close the volume without waiting for
+ * uploads (staged objects stay in the staging directory for the next worker).
+ * TAKES se, fs, cfg, args.  Returns MNT_EXIT_UPGRADE. */
+static int handover_exit(struct mount_opts *o, struct fuse_session *se, struct keg_fs *fs,
+                         struct fuse_loop_config *cfg, struct fuse_args *args)
+{
+    KEG_UNUSED(o);
+    KEG_INFO("handing over: committing open files");
+    fuse_remove_signal_handlers(se);
+    mnt_stats_phase("handover");
+    keg_stack_set_drain(keg_fs_obj(fs), 0);
+    mnt_stats_stop();
+    keg_fs_free(fs);      /* flushes and commits open files, ends the session */
+    mnt_inode_clear();
+    if (cfg)
+        fuse_loop_cfg_destroy(cfg);
+    fuse_session_destroy(se);   /* closes this process's copy of the descriptor */
+    fuse_opt_free_args(args);
+    KEG_INFO("handed over");
+    return MNT_EXIT_UPGRADE;
+}
+
 /* Open the volume, mount, serve until unmounted or signalled.  notify_fd: the
  * pipe to a waiting parent (-d), or -1.  w: the supervisor's mounted descriptor
  * and FUSE_INIT (this process is a worker), or NULL (mount here, no supervisor).
@@ -1189,9 +1238,13 @@ static int run_session(struct mount_opts *o, const char *url, const char *abs_mp
         fb.size = w->init_len;
         fuse_session_process_buf(se, &fb);
         keg_free(fb.mem);
-        if (w->epoch > 1)
+        if (w->handover)
+            KEG_INFO("worker %u took over %s from the previous worker (upgrade)", w->epoch,
+                     abs_mp);
+        else if (w->epoch > 1)
             KEG_WARN("worker %u serving %s again after a crash of the previous worker "
                      "(its uncommitted writes are lost)", w->epoch, abs_mp);
+        mnt_upgrade_worker_arm(se);
     } else {
         mnt_state_prune();
         rc = mnt_state_write(abs_mp, getpid(), url,
@@ -1215,6 +1268,9 @@ static int run_session(struct mount_opts *o, const char *url, const char *abs_mp
         fuse_loop_cfg_set_max_threads(cfg, 64);
     }
     rc = fuse_session_loop_mt(se, cfg);
+    mnt_upgrade_worker_disarm();
+    if (w && rc >= 0 && mnt_upgrade_worker_requested())
+        return handover_exit(o, se, fs, cfg, &args);
     /* libfuse returns the number of the signal that ended the loop (> 0),
      * 0 after an external unmount, or -errno on failure. */
     status = rc < 0 ? 1 : 0;
@@ -1322,6 +1378,7 @@ static int serve(struct mount_opts *o, const char *url, const char *abs_mp, cons
         .abs_mp = abs_mp,
         .fuse_opts = o->kernel_opts,
         .meta_url = url,
+        .volname = volname,
         .drain_timeout = o->writeback ? (unsigned)(o->drain_timeout + 0.999) : 0,
         .worker = worker_main,
         .arg = &wa,
@@ -1449,6 +1506,28 @@ out:
     return status;
 }
 
+/* Started by an upgrading supervisor (cmd_upgrade.c): the mount exists and is
+ * ours, so none of the pre-mount checks apply (and nothing may touch the mount
+ * point: no worker answers until we start one).  Returns the exit status, or -1
+ * when this is an ordinary mount. */
+static int resume_upgrade(struct mount_opts *o, const char *url)
+{
+    const char *abs_mp = NULL, *volname = NULL;
+    int rc = mnt_upgrade_resuming(&abs_mp, &volname);
+    if (rc == 0)
+        return -1;
+    if (rc < 0)
+        return 1;
+    char *log_file = o->log_file ? keg_strdup(o->log_file)
+                                 : o->background ? default_log_file(volname, abs_mp) : NULL;
+    if (log_file && keg_log_set_file(log_file) < 0)
+        KEG_WARN("cannot open log file %s: %s", log_file, strerror(errno));
+    rc = serve(o, url, abs_mp, volname, -1);
+    keg_log_set_file(NULL);
+    keg_free(log_file);
+    return rc;
+}
+
 int mnt_cmd_mount(int argc, char **argv)
 {
     struct mount_opts o;
@@ -1515,6 +1594,9 @@ int mnt_cmd_mount(int argc, char **argv)
         goto out;
     fuse_set_log_func(fuse_log_to_keg);
     signal(SIGPIPE, SIG_IGN);
+    rc = resume_upgrade(&o, url);
+    if (rc >= 0)
+        goto out;
 
     /* Check what can be checked before anything changes. */
     struct fuse_args probe;
@@ -1535,7 +1617,7 @@ int mnt_cmd_mount(int argc, char **argv)
     fuse_session_destroy(pse);
     fuse_last_error[0] = '\0';
     if (check_volume(url, volname, sizeof(volname)) != 0 ||
-        check_mountpoint(mp, &abs_mp) != 0) {
+        (o.over_stale ? check_stale_mountpoint(mp, &abs_mp) : check_mountpoint(mp, &abs_mp)) != 0) {
         rc = 1;
         goto out;
     }

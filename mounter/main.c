@@ -37,6 +37,8 @@ static const struct mnt_cmd cmds[] = {
     {"dump", cmd_dump, "write a volume's namespace as JSON"},
     {"load", cmd_load, "recreate a dumped volume in an empty engine"},
     {"restore", cmd_restore, "move deleted files from the trash back to their directory"},
+    {"upgrade", mnt_cmd_upgrade, "switch a running mount to another kegfs binary in place"},
+    {"holder", mnt_cmd_holder, "keep mounters alive for the CSI node plugin (socket server)"},
     {NULL, NULL, NULL},
 };
 
@@ -69,6 +71,7 @@ int main(int argc, char **argv)
     int opt;
 
     keg_log_set_level(LOG_WARNING);
+    mnt_upgrade_save_argv(argc, argv);    /* before getopt permutes it */
     /* Installed as mount.kegfs / mount.fuse.kegfs: the mount(8) helper. */
     const char *base = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
     if (strcmp(base, "mount.kegfs") == 0 || strcmp(base, "mount.fuse.kegfs") == 0)

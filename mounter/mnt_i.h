@@ -23,6 +23,8 @@ int mnt_cmd_umount(int argc, char **argv);
 int mnt_cmd_status(int argc, char **argv);
 int mnt_cmd_info(int argc, char **argv);
 int mnt_cmd_stats(int argc, char **argv);
+int mnt_cmd_upgrade(int argc, char **argv);    /* cmd_upgrade.c */
+int mnt_cmd_holder(int argc, char **argv);     /* cmd_holder.c */
 
 /*--- messages (mnt_util.c) ---*/
 /* Print "kegfs: <msg>" to stderr and remember it (mnt_last_error) so that a
@@ -278,6 +280,7 @@ struct mnt_worker {
     const void *init;        /* the kernel's FUSE_INIT request, as read from it */
     size_t      init_len;
     unsigned    epoch;       /* 1 for the first worker, +1 per restart */
+    int         handover;    /* 1: the previous worker handed over (upgrade), not crashed */
 };
 /* Runs the FUSE session on w (in the forked worker).  notify_fd: the pipe to a
  * waiting `mount -d` parent (first worker only), or -1.  Returns the exit status. */
@@ -286,6 +289,7 @@ struct mnt_super_conf {
     const char    *abs_mp;
     const char    *fuse_opts;       /* comma-separated FUSE mount options (ro, allow_other, ...) */
     const char    *meta_url;        /* for the state file */
+    const char    *volname;         /* for an upgrade's handover record */
     unsigned       drain_timeout;   /* for the state file */
     mnt_worker_fn *worker;
     void          *arg;
@@ -312,6 +316,44 @@ int mnt_mopt_remount(const char *abs_mp, const char *opts);
 /* main() of `mount.kegfs` / `mount.fuse.kegfs` (argv[0] picks it).  Returns the
  * exit status mount(8) expects (0, 1 usage, 32 mount failure). */
 int mnt_mount_helper(int argc, char **argv);
+/*--- in-place upgrade (cmd_upgrade.c) ---*/
+/* A worker's exit status meaning "stopped for a handover": every request it
+ * started is answered, open files are flushed and committed, the volume is
+ * closed; the supervisor may exec another binary on the same descriptor. */
+#define MNT_EXIT_UPGRADE 99
+struct fuse_session;
+/* main(): keep a copy of the command line for the re-exec. */
+void mnt_upgrade_save_argv(int argc, char **argv);
+/* Worker: prearm right after fork (SIGUSR2 = hand over), arm once the session
+ * has processed FUSE_INIT (SIGUSR2 then ends the session loop), disarm after it. */
+void mnt_upgrade_worker_prearm(void);
+void mnt_upgrade_worker_arm(struct fuse_session *se);
+void mnt_upgrade_worker_disarm(void);
+int  mnt_upgrade_worker_requested(void);
+/* Supervisor: SIGUSR2 = an upgrade request file is waiting. */
+void mnt_upgrade_super_signals(void);
+int  mnt_upgrade_super_pending(void);
+/* Read the request, check the binary runs, signal the worker.  1 if the worker
+ * was asked to hand over, 0 if not (the refusal is written as the result). */
+int  mnt_upgrade_super_begin(const char *abs_mp, pid_t worker);
+/* The worker handed over: exec the new binary keeping fuse_fd.  Returns only
+ * when that failed (the result says so); the caller starts a worker again. */
+void mnt_upgrade_super_exec(const char *abs_mp, const char *volname, int fuse_fd,
+                            const void *init, size_t init_len, unsigned epoch);
+/* In a process started by mnt_upgrade_super_exec: 1 with the mount point and
+ * volume name of the handover (static strings), 0 in any other process, -errno
+ * for a broken record. */
+int  mnt_upgrade_resuming(const char **abs_mp, const char **volname);
+/* 1 with the descriptor, the INIT bytes (TAKES: caller keg_free()s) and the last
+ * worker's epoch, 0 if this process is not resuming, -errno. */
+int  mnt_upgrade_resume(int *fuse_fd, void **init, size_t *init_len, unsigned *epoch);
+/* The resumed supervisor started its first worker: write the "ok" result. */
+void mnt_upgrade_super_started(const char *abs_mp, pid_t worker);
+/* Ask the supervisor of abs_mp to upgrade to binary (NULL: its own) and wait up
+ * to timeout_ms until a worker of the new binary serves.  msg gets a one-line
+ * report or the reason.  Returns 0 or -errno. */
+int  mnt_upgrade_request(const char *abs_mp, const char *binary, unsigned timeout_ms,
+                         char *msg, size_t msglen, pid_t *new_worker);
 
 /*--- FUSE side (fuse_ops.c) ---*/
 /* mnt_inval.c: the kernel's page cache invalidated for core/fs (its

@@ -52,6 +52,12 @@
  *
  * More than MNT_SUPER_MAX_RESTARTS crashes within MNT_SUPER_WINDOW_SEC make the
  * supervisor give up: it detaches the mount and exits 1.
+ *
+ * In-place upgrade (cmd_upgrade.c has the protocol): SIGUSR2 to the supervisor with
+ * a request file -> the worker hands over and exits MNT_EXIT_UPGRADE -> the
+ * supervisor execs the new binary keeping the descriptor (super_handover); the new
+ * image finds the handover record and skips the mount and the INIT read
+ * (super_resume), then forks the next worker as after a crash, but with nothing lost.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -212,6 +218,36 @@ static void inval_lost(void *arg, uint64_t id, uint64_t ino)
         KEG_DEBUG("cannot invalidate inode %llu: %s", (unsigned long long)ino, strerror(errno));
 }
 
+/*----- in-place upgrade (cmd_upgrade.c has the protocol) -----*/
+
+/* This process was exec'ed by an upgrading supervisor: take its descriptor and
+ * INIT bytes.  Returns 1 (resumed), 0 (a fresh mount), or -errno. */
+static int super_resume(int *fd, char **init, struct mnt_worker *w, unsigned *first_epoch)
+{
+    void *buf = NULL;
+    size_t len = 0;
+    unsigned epoch = 0;
+    int rc = mnt_upgrade_resume(fd, &buf, &len, &epoch);
+    if (rc <= 0)
+        return rc;
+    *init = buf;
+    w->init_len = len;
+    w->handover = 1;
+    *first_epoch = epoch + 1;
+    resend_pending(*fd);    /* a request the old worker read while it stopped */
+    return 1;
+}
+
+/* The worker stopped for a handover: exec the new binary on fd.  On return (exec
+ * failed) the loop starts a worker of this binary; the handover flag makes it
+ * adopt the open handles like any later worker. */
+static void super_handover(const struct mnt_super_conf *sc, int fd, struct mnt_worker *w)
+{
+    mnt_upgrade_super_exec(sc->abs_mp, sc->volname, fd, w->init, w->init_len, w->epoch);
+    w->handover = 1;
+    resend_pending(fd);
+}
+
 /*----- the supervisor -----*/
 
 int mnt_super_run(const struct mnt_super_conf *sc, int notify_fd)
@@ -226,8 +262,13 @@ int mnt_super_run(const struct mnt_super_conf *sc, int notify_fd)
     unsigned ncrash = 0;
     pid_t last_worker = 0;
     struct mnt_dirty_tab *dirty = NULL;
+    unsigned first_epoch = 1;
 
     memset(&w, 0, sizeof(w));
+    if (super_resume(&fd, &init, &w, &first_epoch) > 0) {
+        mounted = 1;        /* by the binary we replaced; not re-read: no INIT comes */
+        goto resumed;
+    }
     fd = open("/dev/fuse", O_RDWR | O_CLOEXEC);
     if (fd < 0) {
         mnt_error("cannot open /dev/fuse: %s", strerror(errno));
@@ -260,6 +301,7 @@ int mnt_super_run(const struct mnt_super_conf *sc, int notify_fd)
         w.init_len = (size_t)n;
         break;
     }
+resumed:
     w.init = init;
     w.fuse_fd = fd;
     mnt_state_prune();
@@ -273,8 +315,9 @@ int mnt_super_run(const struct mnt_super_conf *sc, int notify_fd)
                  "every file open at the time fails writes, fsync and close with EIO",
                  strerror(errno));
     set_handlers(1);
+    mnt_upgrade_super_signals();
     pid_t super = getpid();
-    for (w.epoch = 1;; w.epoch++) {
+    for (w.epoch = first_epoch;; w.epoch++) {
         fflush(NULL);
         pid_t pid = fork();
         if (pid < 0) {
@@ -285,6 +328,7 @@ int mnt_super_run(const struct mnt_super_conf *sc, int notify_fd)
         }
         if (pid == 0) {
             set_handlers(0);
+            mnt_upgrade_worker_prearm();
             prctl(PR_SET_PDEATHSIG, SIGKILL);
             if (getppid() != super)
                 _exit(1);
@@ -297,6 +341,8 @@ int mnt_super_run(const struct mnt_super_conf *sc, int notify_fd)
         }
         KEG_INFO("worker %u started, pid %d", w.epoch, (int)pid);
         last_worker = pid;
+        if (w.handover)
+            mnt_upgrade_super_started(sc->abs_mp, pid);
         int st = 0;
         int detached = 0;
         for (;;) {
@@ -305,6 +351,8 @@ int mnt_super_run(const struct mnt_super_conf *sc, int notify_fd)
                 detach(sc->abs_mp, fd);
                 detached = 1;
             }
+            if (mnt_upgrade_super_pending() && !detached)
+                mnt_upgrade_super_begin(sc->abs_mp, pid);
             pid_t r = waitpid(pid, &st, 0);
             if (r == pid)
                 break;
@@ -314,6 +362,11 @@ int mnt_super_run(const struct mnt_super_conf *sc, int notify_fd)
                 break;
             }
         }
+        if (WIFEXITED(st) && WEXITSTATUS(st) == MNT_EXIT_UPGRADE && !stop_sig) {
+            super_handover(sc, fd, &w);      /* returns only when the exec failed */
+            continue;
+        }
+        w.handover = 0;
         if (WIFEXITED(st)) {
             status = WEXITSTATUS(st);
             KEG_INFO("worker %d exited with status %d", (int)pid, status);

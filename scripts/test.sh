@@ -4,7 +4,8 @@
 #   2. a real redis-server on 127.0.0.1: engine contract suite + Redis-specific tests
 #   3. a real Ceph S3 gateway on 127.0.0.1 (checks SigV4): object-store contract + live S3 tests
 #   4. real FUSE mounts: the mount suite on sqlite+file and on redis+s3
-#   5. the CSI driver: conformance client and the local e2e over csi.sock
+#   5. the CSI driver: conformance client, the local e2e over csi.sock, and the
+#      mount-holder tests (e2e/outlive: host level, then podman when present)
 # Servers are stopped on exit.  The last line is "N passed, M failed".
 #
 # Options: --build DIR --asan-build DIR --unit-only --long
@@ -150,6 +151,13 @@ if [ $UNIT_ONLY = 0 ]; then
   fi
   if [ -x e2e/local-e2e.sh ]; then
     STRICT_STAGE=1 stage csi-e2e env KEG_BUILD="$BUILD" e2e/local-e2e.sh
+  fi
+  # mounts that outlive the node plugin: holder mode on this host, then under podman
+  if [ -x e2e/outlive/holder-e2e.sh ]; then
+    STRICT_STAGE=1 stage csi-outlive env KEG_BUILD="$BUILD" e2e/outlive/holder-e2e.sh
+  fi
+  if [ -x e2e/outlive/podman-e2e.sh ]; then
+    stage csi-outlive-podman env KEG_BUILD="$BUILD" e2e/outlive/podman-e2e.sh
   fi
 fi
 

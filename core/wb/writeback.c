@@ -1176,6 +1176,17 @@ int keg_wb_drain(struct keg_obj *o, unsigned timeout_ms, uint64_t *remaining)
     return rc;
 }
 
+void keg_wb_set_drain(struct keg_obj *o, unsigned drain_ms)
+{
+    struct wb *wb;
+    if (!o || o->ops != &keg_wb_ops)
+        return;
+    wb = o->priv;
+    pthread_mutex_lock(&wb->mu);
+    wb->drain_ms = drain_ms;        /* 0: close neither waits nor hurries uploads */
+    pthread_mutex_unlock(&wb->mu);
+}
+
 int keg_wb_stats(struct keg_obj *o, struct keg_wb_stats *st)
 {
     struct wb *wb;
@@ -1371,7 +1382,7 @@ static void wb_close(struct keg_obj *o)
     if (!wb)
         return;
     pthread_mutex_lock(&wb->mu);
-    if (wb->nents) {
+    if (wb->nents && wb->drain_ms) {
         KEG_INFO("draining %zu staged objects (%llu bytes) for up to %u ms", wb->nents,
                  (unsigned long long)wb->staged_bytes, wb->drain_ms);
         wb_wait_idle(wb, keg_mono_ns() + (int64_t)wb->drain_ms * 1000000LL);

@@ -86,4 +86,10 @@ int keg_stack_stats(struct keg_obj *top, struct keg_stack_stats *st);
  * (what is left fails to upload; details in the log). */
 int keg_stack_drain(struct keg_obj *top, unsigned timeout_ms, uint64_t *remaining);
 
+/* How long closing the stack waits for uploads (the conf's drain_ms), changed
+ * for a close that must be quick (an in-place upgrade: what is staged stays in
+ * the staging directory for the next mount).  0: no wait, and staged objects are
+ * not hurried (uploads in flight finish).  No-op without writeback. */
+void keg_stack_set_drain(struct keg_obj *top, unsigned drain_ms);
+
 #endif
