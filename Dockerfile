@@ -9,7 +9,7 @@ ARG DEBIAN_FRONTEND=noninteractive
 RUN apt-get update && apt-get install -y --no-install-recommends \
       build-essential cmake pkg-config ca-certificates \
       libfuse3-dev libsqlite3-dev libhiredis-dev libcurl4-openssl-dev libssl-dev \
-      libyaml-dev libyajl-dev liblz4-dev libzstd-dev \
+      libyaml-dev libyajl-dev libmicrohttpd-dev liblz4-dev libzstd-dev \
       protobuf-c-compiler libprotobuf-c-dev libgrpc-dev libprotobuf-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
@@ -23,7 +23,7 @@ RUN cmake -S . -B /build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKEG_WERROR=ON \
 FROM debian:12-slim
 ARG DEBIAN_FRONTEND=noninteractive
 RUN apt-get update && apt-get install -y --no-install-recommends \
-      fuse3 libfuse3-3 libsqlite3-0 libhiredis0.14 libcurl4 libssl3 libyaml-0-2 libyajl2 \
+      fuse3 libfuse3-3 libsqlite3-0 libhiredis0.14 libcurl4 libssl3 libyaml-0-2 libyajl2 libmicrohttpd12 \
       libgrpc29 libprotobuf-c1 liblz4-1 libzstd1 ca-certificates util-linux \
     && rm -rf /var/lib/apt/lists/* \
     && echo user_allow_other >> /etc/fuse.conf

@@ -2,7 +2,9 @@
  *
  * DESIGN
  * The stack is
- *     [writeback]  ->  [cache_ssd]  ->  [faulty]  ->  file | s3 | mem
+ *     [writeback]  ->  [cache_ssd]  ->  [metrics]  ->  [faulty]  ->  file | s3 | mem
+ * metrics (with sc->metrics, `kegfs mount --metrics`) counts every request that
+ * reaches the store (obj_metrics.c).
  * faulty is added only when the environment variable
  * KEG_FAULTY="seed=N,err=P,corrupt=P,delay=MS" is set (tests; every field
  * optional); cache_ssd when sc->cache_dir is set; writeback when
@@ -148,6 +150,11 @@ int keg_stack_open(const struct keg_format *f, const struct keg_stack_conf *sc,
     top = bottom;
     if (faulty && *faulty) {
         rc = keg_obj_open("faulty", &fconf, top, &top);   /* TAKES top */
+        if (rc < 0)
+            return rc;
+    }
+    if (sc && sc->metrics) {
+        rc = keg_obj_open("metrics", &conf, top, &top);   /* TAKES top */
         if (rc < 0)
             return rc;
     }

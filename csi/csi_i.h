@@ -242,6 +242,18 @@ char *csi_format_request(char *buf, size_t len, const char *method, const Protob
  * SIGINT.  nthreads workers.  Returns 0 or -errno. */
 int csi_serve(struct csi_ctx *ctx, const char *endpoint, unsigned nthreads);
 
+/* metrics.c: counters for `--metrics`.  csi_metrics_methods names the method
+ * indexes csi_metrics_rpc() gets (server.c's table); the others are thread-safe. */
+#define CSI_METRICS_MAX_METHODS 32
+enum csi_restart_cause { CSI_RESTART_DEAD, CSI_RESTART_MISSING, CSI_RESTART_NCAUSES };
+void csi_metrics_methods(const char *const *names, size_t n);
+void csi_metrics_rpc(int method, int code, int64_t dur_us);
+void csi_metrics_restart(enum csi_restart_cause cause);
+void csi_metrics_round(void);
+/* Serve the metrics at addr ("HOST:PORT").  Returns 0 or -errno. */
+int  csi_metrics_start(struct csi_ctx *ctx, const char *addr);
+void csi_metrics_stop(void);
+
 /* The protobuf-c allocator over keg_malloc/keg_free. */
 extern ProtobufCAllocator csi_pb_allocator;
 

@@ -39,6 +39,7 @@ static void usage(FILE *fp)
         "  --holder-upgrade B   holder mode: at start, run every mounter on this plugin's\n"
         "                       kegfs (copied next to the socket, in bin/), upgrading in\n"
         "                       place (true or false; default true)\n"
+        "  --metrics HOST:PORT  serve Prometheus metrics at http://HOST:PORT/metrics\n"
         "  --workers N          gRPC worker threads (default 8)\n"
         "  --watchdog-ms MS     how often dead mounts are re-established (default 2000)\n"
         "  -v, --verbose        log at debug level\n"
@@ -74,7 +75,7 @@ static char *default_mounter(void)
 int main(int argc, char **argv)
 {
     enum { O_ENDPOINT = 0x100, O_NODEID, O_MODE, O_STATE, O_MOUNTER, O_WORKERS, O_WD, O_VERSION,
-           O_KUBELET, O_CACHE_ROOT, O_MMODE, O_HSOCK, O_HUPG };
+           O_KUBELET, O_CACHE_ROOT, O_MMODE, O_HSOCK, O_HUPG, O_METRICS };
     static const struct option longopts[] = {
         { "endpoint", required_argument, NULL, O_ENDPOINT },
         { "nodeid", required_argument, NULL, O_NODEID },
@@ -84,6 +85,7 @@ int main(int argc, char **argv)
         { "mounter", required_argument, NULL, O_MOUNTER },
         { "kubelet-dir", required_argument, NULL, O_KUBELET },
         { "cache-root", required_argument, NULL, O_CACHE_ROOT },
+        { "metrics", required_argument, NULL, O_METRICS },
         { "workers", required_argument, NULL, O_WORKERS },
         { "mount-mode", required_argument, NULL, O_MMODE },
         { "holder-socket", required_argument, NULL, O_HSOCK },
@@ -100,6 +102,7 @@ int main(int argc, char **argv)
     const char *state_dir = CSI_STATE_DIR_DEFAULT;
     const char *kubelet_dir = CSI_KUBELET_DIR_DEFAULT;
     const char *cache_root = CSI_CACHE_ROOT_DEFAULT;
+    const char *metrics = NULL;
     char *mounter = NULL, *target_root = NULL;
     unsigned long workers = 8, wd_ms = 2000;
     const char *holder_socket = "/var/lib/kegfs/holder.sock";
@@ -141,6 +144,9 @@ int main(int argc, char **argv)
             break;
         case O_CACHE_ROOT:
             cache_root = optarg;
+            break;
+        case O_METRICS:
+            metrics = optarg;
             break;
         case O_MOUNTER:
             keg_free(mounter);
@@ -253,11 +259,19 @@ int main(int argc, char **argv)
     } else {
         ctx.ready = 1;
     }
+    if (metrics) {
+        rc = csi_metrics_start(&ctx, metrics);
+        if (rc < 0) {
+            fprintf(stderr, "kegfs-csi: --metrics %s: %s\n", metrics, strerror(-rc));
+            goto out;
+        }
+    }
     KEG_INFO("mounter %s, state dir %s, mount mode %s", mounter, state_dir,
              ctx.mm ? ctx.mm->ops->name : "none");
     rc = csi_serve(&ctx, endpoint, (unsigned)workers);
 
 out:
+    csi_metrics_stop();
     csi_node_watchdog_stop(&ctx);
     if (ctx.mm)
         ctx.mm->ops->destroy(ctx.mm);

@@ -559,6 +559,7 @@ static int node_recover_one(struct csi_ctx *ctx, const struct csi_publish *rec)
     }
     KEG_WARN("volume_id=%s target=%s: mount is %s, re-establishing it", rec->volume_id,
              rec->target, rc == -ENOTCONN ? "dead (ENOTCONN)" : "not there");
+    csi_metrics_restart(rc == -ENOTCONN ? CSI_RESTART_DEAD : CSI_RESTART_MISSING);
     if (!ctx->mm->ops->self_healing) {
         ctx->mm->ops->detach(ctx->mm, rec->target);
         ctx->mm->ops->stop(ctx->mm, rec->target, rec->pid);
@@ -602,6 +603,7 @@ int csi_node_recover(struct csi_ctx *ctx)
     int rc = csi_state_snapshot(ctx->state, &recs, &n);
     if (rc < 0)
         return rc;
+    csi_metrics_round();
     for (size_t i = 0; i < n && !ctx->stopping; i++) {
         if (csi_key_trylock(ctx, recs[i].volume_id) < 0)
             continue;       /* an RPC is working on this volume */

@@ -251,6 +251,7 @@ static void srv_handle(struct srv *s, struct srv_call *c, int *code)
     }
 out:
     csi_log_request(method, req, srv_now_us() - t0, &st);
+    csi_metrics_rpc(m ? (int)(m - csi_methods) : -1, st.code, srv_now_us() - t0);
     *code = st.code;
     if (st.code != CSI_OK) {
         c->status_details = grpc_slice_from_copied_string(st.msg);
@@ -398,6 +399,16 @@ static int srv_prepare_socket(const char *path)
  * Serve
  *--------------------------------------------------------------------------*/
 
+/* Tell metrics.c the names of the method indexes it is given. */
+static void srv_name_methods(void)
+{
+    const char *names[sizeof(csi_methods) / sizeof(csi_methods[0])];
+    size_t n = sizeof(csi_methods) / sizeof(csi_methods[0]);
+    for (size_t i = 0; i < n; i++)
+        names[i] = strrchr(csi_methods[i].name, '/') + 1;
+    csi_metrics_methods(names, n);
+}
+
 int csi_serve(struct csi_ctx *ctx, const char *endpoint, unsigned nthreads)
 {
     struct srv s;
@@ -417,6 +428,7 @@ int csi_serve(struct csi_ctx *ctx, const char *endpoint, unsigned nthreads)
         return rc;
     snprintf(target, sizeof(target), "unix:%s", path);
 
+    srv_name_methods();
     memset(&s, 0, sizeof(s));
     s.ctx = ctx;
     pthread_mutex_init(&s.lock, NULL);

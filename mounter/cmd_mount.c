@@ -74,6 +74,7 @@ enum {
     OPT_INSECURE, OPT_CA_FILE, OPT_S3_CONCURRENCY, OPT_S3_RETRY_DEADLINE, OPT_UPLOAD_DELAY,
     OPT_META_PASSWORD_FILE,
     OPT_OVER_STALE,
+    OPT_METRICS,
 };
 
 struct mount_opts {
@@ -97,6 +98,7 @@ struct mount_opts {
     int      over_stale;       /* mount on top of a dead FUSE mount at the mount point */
     int      insecure;         /* S3: no TLS verification */
     char    *ca_file;          /* S3: CA bundle (absolute after checks); OWNERSHIP: keg_free */
+    char    *metrics;          /* Prometheus endpoint "HOST:PORT", NULL: off; OWNERSHIP: keg_free */
     uint64_t s3_concurrency;   /* S3 connection pool size, 0: store default */
     double   s3_retry_deadline; /* seconds one S3 request may retry, 0: store default */
     char    *kernel_opts;      /* FUSE mount options for the supervisor; OWNERSHIP: keg_free */
@@ -141,6 +143,7 @@ static const struct option longopts[] = {
     {"over-stale", optional_argument, NULL, OPT_OVER_STALE},
     {"insecure", optional_argument, NULL, OPT_INSECURE},
     {"ca-file", required_argument, NULL, OPT_CA_FILE},
+    {"metrics", required_argument, NULL, OPT_METRICS},
     {"s3-concurrency", required_argument, NULL, OPT_S3_CONCURRENCY},
     {"s3-retry-deadline", required_argument, NULL, OPT_S3_RETRY_DEADLINE},
     {"no-allow-other", optional_argument, NULL, OPT_NO_ALLOW_OTHER},
@@ -174,6 +177,8 @@ static void usage(FILE *out)
         "      --buffer-size MiB    memory budget for read cache and write buffers (default 300)\n"
         "      --mem-cache-size MiB optional cap of the read cache's share of the budget\n"
         "                           (default: none; writes always come first)\n"
+        "      --metrics HOST:PORT  serve Prometheus metrics at http://HOST:PORT/metrics\n"
+        "                           (off by default; e.g. 127.0.0.1:9567)\n"
         "      --cache-dir DIR      local SSD cache of blocks (and writeback staging) in DIR\n"
         "      --cache-size SIZE    SSD cache budget, e.g. 10G (default 1G; needs --cache-dir)\n"
         "      --writeback          stage written blocks in --cache-dir, upload them in the\n"
@@ -289,6 +294,11 @@ static int apply_opt(struct mount_opts *o, int id, const char *name, const char 
         keg_free(o->ca_file);
         o->ca_file = v && *v ? keg_strdup(v) : NULL;
         rc = o->ca_file ? 0 : -EINVAL;
+        break;
+    case OPT_METRICS:
+        keg_free(o->metrics);
+        o->metrics = v && *v ? keg_strdup(v) : NULL;
+        rc = o->metrics ? 0 : -EINVAL;
         break;
     case OPT_S3_CONCURRENCY:
         rc = mnt_parse_u64(v, &o->s3_concurrency);
@@ -1177,6 +1187,7 @@ static int run_session(struct mount_opts *o, const char *url, const char *abs_mp
                                                           : o->upload_delay) * 1000 + 0.5);
     sc.insecure = o->insecure;
     sc.ca_file = o->ca_file;
+    sc.metrics = o->metrics != NULL;
     sc.concurrency = (unsigned)o->s3_concurrency;
     sc.retry_deadline_ms = (unsigned)(o->s3_retry_deadline * 1000.0);
     conf.stack = &sc;
@@ -1198,7 +1209,8 @@ static int run_session(struct mount_opts *o, const char *url, const char *abs_mp
 
     if (build_fuse_args(o, volname, &args) != 0)
         goto fail;
-    se = fuse_session_new(&args, mnt_fuse_ops(), sizeof(struct fuse_lowlevel_ops), &state);
+    se = fuse_session_new(&args, o->metrics ? mnt_metrics_ops(mnt_fuse_ops()) : mnt_fuse_ops(),
+                          sizeof(struct fuse_lowlevel_ops), &state);
     if (!se) {
         mnt_error("cannot create the FUSE session%s%s", fuse_last_error[0] ? ": " : "",
                   fuse_last_error);
@@ -1256,6 +1268,12 @@ static int run_session(struct mount_opts *o, const char *url, const char *abs_mp
     rc = mnt_stats_start(abs_mp, fs, w ? w->epoch - 1 : 0);
     if (rc)
         KEG_WARN("cannot start the stats thread: %s", strerror(-rc));
+    if (o->metrics) {
+        rc = mnt_metrics_start(o->metrics, volname, fs);
+        if (rc)
+            KEG_ERR("--metrics %s: the metrics endpoint is off: %s", o->metrics,
+                    strerror(-rc));
+    }
     KEG_INFO("mounted volume %s (%s) at %s, pid %d", volname, red, abs_mp, (int)getpid());
     notify(notify_fd, "OK");
     notify_fd = -1;
@@ -1288,6 +1306,7 @@ static int run_session(struct mount_opts *o, const char *url, const char *abs_mp
     keg_fs_settle(fs);    /* files deleted just before: drop their blocks, do not upload them */
     drain_staged(o, fs);
     mnt_stats_stop();
+    mnt_metrics_stop();
     keg_fs_free(fs);      /* flushes open files, ends the session */
     fs = NULL;
     if (!w)
@@ -1642,6 +1661,7 @@ out:
     keg_free(o.config);
     keg_free(o.cache_dir);
     keg_free(o.ca_file);
+    keg_free(o.metrics);
     keg_free(o.kernel_opts);
     free_secret(o.meta_url);
     free_secret(o.access_key);

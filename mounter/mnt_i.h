@@ -158,6 +158,15 @@ struct mnt_live {
 /* Start the thread that rewrites the stats file every second.  BORROWS fs (until
  * mnt_stats_stop).  Returns 0 or -errno. */
 int  mnt_stats_start(const char *abs_mp, struct keg_fs *fs, uint64_t restarts);
+
+/* mnt_metrics.c: the FUSE ops table with counting wrappers around real's handlers
+ * (real must outlive the session).  Returns a table owned by mnt_metrics.c. */
+struct fuse_lowlevel_ops;
+const struct fuse_lowlevel_ops *mnt_metrics_ops(const struct fuse_lowlevel_ops *real);
+/* Serve the mounter's metrics at addr for volume (label) of fs.  Returns 0 or -errno. */
+int  mnt_metrics_start(const char *addr, const char *volume, struct keg_fs *fs);
+/* Stop serving (no-op when not started). */
+void mnt_metrics_stop(void);
 void mnt_stats_phase(const char *phase);
 /* Stop the thread, remove the file. */
 void mnt_stats_stop(void);

@@ -14,7 +14,7 @@ RUN_PKGS=(
   libsqlite3-dev sqlite3
   libhiredis-dev
   libcurl4-openssl-dev libssl-dev
-  libyaml-dev libyajl-dev
+  libyaml-dev libyajl-dev libmicrohttpd-dev
   liblz4-dev libzstd-dev
   protobuf-c-compiler libprotobuf-c-dev libgrpc-dev libprotobuf-dev protobuf-compiler
   libcmocka-dev

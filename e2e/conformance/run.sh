@@ -16,9 +16,11 @@ trap cleanup EXIT
 MOUNTER=$KEGFS_BIN
 mount_flag=()
 if can_mount; then mount_flag=(--mount); fi
-start_plugin "$W" all --kubelet-dir "$W" --cache-root "$W/cache"
+MPORT=$($PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+start_plugin "$W" all --kubelet-dir "$W" --cache-root "$W/cache" --metrics "127.0.0.1:$MPORT"
 rc=0
 $PY "$REPO/e2e/conformance/sanity.py" --endpoint "unix://$W/csi.sock" \
+  --metrics-url "http://127.0.0.1:$MPORT/metrics" \
   --metaurl "sqlite3://$W/meta/" --storage file --bucket "$W/bucket" \
   --target-dir "$W/pods" --node-id e2e-node "${mount_flag[@]}" || rc=$?
 if [ $rc -ne 0 ]; then log "plugin log:"; tail -50 "$W/plugin.log" >&2; fi

@@ -394,6 +394,40 @@ def t_hostile_node(x):
     x.delete(v.volume_id)
 
 
+@check("--metrics: RPCs by method and code, latency histograms, publish records; 404")
+def t_metrics(x):
+    if not x.args.metrics_url:
+        raise Skip("needs --metrics-url")
+    import urllib.error
+    import urllib.request
+    x.c.identity.Probe(pb.ProbeRequest())
+    expect_code(grpc.StatusCode.INVALID_ARGUMENT, x.unpublish, "", "/tmp/x")
+    text = urllib.request.urlopen(x.args.metrics_url, timeout=10).read().decode()
+    samples = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            k, v = line.rsplit(" ", 1)
+            samples[k] = float(v)
+    probe = samples.get('kegfs_csi_rpc_total{method="Probe",code="OK"}', 0)
+    assert probe >= 1, "Probe not counted"
+    bad = samples.get('kegfs_csi_rpc_total{method="NodeUnpublishVolume",code="INVALID_ARGUMENT"}',
+                      0)
+    assert bad >= 1, "the INVALID_ARGUMENT NodeUnpublishVolume is not counted"
+    inf = samples.get('kegfs_csi_rpc_duration_seconds_bucket{method="Probe",le="+Inf"}')
+    cnt = samples.get('kegfs_csi_rpc_duration_seconds_count{method="Probe"}')
+    assert inf is not None and inf == cnt, (inf, cnt)
+    assert "kegfs_csi_published_targets" in samples
+    assert "kegfs_csi_recovery_rounds_total" in samples
+    assert "://" not in text, "a URL in the metrics"
+    for sec in x.secrets.values():
+        assert sec not in text, "a secret in the metrics"
+    try:
+        urllib.request.urlopen(x.args.metrics_url.rsplit("/", 1)[0] + "/nope", timeout=10)
+        raise AssertionError("GET /nope answered 200")
+    except urllib.error.HTTPError as e:
+        assert e.code == 404, e.code
+
+
 class Skip(Exception):
     pass
 
@@ -409,6 +443,7 @@ def main():
     ap.add_argument("--target-dir", default="/tmp/kegfs-sanity-targets")
     ap.add_argument("--node-id", default="sanity-node")
     ap.add_argument("--mount", action="store_true", help="also run the real mount checks")
+    ap.add_argument("--metrics-url", default="", help="the plugin's /metrics URL")
     ap.add_argument("-k", default="", help="run only checks whose name contains this")
     args = ap.parse_args()
     x = Ctx(args)

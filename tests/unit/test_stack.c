@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "keg/log.h"
+#include "keg/obj_metrics.h"
 #include "keg/stack.h"
 
 static void fmt_init(struct keg_format *f, const char *storage, const char *bucket)
@@ -101,12 +102,66 @@ static void test_faulty_env(void **state)
     unsetenv("KEG_FAULTY");
 }
 
+/* With sc.metrics the metrics layer sits right above the store and counts what
+ * reaches it, per verb: requests, failures (not a missing key), bytes. */
+static void test_metrics_layer(void **state)
+{
+    struct keg_format f;
+    struct keg_stack_conf sc;
+    struct keg_obj *o = NULL;
+    unsigned char buf[8];
+    uint64_t size;
+    (void)state;
+
+    unsetenv("KEG_FAULTY");
+    memset(&sc, 0, sizeof(sc));
+    sc.metrics = 1;
+    fmt_init(&f, "mem", "anything");
+    assert_int_equal(keg_stack_open(&f, &sc, &o), 0);
+    assert_string_equal(o->ops->name, "metrics");
+    assert_string_equal(o->inner->ops->name, "mem");
+    assert_int_equal(keg_obj_put(o, "vol1/x", "hello", 5), 0);
+    assert_int_equal(keg_obj_get(o, "vol1/x", 0, buf, sizeof(buf)), 5);
+    assert_int_equal(keg_obj_get(o, "vol1/none", 0, buf, sizeof(buf)), -ENOENT);
+    assert_int_equal(keg_obj_head(o, "vol1/x", &size), 0);
+    assert_int_equal(keg_obj_del(o, "vol1/x"), 0);
+    const struct keg_obj_verb_stats *v = keg_obj_metrics_stats(o);
+    assert_non_null(v);
+    assert_int_equal(v[KEG_OBJ_VERB_PUT].requests, 1);
+    assert_int_equal(v[KEG_OBJ_VERB_PUT].bytes, 5);
+    assert_int_equal(v[KEG_OBJ_VERB_GET].requests, 2);
+    assert_int_equal(v[KEG_OBJ_VERB_GET].errors, 0);         /* -ENOENT is an answer */
+    assert_int_equal(v[KEG_OBJ_VERB_GET].bytes, 5);
+    assert_int_equal(v[KEG_OBJ_VERB_GET].latency.count, 2);
+    assert_int_equal(v[KEG_OBJ_VERB_HEAD].requests, 1);
+    assert_int_equal(v[KEG_OBJ_VERB_DEL].requests, 1);
+    keg_obj_close(o);
+
+    /* injected failures below it count as the store's */
+    setenv("KEG_FAULTY", "seed=1,err=1", 1);
+    assert_int_equal(keg_stack_open(&f, &sc, &o), 0);
+    assert_string_equal(o->inner->ops->name, "faulty");
+    assert_true(keg_obj_put(o, "vol1/y", "x", 1) < 0);
+    v = keg_obj_metrics_stats(o);
+    assert_int_equal(v[KEG_OBJ_VERB_PUT].errors, 1);
+    assert_int_equal(v[KEG_OBJ_VERB_PUT].bytes, 0);
+    keg_obj_close(o);
+    unsetenv("KEG_FAULTY");
+
+    /* off by default */
+    fmt_init(&f, "mem", "anything");
+    assert_int_equal(keg_stack_open(&f, NULL, &o), 0);
+    assert_null(keg_obj_metrics_stats(o));
+    keg_obj_close(o);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mem_and_file),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_faulty_env),
+        cmocka_unit_test(test_metrics_layer),
     };
     keg_log_set_level(LOG_CRIT);
     return cmocka_run_group_tests_name("stack", tests, NULL, NULL);

@@ -26,6 +26,7 @@ struct keg_stack_conf {
     uint64_t    max_staging;      /* writeback: staged bytes before puts block (0: 1 GiB) */
     unsigned    drain_ms;         /* writeback: close waits this long for uploads (0: 30000) */
     unsigned    upload_delay_ms;  /* writeback: upload a new object no sooner (0: at once) */
+    int         metrics;          /* count requests to the store (obj_metrics.c) */
 
     /* S3 client settings (mount-time only, never stored in the format; ignored
      * by the other stores).  All zero: the store's defaults, TLS verified. */
