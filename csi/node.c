@@ -173,24 +173,6 @@ static void node_hash(const char *s, char out[17])
     snprintf(out, 17, "%016llx", (unsigned long long)h);
 }
 
-/* mkdir -p path (mode for the last component). */
-static int node_mkdirs(const char *path, mode_t mode)
-{
-    char buf[PATH_MAX];
-    snprintf(buf, sizeof(buf), "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(buf, 0755) < 0 && errno != EEXIST)
-            return -errno;
-        *p = '/';
-    }
-    if (mkdir(buf, mode) < 0 && errno != EEXIST)
-        return -errno;
-    return 0;
-}
-
 static int node_need(struct csi_ctx *ctx, struct csi_status *st)
 {
     if (!ctx->state || !ctx->mm)
@@ -569,9 +551,18 @@ static int node_recover_one(struct csi_ctx *ctx, const struct csi_publish *rec)
                 "(unpublish and publish again)", rec->volume_id, rec->target, rec->config);
         return -ENOENT;
     }
-    rc = node_mkdirs(rec->target, 0750);
-    if (rc < 0)
-        return rc;
+    /* the same confinement as at publish: a link swapped in below the kubelet
+     * directory since then is refused, not followed */
+    struct csi_status cst;
+    csi_status_init(&cst);
+    rc = csi_confine_dir(ctx->target_root, rec->target, 1, 0750, "target", &cst);
+    if (rc < 0) {
+        KEG_ERR("volume_id=%s target=%s: not re-mounted: %s", rec->volume_id, rec->target,
+                cst.msg);
+        csi_status_clear(&cst);
+        return -EINVAL;
+    }
+    csi_status_clear(&cst);
     struct csi_mount_req mr = {
         .volume_id = rec->volume_id, .target = rec->target, .config = rec->config,
         .options = rec->options, .readonly = rec->readonly,
