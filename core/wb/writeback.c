@@ -84,7 +84,8 @@
 #define WB_HOLD_MAX_NS (4 * 1000000000LL) /* longest extra hold in a burst of puts */
 #define WB_DIRECT_WRITE (1u << 20) /* staged objects this large are written with O_DIRECT */
 #define WB_DIO_BUFS     2          /* aligned buffers for those (ssd_file.c) */
-#define WB_BYPASS_WARN_NS (30 * 1000000000LL) /* one "staging failed" WARN per 30 s */
+#define WB_BYPASS_WARN_NS (30 * 1000000000LL) /* one "staging failed" or "upload failed"
+                                                * WARN per 30 s */
 
 enum wb_state { WB_QUEUED, WB_UPLOADING, WB_PARKED };
 
@@ -139,6 +140,9 @@ struct wb {
     uint64_t        rate_bytes[WB_RATE_SLOTS];  /* protected by mu */
     int             stop;          /* protected by mu */
     uint64_t        bypassed;      /* puts not staged for lack of disk space; protected by mu */
+    int64_t         fail_warned;   /* keg_mono_ns of the last "upload failed" WARN; mu */
+    uint64_t        fails_seen;    /* failed attempts since the last success; protected by mu */
+    int             fails_said;    /* ... and a WARN told about them; protected by mu */
     int64_t         bypass_warned; /* keg_mono_ns of the last WARN about them; protected by mu */
     int64_t         delay_ns;      /* upload delay of a new object */
     int64_t         last_put_ns;   /* monotonic time of the last staged put; protected by mu */
@@ -499,11 +503,35 @@ static int wb_upload(struct wb *wb, struct wb_ent *e, unsigned gen, uint64_t siz
         if (rc >= 0) {
             *taken = rc == 1;
             rc = 0;
+            pthread_mutex_lock(&wb->mu);
+            uint64_t fails = wb->fails_seen;
+            int said = wb->fails_said;
+            wb->fails_seen = 0;
+            wb->fails_said = 0;
+            pthread_mutex_unlock(&wb->mu);
+            if (fails && said)
+                KEG_INFO("uploads to the store work again (%llu failed attempts before)",
+                         (unsigned long long)fails);
             break;
         }
+        /* Failed attempts are a WARN, at most one per WB_BYPASS_WARN_NS, and the
+         * next success after one says so: an outage the retries survive must not
+         * go unnoticed, nor flood the log. */
+        int64_t now = keg_mono_ns();
         pthread_mutex_lock(&wb->mu);
         wb->upload_errors++;
+        wb->fails_seen++;
+        int warn = !wb->fail_warned || now - wb->fail_warned >= WB_BYPASS_WARN_NS;
+        if (warn) {
+            wb->fail_warned = now;
+            wb->fails_said = 1;
+        }
+        uint64_t fails = wb->fails_seen;
         pthread_mutex_unlock(&wb->mu);
+        if (warn)
+            KEG_WARN("upload of %s failed: %s (attempt %u; %llu failed attempts since the "
+                     "last success)%s", key, strerror(-rc), attempt, (unsigned long long)fails,
+                     wb_permanent(rc) || attempt >= wb->retries ? "" : "; retrying");
         if (wb_permanent(rc) || attempt >= wb->retries)
             break;
         KEG_DEBUG("upload of %s failed (%s), attempt %u, retrying in %u ms", key, strerror(-rc),

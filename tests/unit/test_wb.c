@@ -416,6 +416,74 @@ static void test_permanent_failure(void **state)
     keg_obj_close(o);
 }
 
+static pthread_mutex_t cap_lock = PTHREAD_MUTEX_INITIALIZER;
+static char cap_log[8192];
+
+static void cap_sink(void *arg, int level, const char *tag, const char *fmt, va_list ap)
+{
+    char line[512];
+    (void)arg;
+    vsnprintf(line, sizeof(line), fmt, ap);
+    pthread_mutex_lock(&cap_lock);
+    size_t o = strlen(cap_log);
+    snprintf(cap_log + o, sizeof(cap_log) - o, "%s [%s] %s\n",
+             level == LOG_WARNING ? "WARN" : level == LOG_INFO ? "INFO" : "OTHER", tag, line);
+    pthread_mutex_unlock(&cap_lock);
+}
+
+static int cap_count(const char *needle)
+{
+    int n = 0;
+    pthread_mutex_lock(&cap_lock);
+    for (const char *q = strstr(cap_log, needle); q; q = strstr(q + 1, needle))
+        n++;
+    pthread_mutex_unlock(&cap_lock);
+    return n;
+}
+
+/* Uploads that fail and then succeed on a retry (an outage the retries
+ * survive) are not silent: one WARN for the failures (not one per attempt),
+ * one INFO when uploads work again. */
+static void test_transient_failure_logged(void **state)
+{
+    struct fx *fx = *state;
+    struct keg_wb_conf wc = {.workers = 1, .retries = 50, .backoff_ms = 20};
+    struct keg_obj *o = open_wb(fx, "mem", wc);
+    uint64_t remaining = 0;
+    int64_t t0 = now_ms();
+
+    cap_log[0] = '\0';
+    keg_log_set_sink(cap_sink, NULL);
+    keg_log_set_level(LOG_INFO);
+    atomic_store(&cnt_put_err, -EAGAIN);
+    put_block(o, 1, 1000);
+    put_block(o, 2, 1000);
+    while (wbst(o).upload_errors < 4 && now_ms() - t0 < 5000)
+        ms_sleep(5);
+    assert_true(wbst(o).upload_errors >= 4);
+    atomic_store(&cnt_put_err, 0);
+    assert_int_equal(keg_wb_drain(o, 5000, &remaining), 0);
+    assert_int_equal(remaining, 0);
+    assert_int_equal(cap_count("WARN [wb] upload of "), 1);
+    assert_int_equal(cap_count("Resource temporarily unavailable (attempt 1; 1 failed "
+                               "attempts since the last success); retrying"), 1);
+    assert_int_equal(cap_count("INFO [wb] uploads to the store work again"), 1);
+    /* the next failure within 30 s is counted, not logged again */
+    atomic_store(&cnt_put_err, -EAGAIN);
+    put_block(o, 3, 1000);
+    uint64_t e0 = wbst(o).upload_errors;
+    t0 = now_ms();
+    while (wbst(o).upload_errors < e0 + 2 && now_ms() - t0 < 5000)
+        ms_sleep(5);
+    atomic_store(&cnt_put_err, 0);
+    assert_int_equal(keg_wb_drain(o, 5000, &remaining), 0);
+    assert_int_equal(cap_count("WARN [wb] upload of "), 1);
+    assert_int_equal(cap_count("work again"), 1);
+    keg_log_set_level(getenv("KEG_TEST_LOG") ? LOG_DEBUG : LOG_CRIT);
+    keg_log_set_sink(NULL, NULL);
+    keg_obj_close(o);
+}
+
 /* A drain that runs out of time says -ETIMEDOUT and how much is left. */
 static void test_drain_timeout(void **state)
 {
@@ -1070,6 +1138,7 @@ int main(void)
         T(test_close_leaves_staged),
         T(test_backpressure),
         T(test_permanent_failure),
+        T(test_transient_failure_logged),
         T(test_drain_timeout),
         T(test_del_staged),
         T(test_del_keys_batch),
