@@ -1,5 +1,6 @@
 /* cmd_fsck.c -- `kegfs fsck [--deep] [--threads N] META_URL`: check that every block that a
- * file references exists (and with --deep, decodes with a valid CRC32C).  The work is
+ * file references exists (and with --deep, decodes with a valid CRC32C as the block of its
+ * key in this volume).  The work is
  * keg_fs_fsck (core/fs/gc.c); this file parses options, draws the progress bar and prints
  * each problem with the files it affects. */
 #include <errno.h>
@@ -24,8 +25,10 @@ static void usage(FILE *out)
         "\n"
         "Walk every file of the volume and check that each block object its slices\n"
         "use exists in the object store (one HEAD per block).  With --deep every\n"
-        "block is downloaded and verified (format and CRC32C).  Each missing or\n"
-        "corrupt object is printed with the paths of the files that use it.\n"
+        "block is downloaded and verified (format, CRC32C, and that it is the block\n"
+        "of its key in this volume: a block of another file or volume is corrupt,\n"
+        "printed with what it holds).  Each missing or corrupt object is printed\n"
+        "with the paths of the files that use it.\n"
         "\n"
         "Options:\n"
         "      --deep               download and verify every block\n"

@@ -15,6 +15,7 @@
 #include "keg/log.h"
 #include "keg/mem.h"
 #include "keg/meta.h"
+#include "keg/obj.h"
 #include "keg/url.h"
 
 #include "mnt_i.h"
@@ -144,6 +145,12 @@ void mnt_print_format(FILE *out, const struct keg_format *f)
         fprintf(out, "  inodes:        unlimited\n");
     fprintf(out, "  trash days:    %u\n", f->trash_days);
     fprintf(out, "  meta version:  %u\n", f->meta_version);
+    if (f->block_version >= KEG_BLOCK_VERSION)
+        fprintf(out, "  blocks:        version %u (bound to their key and volume)\n",
+                f->block_version);
+    else
+        fprintf(out, "  blocks:        version 1 and 2 (formatted before block identities: "
+                "version-1 blocks carry none)\n");
     fprintf(out, "  created:       %s\n", created);
 }
 
