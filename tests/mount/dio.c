@@ -4,8 +4,9 @@
  * (io_submit, DEPTH requests of 128 KiB in flight) or plain pwrite -- while
  * READERS processes keep reading it through the page cache (open, buffered
  * reads of random ranges, close).  Once the write has completed and the file
- * is closed, the readers stop and a fresh buffered open + read must return
- * the new bytes of every page; the O_DIRECT re-read must too.  The round's
+ * is closed, the readers stop, and buffered reads -- through a descriptor
+ * opened before the write, whose pages held the old bytes, and through a fresh
+ * one -- must return the new bytes of every page; the O_DIRECT re-read too.  The round's
  * pattern differs from the last one, so a stale page shows.
  *
  * Usage: keg_dio [-r ROUNDS] [-p READERS] [-z SIZE_KIB] [-s] FILE   (-s: pwrite, not aio)
@@ -103,11 +104,15 @@ static void write_aio(int fd, const unsigned char *buf, uint64_t size)
     syscall(SYS_io_destroy, ctx);
 }
 
-static void check_all(const char *path, int flags, const unsigned char *want, uint64_t size,
-                      unsigned char *got, unsigned round, const char *how)
+/* Reads the whole file through fd (or a fresh descriptor when fd < 0) and
+ * compares it with want. */
+static void check_all(const char *path, int fd, int flags, const unsigned char *want,
+                      uint64_t size, unsigned char *got, unsigned round, const char *how)
 {
-    int fd = open(path, O_RDONLY | flags);
+    int own = fd < 0;
     uint64_t done = 0;
+    if (own)
+        fd = open(path, O_RDONLY | flags);
     if (fd < 0)
         die("open %s: %s", path, strerror(errno));
     while (done < size) {
@@ -117,7 +122,8 @@ static void check_all(const char *path, int flags, const unsigned char *want, ui
                 n < 0 ? strerror(errno) : "EOF");
         done += (uint64_t)n;
     }
-    close(fd);
+    if (own)
+        close(fd);
     for (uint64_t i = 0; i < size; i++) {
         if (got[i] != want[i]) {
             uint64_t j = i;
@@ -170,6 +176,11 @@ int main(int argc, char **argv)
             if (pids[k] == 0)
                 reader(path, size, r * 64 + k);
         }
+        /* a reader that keeps its descriptor: its page cache is full of old bytes */
+        int keep = open(path, O_RDONLY);
+        if (keep < 0)
+            die("open %s: %s", path, strerror(errno));
+        check_all(path, keep, 0, buf, size, got, r, "buffered (before)");
         struct timespec ts = {0, 50 * 1000000};
         nanosleep(&ts, NULL);           /* the readers fill the page cache */
         for (uint64_t i = 0; i < size; i++)
@@ -192,8 +203,10 @@ int main(int argc, char **argv)
             kill(pids[k], SIGKILL);
             waitpid(pids[k], &st, 0);
         }
-        check_all(path, 0, buf, size, got, r, "buffered");
-        check_all(path, O_DIRECT, buf, size, got, r, "O_DIRECT");
+        check_all(path, keep, 0, buf, size, got, r, "buffered (descriptor kept open)");
+        close(keep);
+        check_all(path, -1, 0, buf, size, got, r, "buffered");
+        check_all(path, -1, O_DIRECT, buf, size, got, r, "O_DIRECT");
     }
     printf("keg_dio: %u rounds of %s direct writes under %u buffered readers: new bytes every "
            "time\n", rounds, sync_write ? "synchronous" : "asynchronous", readers);
