@@ -9,7 +9,8 @@
  * one -- must return the new bytes of every page; the O_DIRECT re-read too.  The round's
  * pattern differs from the last one, so a stale page shows.
  *
- * Usage: keg_dio [-r ROUNDS] [-p READERS] [-z SIZE_KIB] [-s] FILE   (-s: pwrite, not aio)
+ * Usage: keg_dio [-r ROUNDS] [-p READERS] [-z SIZE_KIB] [-s] [-k] FILE
+ *   -s: pwrite, not aio; -k: each reader keeps one descriptor (no reopen)
  * Exit 0 = every round read back new bytes, 1 = stale or wrong bytes / error, 2 = usage.
  */
 #define _GNU_SOURCE
@@ -47,14 +48,18 @@ static void die(const char *fmt, ...)
     exit(1);
 }
 
+static int keep_open;   /* -k: readers keep one descriptor */
+
 static void reader(const char *path, uint64_t size, unsigned seed)
 {
     unsigned char *b = malloc(PIECE);
     uint64_t s = seed * 2654435761u + 1;
+    int fd = -1;
     if (!b)
         _exit(1);
     for (;;) {
-        int fd = open(path, O_RDONLY);
+        if (fd < 0)
+            fd = open(path, O_RDONLY);
         if (fd < 0)
             _exit(1);
         for (int k = 0; k < 16; k++) {
@@ -63,7 +68,10 @@ static void reader(const char *path, uint64_t size, unsigned seed)
             if (pread(fd, b, PIECE, (off_t)off) < 0)
                 _exit(1);
         }
-        close(fd);
+        if (!keep_open) {
+            close(fd);
+            fd = -1;
+        }
     }
 }
 
@@ -142,14 +150,15 @@ int main(int argc, char **argv)
     uint64_t size = 8u << 20;
     int sync_write = 0;
     int c;
-    while ((c = getopt(argc, argv, "r:p:z:s")) != -1) {
+    while ((c = getopt(argc, argv, "r:p:z:sk")) != -1) {
         switch (c) {
+        case 'k': keep_open = 1; break;
         case 'r': rounds = (unsigned)strtoul(optarg, NULL, 0); break;
         case 'p': readers = (unsigned)strtoul(optarg, NULL, 0); break;
         case 'z': size = strtoull(optarg, NULL, 0) * 1024; break;
         case 's': sync_write = 1; break;
         default:
-            fprintf(stderr, "usage: keg_dio [-r ROUNDS] [-p READERS] [-z SIZE_KIB] [-s] FILE\n");
+            fprintf(stderr, "usage: keg_dio [-r ROUNDS] [-p READERS] [-z SIZE_KIB] [-s] [-k] FILE\n");
             return 2;
         }
     }
