@@ -5,7 +5,7 @@
 # their descriptors), several rounds each;
 # after each write has completed and the file is closed, a fresh buffered read (and an
 # O_DIRECT one) must return the new bytes of every page.  Then keg_iomix mixes buffered,
-# O_DIRECT and mmap I/O with copies and truncates on 3 files against its model.
+# O_DIRECT, O_APPEND and mmap I/O with copies and truncates on 3 files against its model.
 # timeout: 300
 . "$(dirname "$0")/../lib.sh"
 need_bin KEG_DIO keg_dio
@@ -20,5 +20,5 @@ done
 seed=${KEG_TEST_SEED:-$(( (RANDOM << 15) | RANDOM ))}
 mkdir -p "$MNT/mix" || fail "mkdir mix"
 note "keg_iomix seed $seed"
-"$KEG_IOMIX" -s "$seed" -n 400 -f 3 -z 1024 -v 200 --ops wwrrddmmcts "$MNT/mix" \
-  || fail "keg_iomix seed $seed (buffered + O_DIRECT + mmap) failed (reproduce: keg_iomix -s $seed -n 400 -f 3 -z 1024 -v 200 --ops wwrrddmmcts DIR)"
+"$KEG_IOMIX" -s "$seed" -n 400 -f 3 -z 1024 -v 200 --ops wwaarrddmmcts "$MNT/mix" \
+  || fail "keg_iomix seed $seed (buffered + O_DIRECT + mmap) failed (reproduce: keg_iomix -s $seed -n 400 -f 3 -z 1024 -v 200 --ops wwaarrddmmcts DIR)"
