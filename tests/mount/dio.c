@@ -4,11 +4,13 @@
  * (io_submit, DEPTH requests of 128 KiB in flight) or plain pwrite -- while
  * READERS processes keep reading it through the page cache (open, buffered
  * reads of random ranges, close).  Once the write has completed and the file
- * is closed, the readers stop and a fresh buffered open + read must return
- * the new bytes of every page; the O_DIRECT re-read must too.  The round's
+ * is closed, the readers stop, and buffered reads -- through a descriptor
+ * opened before the write, whose pages held the old bytes, and through a fresh
+ * one -- must return the new bytes of every page; the O_DIRECT re-read too.  The round's
  * pattern differs from the last one, so a stale page shows.
  *
- * Usage: keg_dio [-r ROUNDS] [-p READERS] [-z SIZE_KIB] [-s] FILE   (-s: pwrite, not aio)
+ * Usage: keg_dio [-r ROUNDS] [-p READERS] [-z SIZE_KIB] [-s] [-k] FILE
+ *   -s: pwrite, not aio; -k: each reader keeps one descriptor (no reopen)
  * Exit 0 = every round read back new bytes, 1 = stale or wrong bytes / error, 2 = usage.
  */
 #define _GNU_SOURCE
@@ -46,14 +48,18 @@ static void die(const char *fmt, ...)
     exit(1);
 }
 
+static int keep_open;   /* -k: readers keep one descriptor */
+
 static void reader(const char *path, uint64_t size, unsigned seed)
 {
     unsigned char *b = malloc(PIECE);
     uint64_t s = seed * 2654435761u + 1;
+    int fd = -1;
     if (!b)
         _exit(1);
     for (;;) {
-        int fd = open(path, O_RDONLY);
+        if (fd < 0)
+            fd = open(path, O_RDONLY);
         if (fd < 0)
             _exit(1);
         for (int k = 0; k < 16; k++) {
@@ -62,7 +68,10 @@ static void reader(const char *path, uint64_t size, unsigned seed)
             if (pread(fd, b, PIECE, (off_t)off) < 0)
                 _exit(1);
         }
-        close(fd);
+        if (!keep_open) {
+            close(fd);
+            fd = -1;
+        }
     }
 }
 
@@ -103,11 +112,15 @@ static void write_aio(int fd, const unsigned char *buf, uint64_t size)
     syscall(SYS_io_destroy, ctx);
 }
 
-static void check_all(const char *path, int flags, const unsigned char *want, uint64_t size,
-                      unsigned char *got, unsigned round, const char *how)
+/* Reads the whole file through fd (or a fresh descriptor when fd < 0) and
+ * compares it with want. */
+static void check_all(const char *path, int fd, int flags, const unsigned char *want,
+                      uint64_t size, unsigned char *got, unsigned round, const char *how)
 {
-    int fd = open(path, O_RDONLY | flags);
+    int own = fd < 0;
     uint64_t done = 0;
+    if (own)
+        fd = open(path, O_RDONLY | flags);
     if (fd < 0)
         die("open %s: %s", path, strerror(errno));
     while (done < size) {
@@ -117,7 +130,8 @@ static void check_all(const char *path, int flags, const unsigned char *want, ui
                 n < 0 ? strerror(errno) : "EOF");
         done += (uint64_t)n;
     }
-    close(fd);
+    if (own)
+        close(fd);
     for (uint64_t i = 0; i < size; i++) {
         if (got[i] != want[i]) {
             uint64_t j = i;
@@ -136,14 +150,15 @@ int main(int argc, char **argv)
     uint64_t size = 8u << 20;
     int sync_write = 0;
     int c;
-    while ((c = getopt(argc, argv, "r:p:z:s")) != -1) {
+    while ((c = getopt(argc, argv, "r:p:z:sk")) != -1) {
         switch (c) {
+        case 'k': keep_open = 1; break;
         case 'r': rounds = (unsigned)strtoul(optarg, NULL, 0); break;
         case 'p': readers = (unsigned)strtoul(optarg, NULL, 0); break;
         case 'z': size = strtoull(optarg, NULL, 0) * 1024; break;
         case 's': sync_write = 1; break;
         default:
-            fprintf(stderr, "usage: keg_dio [-r ROUNDS] [-p READERS] [-z SIZE_KIB] [-s] FILE\n");
+            fprintf(stderr, "usage: keg_dio [-r ROUNDS] [-p READERS] [-z SIZE_KIB] [-s] [-k] FILE\n");
             return 2;
         }
     }
@@ -170,6 +185,11 @@ int main(int argc, char **argv)
             if (pids[k] == 0)
                 reader(path, size, r * 64 + k);
         }
+        /* a reader that keeps its descriptor: its page cache is full of old bytes */
+        int keep = open(path, O_RDONLY);
+        if (keep < 0)
+            die("open %s: %s", path, strerror(errno));
+        check_all(path, keep, 0, buf, size, got, r, "buffered (before)");
         struct timespec ts = {0, 50 * 1000000};
         nanosleep(&ts, NULL);           /* the readers fill the page cache */
         for (uint64_t i = 0; i < size; i++)
@@ -192,8 +212,10 @@ int main(int argc, char **argv)
             kill(pids[k], SIGKILL);
             waitpid(pids[k], &st, 0);
         }
-        check_all(path, 0, buf, size, got, r, "buffered");
-        check_all(path, O_DIRECT, buf, size, got, r, "O_DIRECT");
+        check_all(path, keep, 0, buf, size, got, r, "buffered (descriptor kept open)");
+        close(keep);
+        check_all(path, -1, 0, buf, size, got, r, "buffered");
+        check_all(path, -1, O_DIRECT, buf, size, got, r, "O_DIRECT");
     }
     printf("keg_dio: %u rounds of %s direct writes under %u buffered readers: new bytes every "
            "time\n", rounds, sync_write ? "synchronous" : "asynchronous", readers);

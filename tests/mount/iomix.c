@@ -13,6 +13,7 @@
  *   t  ftruncate (shrink or grow)
  *   s  fsync, or close and reopen (close-to-open), or both
  *   d  O_DIRECT pwrite and pread (4 KiB aligned offsets, lengths and buffers)
+ *   a  write(2) through an O_APPEND descriptor (kept for a few ops)
  *   m  mmap: a shared mapping of a range inside the file, written or read,
  *      written ranges msync(MS_SYNC)ed before munmap
  * Small writes that are committed often (s) make many slices per chunk, so the
@@ -198,6 +199,34 @@ static void op_write(void)
     model_write(f, off, buf, len);
 }
 
+/* An O_APPEND write through a descriptor of its own (kept for a few ops). */
+static int afd[MAXF] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+
+static void op_append(void)
+{
+    unsigned f = (unsigned)rnd(nfiles);
+    uint64_t len = 1 + rnd(rnd(4) ? 4096 : 65536);
+    if (files[f].size + len > max_size)
+        return;
+    if (afd[f] < 0) {
+        afd[f] = open(files[f].path, O_WRONLY | O_APPEND);
+        if (afd[f] < 0)
+            die("open O_APPEND file %u: %s", f, strerror(errno));
+    }
+    for (uint64_t i = 0; i < len; i++)
+        buf[i] = pattern(opno, files[f].size + i);
+    note("%" PRIu64 " append f%u %" PRIu64 "+%" PRIu64, opno, f, files[f].size, len);
+    ssize_t n = write(afd[f], buf, len);
+    if (n != (ssize_t)len)
+        die("O_APPEND write file %u +%" PRIu64 ": %zd %s", f, len, n, strerror(errno));
+    model_write(f, files[f].size, buf, len);
+    if (rnd(4) == 0) {
+        if (close(afd[f]) < 0)
+            die("close O_APPEND file %u: %s", f, strerror(errno));
+        afd[f] = -1;
+    }
+}
+
 static void op_read(void)
 {
     unsigned f = (unsigned)rnd(nfiles);
@@ -367,9 +396,9 @@ int main(int argc, char **argv)
         }
     }
     if (optind + 1 != argc || nfiles == 0 || nfiles > MAXF || max_size < 262144 || !*ops ||
-        strspn(ops, "wrctsdm") != strlen(ops)) {
+        strspn(ops, "wrctsdma") != strlen(ops)) {
         fprintf(stderr, "keg_iomix: bad arguments (1..%d files, max size >= 256 KiB, ops from "
-                        "'wrctsdm')\n", MAXF);
+                        "'wrctsdma')\n", MAXF);
         return 2;
     }
     rs = seed;
@@ -392,6 +421,7 @@ int main(int argc, char **argv)
     for (opno = 1; opno <= nops; opno++) {
         switch (ops[rnd(nkinds)]) {
         case 'w': op_write(); break;
+        case 'a': op_append(); break;
         case 'r': op_read(); break;
         case 'c': op_copy(); break;
         case 't': op_truncate(); break;
@@ -405,6 +435,9 @@ int main(int argc, char **argv)
             verify_all();
     }
     opno = nops;
+    for (unsigned f = 0; f < nfiles; f++)
+        if (afd[f] >= 0 && close(afd[f]) < 0)
+            die("close O_APPEND file %u: %s", f, strerror(errno));
     verify_all();
     for (unsigned f = 0; f < nfiles; f++) {
         close_file(f);
