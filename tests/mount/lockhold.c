@@ -6,6 +6,7 @@
  *   MODE   flock-ex, flock-sh   flock(2) LOCK_EX / LOCK_SH, non-blocking
  *          wr, rd               fcntl(2) F_SETLK F_WRLCK / F_RDLCK on [START, START+LEN)
  *                               (LEN 0 = to EOF), non-blocking
+ *          ofd-wr               the same with an OFD lock (F_OFD_SETLK F_WRLCK)
  *          getlk                fcntl(2) F_GETLK for a write lock on the range; prints
  *                               "unlocked" or "locked TYPE START LEN pid=PID"
  *   -W SEC blocking variant (LOCK_NB dropped / F_SETLKW), given up after SEC seconds
@@ -38,7 +39,7 @@ static void on_alarm(int sig)
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: keg_lockhold [-H SEC] [-W SEC] flock-ex|flock-sh|wr|rd|getlk FILE "
+    fprintf(stderr, "usage: keg_lockhold [-H SEC] [-W SEC] flock-ex|flock-sh|wr|rd|ofd-wr|getlk FILE "
                     "[START LEN]\n");
     return 2;
 }
@@ -101,7 +102,8 @@ int main(int argc, char **argv)
     int is_flock = !strncmp(mode, "flock-", 6);
     int shared = !strcmp(mode, "flock-sh") || !strcmp(mode, "rd");
     int getlk = !strcmp(mode, "getlk");
-    if (!is_flock && !getlk && strcmp(mode, "wr") && strcmp(mode, "rd"))
+    int ofd = !strcmp(mode, "ofd-wr");
+    if (!is_flock && !getlk && !ofd && strcmp(mode, "wr") && strcmp(mode, "rd"))
         return usage();
     if (is_flock && strcmp(mode, "flock-ex") && strcmp(mode, "flock-sh"))
         return usage();
@@ -143,6 +145,8 @@ int main(int argc, char **argv)
     if (is_flock) {
         int op = (shared ? LOCK_SH : LOCK_EX) | (wait_sec >= 0 ? 0 : LOCK_NB);
         rc = flock(fd, op);
+    } else if (ofd) {
+        rc = fcntl(fd, wait_sec >= 0 ? F_OFD_SETLKW : F_OFD_SETLK, &fl);
     } else {
         rc = fcntl(fd, wait_sec >= 0 ? F_SETLKW : F_SETLK, &fl);
     }

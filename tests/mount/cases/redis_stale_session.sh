@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # redis_stale_session.sh -- a mounter that dies (kill -9) leaves a session in Redis with
 # locks and an unlinked-but-open file.  The surviving mounter A ($MNT) must, within a
-# bounded time, clean that session up: release its flock and fcntl locks (A can take
+# bounded time, clean that session up: release its flock, fcntl and OFD locks (A can take
 # them) and purge the unlinked file (its block objects disappear from OBJDIR).
 #
 # The bound: a session is stale --session-timeout after its last heartbeat (here A uses 6 s
@@ -50,13 +50,17 @@ sleep 0.3
 rm "$B/victim" || fail "rm victim on B"
 [ -e "$A/victim" ] && fail "A still sees victim after B removed it"
 
-# B: an flock and an fcntl write lock
+# B: an flock, an fcntl write lock and an OFD write lock
 : > "$B/lk"
+: > "$B/lk2"
 "$KEG_LOCKHOLD" -H 600 flock-ex "$B/lk" > "$WORK/flock.held" &
 fholder=$!
 "$KEG_LOCKHOLD" -H 600 wr "$B/lk" 0 0 > "$WORK/plock.held" &
 pholder=$!
+"$KEG_LOCKHOLD" -H 600 ofd-wr "$B/lk2" 0 0 > "$WORK/ofd.held" &
+oholder=$!
 wait_for 10 grep -q '^locked' "$WORK/flock.held" || fail "flock on B: $(cat "$WORK/flock.held")"
+wait_for 10 grep -q '^locked' "$WORK/ofd.held" || fail "OFD lock on B: $(cat "$WORK/ofd.held")"
 wait_for 10 grep -q '^locked' "$WORK/plock.held" || fail "fcntl lock on B: $(cat "$WORK/plock.held")"
 flock -x -n "$A/lk" true && fail "A got the flock while B holds it"
 "$KEG_LOCKHOLD" wr "$A/lk" 0 0 > /dev/null && fail "A got the fcntl lock while B holds it"
@@ -66,13 +70,14 @@ note "B (pid $pidB) holds flock + fcntl lock, $objs block objects of an unlinked
 kill -9 "$pidB"
 wait_for 10 sh -c "! kill -0 $pidB 2>/dev/null" || fail "mounter B did not die"
 t0=$(date +%s)
-kill -9 "$reader" "$fholder" "$pholder" 2>/dev/null
-wait "$reader" "$fholder" "$pholder" 2>/dev/null
+kill -9 "$reader" "$fholder" "$pholder" "$oholder" 2>/dev/null
+wait "$reader" "$fholder" "$pholder" "$oholder" 2>/dev/null
 umount -l "$B" 2>/dev/null || fusermount3 -u -z "$B" 2>/dev/null
 m2_is_mounted "$B" && fail "dead mount $B still mounted after umount -l"
 
 # the locks live in Redis: still held by the dead session right after the kill
 flock -x -n "$A/lk" true && fail "A got the flock right after B died (locks not in Redis?)"
+"$KEG_LOCKHOLD" ofd-wr "$A/lk2" 0 0 > /dev/null && fail "A got the OFD lock right after B died"
 assert_eq "$(count_objects)" "$objs" "block objects right after B died"
 assert_eq "$(sessions "$B")" 1 "B's session is still listed right after it died"
 
@@ -80,6 +85,7 @@ got_flock() { flock -x -n "$A/lk" true; }
 wait_for "$LIMIT" got_flock || fail "A cannot take the flock $LIMIT s after B died"
 note "flock free $(( $(date +%s) - t0 )) s after B died"
 "$KEG_LOCKHOLD" wr "$A/lk" 0 0 > "$WORK/lh.out" || fail "A cannot take the fcntl lock: $(cat "$WORK/lh.out")"
+"$KEG_LOCKHOLD" ofd-wr "$A/lk2" 0 0 > "$WORK/lh.out" || fail "A cannot take the OFD lock: $(cat "$WORK/lh.out")"
 no_objects() { [ "$(count_objects)" -eq 0 ]; }
 wait_for 60 no_objects || fail "$(count_objects) of $objs block objects of B's unlinked file still in OBJDIR"
 note "objects purged $(( $(date +%s) - t0 )) s after B died"
