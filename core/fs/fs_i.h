@@ -621,5 +621,7 @@ ssize_t fs_xattr_get_raw(struct keg_fs *fs, uint64_t ino, const char *name, void
 /* A node ino was just created (with an access / default ACL or not): its
  * capability and missing ACLs are known absent, no engine call needed. */
 void fs_xattr_new_inode(struct keg_fs *fs, uint64_t ino, int has_access, int has_default);
+/* The volume instance fs goes away: forget its cached absences.  LOCKS: takes the cache lock. */
+void fs_xattr_forget_fs(const struct keg_fs *fs);
 
 #endif

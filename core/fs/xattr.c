@@ -81,6 +81,16 @@ static void cap_forget(struct keg_fs *fs, uint64_t ino, int kind)
     pthread_mutex_unlock(&cap_lock);
 }
 
+void fs_xattr_forget_fs(const struct keg_fs *fs)
+{
+    /* a later volume instance may get the same address and the same inode numbers */
+    pthread_mutex_lock(&cap_lock);
+    for (size_t i = 0; i < FS_CAP_SLOTS; i++)
+        if (cap_slots[i].fs == fs)
+            memset(&cap_slots[i], 0, sizeof(cap_slots[i]));
+    pthread_mutex_unlock(&cap_lock);
+}
+
 ssize_t fs_xattr_get_raw(struct keg_fs *fs, uint64_t ino, const char *name, void *buf,
                          size_t size)
 {
