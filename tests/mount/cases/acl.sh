@@ -6,6 +6,7 @@
 # file's group clears S_ISGID; getfacl/setfacl round-trip; ACLs survive a remount and
 # `kegfs dump` / `kegfs load`; with -o noacl setfacl fails with EOPNOTSUPP.
 # timeout: 180
+# mount: -o allow_other
 . "$(dirname "$0")/../lib.sh"
 need_kegfs
 need_cmd setfacl getfacl setpriv
@@ -90,7 +91,7 @@ cd /
 "$KEGFS" dump "$META" "$WORK/d.json" 2>/dev/null || fail "kegfs dump"
 "$KEGFS" load "sqlite3://$WORK/loaded.db" "$WORK/d.json" 2>/dev/null || fail "kegfs load"
 mkdir -p "$WORK/m2"
-"$KEGFS" mount -d --read-only --log-file "$MT_LOG" "sqlite3://$WORK/loaded.db" "$WORK/m2" \
+"$KEGFS" mount -d --read-only -o allow_other --log-file "$MT_LOG" "sqlite3://$WORK/loaded.db" "$WORK/m2" \
   >/dev/null || fail "mount the loaded copy"
 diff "$WORK/before.acl" <(cd "$WORK/m2" && getfacl -cpnE f) || fail "ACL of f changed by dump/load"
 diff "$WORK/before-d.acl" <(cd "$WORK/m2" && getfacl -cpnER d) || fail "ACLs under d changed by dump/load"
