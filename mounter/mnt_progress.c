@@ -185,7 +185,7 @@ static void start_locked(struct mnt_progress *p, const char *label, uint64_t tot
     atomic_store(&p->total_bytes, total_bytes);
     p->start_ns = progress_now();
     p->started = 1;
-    /* the first line a little later: a phase that ends at once leaves no bar behind */
+    /* the first line after one interval: a phase that ends at once is drawn once, at its end */
     atomic_store(&p->next_ns, p->start_ns + p->interval_ns);
 }
 
