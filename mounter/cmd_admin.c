@@ -1,5 +1,5 @@
 /* cmd_admin.c -- helpers shared by `kegfs gc`, `fsck` and `warmup`: opening a volume as a
- * tool, the progress bar, and the volume behind a mounted path. */
+ * tool and the volume behind a mounted path. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,8 +15,6 @@
 
 #include "cmd_admin_i.h"
 #include "mnt_i.h"
-
-#define BAR_WIDTH 30
 
 int mnt_admin_open(const char *url, int read_only, const struct keg_stack_conf *sc,
                    struct keg_fs **fs)
@@ -50,43 +48,6 @@ int mnt_admin_open(const char *url, int read_only, const struct keg_stack_conf *
         *fs = NULL;
     }
     return rc;
-}
-
-/*----- progress bar -----*/
-
-void mnt_bar_init(struct mnt_bar *b)
-{
-    b->tty = isatty(2);
-    b->drawn = 0;
-}
-
-void mnt_bar_progress(void *arg, uint64_t done, uint64_t total, const char *what)
-{
-    struct mnt_bar *b = arg;
-    char bar[BAR_WIDTH + 1];
-
-    if (!b->tty)
-        return;
-    if (total == 0) {
-        fprintf(stderr, "\r%s: %llu\033[K", what, (unsigned long long)done);
-    } else {
-        unsigned pct = (unsigned)(done * 100 / total);
-        unsigned fill = (unsigned)(done * BAR_WIDTH / total);
-        for (unsigned i = 0; i < BAR_WIDTH; i++)
-            bar[i] = i < fill ? '#' : ' ';
-        bar[BAR_WIDTH] = '\0';
-        fprintf(stderr, "\r%s [%s] %3u%% %llu/%llu\033[K", what, bar, pct,
-                (unsigned long long)done, (unsigned long long)total);
-    }
-    fflush(stderr);
-    b->drawn = 1;
-}
-
-void mnt_bar_end(struct mnt_bar *b)
-{
-    if (b->tty && b->drawn)
-        fputc('\n', stderr);
-    b->drawn = 0;
 }
 
 /*----- the volume behind a path -----*/

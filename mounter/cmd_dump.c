@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #define KEG_LOG_TAG "dump"
@@ -27,56 +26,25 @@
 int cmd_dump(int argc, char **argv);
 int cmd_load(int argc, char **argv);
 
-enum { OPT_KEEP_SECRET = 0x2101, OPT_PRETTY, OPT_NO_PROGRESS, OPT_KEEP_PARTIAL };
+enum { OPT_KEEP_SECRET = 0x2101, OPT_PRETTY, OPT_KEEP_PARTIAL };
 
-/*----- progress bar -----*/
+/*----- progress (mnt_progress.c) -----*/
 
-struct bar {
-    const char *what;       /* "dumping", "loading" */
-    const char *unit;       /* "entries", "bytes" */
-    int         on;
-    int64_t     last_ns;
-    int         drawn;
-};
-
-static int64_t mono_ns(void)
+/* dump: entries of about total (the inode count, may be exceeded on a live volume) */
+static void dump_cb(void *arg, const struct keg_dump_stats *st, uint64_t done, uint64_t total)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    struct mnt_progress *p = arg;
+    KEG_UNUSED(st);
+    mnt_progress_total(p, total, 0);
+    mnt_progress_set(p, done, 0);
 }
 
-static void bar_cb(void *arg, const struct keg_dump_stats *st, uint64_t done, uint64_t total)
+/* load: bytes of the input parsed of total (0: a pipe), entries loaded */
+static void load_cb(void *arg, const struct keg_dump_stats *st, uint64_t done, uint64_t total)
 {
-    struct bar *b = arg;
-    int64_t now = mono_ns();
-    if (!b->on || now - b->last_ns < 100000000)
-        return;
-    b->last_ns = now;
-    b->drawn = 1;
-    if (total && done <= total) {
-        int pct = (int)(done * 100 / total);
-        char fill[31];
-        int w = pct * 30 / 100;
-        memset(fill, '#', (size_t)w);
-        memset(fill + w, '.', (size_t)(30 - w));
-        fill[30] = '\0';
-        fprintf(stderr, "\r%s [%s] %3d%%  %llu/%llu %s", b->what, fill, pct,
-                (unsigned long long)done, (unsigned long long)total, b->unit);
-        if (strcmp(b->unit, "entries") != 0)
-            fprintf(stderr, ", %llu entries", (unsigned long long)st->entries);
-        fputc(' ', stderr);
-    } else {
-        fprintf(stderr, "\r%s %llu %s, %llu entries ", b->what, (unsigned long long)done,
-                b->unit, (unsigned long long)st->entries);
-    }
-    fflush(stderr);
-}
-
-static void bar_end(struct bar *b)
-{
-    if (b->drawn)
-        fprintf(stderr, "\r\033[K");
+    struct mnt_progress *p = arg;
+    mnt_progress_total(p, 0, total);
+    mnt_progress_set(p, st->entries, done);
 }
 
 static void print_stats(const char *verb, const struct keg_dump_stats *st)
@@ -110,7 +78,7 @@ static void dump_usage(FILE *out)
         "                             secret key, session token); FILE gets mode 0600.\n"
         "                             Without it they are left blank in the dump\n"
         "      --pretty               indent the JSON\n"
-        "      --no-progress          no progress bar (default: shown on a terminal)\n"
+        MNT_PROGRESS_HELP
         MNT_COMMON_HELP
         "\n"
         "The format is described in docs/internals/DUMP.md.\n"
@@ -130,15 +98,15 @@ int cmd_dump(int argc, char **argv)
         MNT_COMMON_LONGOPTS,
         {"keep-secret-key", no_argument, NULL, OPT_KEEP_SECRET},
         {"pretty", no_argument, NULL, OPT_PRETTY},
-        {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
+        MNT_PROGRESS_LONGOPT,
         {NULL, 0, NULL, 0},
     };
-    struct bar bar = {.what = "dumping", .unit = "entries"};
+    struct mnt_progress bar;
     struct keg_dump_stats st;
     struct keg_meta *m = NULL;
     struct keg_format f;
     unsigned flags = 0;
-    int no_progress = 0, opt, fd = -1, nsess = 0, rc, status = 1;
+    int opt, fd = -1, nsess = 0, rc, status = 1;
     char *tmp = NULL;
     FILE *out = NULL;
 
@@ -154,9 +122,6 @@ int cmd_dump(int argc, char **argv)
             break;
         case OPT_PRETTY:
             flags |= KEG_DUMP_PRETTY;
-            break;
-        case OPT_NO_PROGRESS:
-            no_progress = 1;
             break;
         default:
             return mnt_usage_error("dump", argc, argv);
@@ -214,9 +179,13 @@ int cmd_dump(int argc, char **argv)
             goto out;
         }
     }
-    bar.on = !no_progress && isatty(2) && keg_log_level >= LOG_WARNING;
-    rc = keg_meta_dump(m, out, flags, bar_cb, &bar, &st);
-    bar_end(&bar);
+    mnt_progress_init(&bar, stderr, MNT_PROGRESS_AUTO);
+    mnt_progress_start(&bar, "dumping", 0, 0);
+    rc = keg_meta_dump(m, out, flags, dump_cb, &bar, &st);
+    if (!rc)                /* the total was the inode count: an estimate */
+        mnt_progress_total(&bar, st.entries, 0);
+    mnt_progress_finish(&bar);
+    mnt_progress_destroy(&bar);
     if (!to_stdout) {
         if (fsync(fileno(out)) != 0 && !rc)
             rc = -errno;
@@ -259,7 +228,7 @@ static void load_usage(FILE *out)
         "Options:\n"
         "      --keep-partial         on error keep what was loaded (for debugging only:\n"
         "                             such a volume is incomplete and must not be mounted)\n"
-        "      --no-progress          no progress bar (default: shown on a terminal)\n"
+        MNT_PROGRESS_HELP
         MNT_COMMON_HELP
         "\n"
         "Exit status: 0 loaded, 1 error, 2 usage error.\n");
@@ -270,14 +239,14 @@ int cmd_load(int argc, char **argv)
     static const struct option longopts[] = {
         MNT_COMMON_LONGOPTS,
         {"keep-partial", no_argument, NULL, OPT_KEEP_PARTIAL},
-        {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
+        MNT_PROGRESS_LONGOPT,
         {NULL, 0, NULL, 0},
     };
-    struct bar bar = {.what = "loading", .unit = "bytes"};
+    struct mnt_progress bar;
     struct keg_dump_stats st;
     struct keg_meta *m = NULL;
     unsigned flags = 0;
-    int no_progress = 0, opt, rc, status = 1, nosecret = 0;
+    int opt, rc, status = 1, nosecret = 0;
     FILE *in = NULL;
 
     while ((opt = getopt_long(argc, argv, "vh", longopts, NULL)) != -1) {
@@ -289,9 +258,6 @@ int cmd_load(int argc, char **argv)
             return 0;
         case OPT_KEEP_PARTIAL:
             flags |= KEG_LOAD_KEEP_PARTIAL;
-            break;
-        case OPT_NO_PROGRESS:
-            no_progress = 1;
             break;
         default:
             return mnt_usage_error("load", argc, argv);
@@ -315,9 +281,11 @@ int cmd_load(int argc, char **argv)
     }
     if (mnt_open_meta(url, &m))
         goto out;
-    bar.on = !no_progress && isatty(2) && keg_log_level >= LOG_WARNING;
-    rc = keg_meta_load(m, in, flags, bar_cb, &bar, &st, &nosecret);
-    bar_end(&bar);
+    mnt_progress_init(&bar, stderr, MNT_PROGRESS_AUTO);
+    mnt_progress_start(&bar, "loading", 0, 0);
+    rc = keg_meta_load(m, in, flags, load_cb, &bar, &st, &nosecret);
+    mnt_progress_finish(&bar);
+    mnt_progress_destroy(&bar);
     if (rc) {
         mnt_error("load into %s failed: %s%s", m->url_redacted, strerror(-rc),
                   rc == -EEXIST ? " (the target already holds a volume)" : "");

@@ -33,25 +33,28 @@ static void usage(FILE *out)
         "Options:\n"
         "      --deep               download and verify every block\n"
         "      --threads N          parallel checks (default 8, at most 64)\n"
+        MNT_PROGRESS_HELP
         MNT_COMMON_HELP
         "\n"
+        "The last line is the verdict: 'volume is consistent' or 'problems found'.\n"
         "Exit status: 0 consistent, 1 problems found (or an error), 2 usage error.\n");
 }
 
 static void fsck_item(void *arg, const char *kind, const char *key, const char *detail)
 {
-    mnt_bar_end(arg);
+    struct mnt_progress *p = arg;
     if (strcmp(kind, "file") == 0)
-        printf("  affected file: %s (%s)\n", key, detail);
+        mnt_progress_print(p, stdout, "  affected file: %s (%s)\n", key, detail);
     else
-        printf("%s: %s%s%s\n", kind, key ? key : "", detail && *detail ? "  " : "",
-               detail ? detail : "");
+        mnt_progress_print(p, stdout, "%s: %s%s%s\n", kind, key ? key : "",
+                           detail && *detail ? "  " : "", detail ? detail : "");
 }
 
 int mnt_cmd_fsck(int argc, char **argv)
 {
     static const struct option longopts[] = {
         MNT_COMMON_LONGOPTS,
+        MNT_PROGRESS_LONGOPT,
         {"deep", no_argument, NULL, OPT_DEEP},
         {"threads", required_argument, NULL, OPT_THREADS},
         {NULL, 0, NULL, 0},
@@ -63,7 +66,7 @@ int mnt_cmd_fsck(int argc, char **argv)
     };
     struct keg_fsck_report r;
     struct keg_fs *fs = NULL;
-    struct mnt_bar bar;
+    struct mnt_progress bar;
     int deep;
     int rc;
 
@@ -79,11 +82,12 @@ int mnt_cmd_fsck(int argc, char **argv)
     r.threads = (unsigned)cl.threads;
     r.item = fsck_item;
     r.item_arg = &bar;
-    mnt_bar_init(&bar);
-    rc = keg_fs_fsck(fs, deep, &r, mnt_bar_progress, &bar);
-    mnt_bar_end(&bar);
+    mnt_progress_init(&bar, stderr, MNT_PROGRESS_AUTO);
+    rc = keg_fs_fsck(fs, deep, &r, mnt_progress_fn, &bar);
+    mnt_progress_finish(&bar);
     keg_fs_free(fs);
     if (rc < 0) {
+        mnt_progress_destroy(&bar);
         mnt_error("fsck failed: %s", strerror(-rc));
         return 1;
     }
@@ -97,8 +101,11 @@ int mnt_cmd_fsck(int argc, char **argv)
            (unsigned long long)r.bad_refs, (unsigned long long)r.errors,
            (unsigned long long)r.problem_files);
     if (rc == 0 && r.errors == 0) {
-        printf("volume is consistent\n");
+        printf("volume is consistent (checked in %.1f s)\n", mnt_progress_elapsed(&bar));
+        mnt_progress_destroy(&bar);
         return 0;
     }
+    printf("problems found (checked in %.1f s)\n", mnt_progress_elapsed(&bar));
+    mnt_progress_destroy(&bar);
     return 1;
 }

@@ -37,13 +37,14 @@ static void usage(FILE *out)
         "Options:\n"
         "      --delete             delete the leaked objects (default: only report)\n"
         "      --threads N          parallel deletes (default 4, at most 64)\n"
+        MNT_PROGRESS_HELP
         MNT_COMMON_HELP
         "\n"
         "Exit status: 0 done (leaks or not), 1 error, 2 usage error.\n");
 }
 
 struct gc_show {
-    struct mnt_bar *bar;
+    struct mnt_progress *bar;
     unsigned long   shown;
 };
 
@@ -54,15 +55,15 @@ static void gc_item(void *arg, const char *kind, const char *key, const char *de
         return;                     /* counted in the summary */
     if (s->shown++ >= GC_SHOW_MAX)
         return;
-    mnt_bar_end(s->bar);
-    printf("%s: %s%s%s\n", kind, key ? key : "", detail && *detail ? "  " : "",
-           detail ? detail : "");
+    mnt_progress_print(s->bar, stdout, "%s: %s%s%s\n", kind, key ? key : "",
+                       detail && *detail ? "  " : "", detail ? detail : "");
 }
 
 int mnt_cmd_gc(int argc, char **argv)
 {
     static const struct option longopts[] = {
         MNT_COMMON_LONGOPTS,
+        MNT_PROGRESS_LONGOPT,
         {"delete", no_argument, NULL, OPT_DELETE},
         {"threads", required_argument, NULL, OPT_THREADS},
         {NULL, 0, NULL, 0},
@@ -74,7 +75,7 @@ int mnt_cmd_gc(int argc, char **argv)
     };
     struct keg_gc_report r;
     struct keg_fs *fs = NULL;
-    struct mnt_bar bar;
+    struct mnt_progress bar;
     struct gc_show show = {.bar = &bar};
     int do_delete;
     int rc;
@@ -91,9 +92,10 @@ int mnt_cmd_gc(int argc, char **argv)
     r.threads = (unsigned)cl.threads;
     r.item = gc_item;
     r.item_arg = &show;
-    mnt_bar_init(&bar);
-    rc = keg_fs_gc(fs, do_delete, &r, mnt_bar_progress, &bar);
-    mnt_bar_end(&bar);
+    mnt_progress_init(&bar, stderr, MNT_PROGRESS_AUTO);
+    rc = keg_fs_gc(fs, do_delete, &r, mnt_progress_fn, &bar);
+    mnt_progress_finish(&bar);
+    mnt_progress_destroy(&bar);
     if (rc == -EPERM) {
         mnt_error("gc refused: the objects under %s/ cannot be proven to be this volume's "
                   "(see the error above); nothing was deleted", keg_fs_format(fs)->name);

@@ -49,8 +49,10 @@ static void usage(FILE *out)
         "Options:\n"
         "      --cache-dir DIR      fill the SSD cache in DIR (absolute path)\n"
         "      --cache-size SIZE    its budget, e.g. 10G (default 1G)\n"
+        MNT_PROGRESS_HELP
         MNT_COMMON_HELP
         "\n"
+        "A summary line 'warmed N files, SIZE in S s' ends the output (on standard output).\n"
         "Exit status: 0 all warmed, 1 some PATH failed (missing or corrupt blocks are\n"
         "named in the log), 2 usage error.\n");
 }
@@ -61,6 +63,7 @@ struct walk_files {
     char   **path;
     size_t   n, cap;
     uint64_t bytes;
+    int      count_only;            /* only n and bytes, no paths kept */
     int      err;
 };
 
@@ -72,6 +75,11 @@ static int collect_cb(const char *path, const struct stat *sb, int flag, struct 
     KEG_UNUSED(ftw);
     if (flag != FTW_F || !S_ISREG(sb->st_mode))
         return 0;
+    if (w->count_only) {
+        w->n++;
+        w->bytes += (uint64_t)sb->st_size;
+        return 0;
+    }
     if (w->n == w->cap) {
         size_t ncap = w->cap ? w->cap * 2 : 64;
         char **nv = keg_realloc(w->path, ncap * sizeof(*nv));
@@ -92,7 +100,12 @@ static int collect_cb(const char *path, const struct stat *sb, int flag, struct 
     return 0;
 }
 
-static int warm_through_mount(const char *path, struct mnt_bar *bar)
+/* What the summary counts. */
+struct warm_sum {
+    uint64_t files, bytes;
+};
+
+static int warm_through_mount(const char *path, struct mnt_progress *bar, struct warm_sum *sum)
 {
     struct walk_files w = {0};
     uint64_t done = 0;
@@ -113,11 +126,14 @@ static int warm_through_mount(const char *path, struct mnt_bar *bar)
         status = 1;
         goto out;
     }
+    mnt_progress_start(bar, "warming", w.n, w.bytes);
     for (size_t i = 0; i < w.n; i++) {
         int fd = open(w.path[i], O_RDONLY | O_NOATIME);
+        int ok = 1;
         if (fd < 0)
             fd = open(w.path[i], O_RDONLY);
         if (fd < 0) {
+            mnt_progress_clear(bar);
             mnt_error("%s: %s", w.path[i], strerror(errno));
             status = 1;
             continue;
@@ -127,18 +143,28 @@ static int warm_through_mount(const char *path, struct mnt_bar *bar)
             if (n < 0 && errno == EINTR)
                 continue;
             if (n < 0) {
-                mnt_bar_end(bar);
+                mnt_progress_clear(bar);
                 mnt_error("%s: %s", w.path[i], strerror(errno));
                 status = 1;
+                ok = 0;
                 break;
             }
             if (n == 0)
                 break;
+            /* a file that grew since the walk: the bar stays within its total */
+            uint64_t add = KEG_MIN((uint64_t)n, w.bytes - KEG_MIN(done, w.bytes));
             done += (uint64_t)n;
-            mnt_bar_progress(bar, KEG_MIN(done, w.bytes), w.bytes, "reading bytes");
+            sum->bytes += (uint64_t)n;
+            mnt_progress_add(bar, 0, add);
         }
         close(fd);
+        if (ok)
+            sum->files++;
+        mnt_progress_add(bar, 1, 0);
     }
+    if (status == 0)        /* files that shrank since the walk: all done is 100% */
+        mnt_progress_total(bar, w.n, KEG_MIN(done, w.bytes));
+    mnt_progress_finish(bar);
 out:
     for (size_t i = 0; i < w.n; i++)
         keg_free(w.path[i]);
@@ -156,8 +182,10 @@ struct vol_cache {
 };
 
 static int warm_into_cache(struct vol_cache *vc, const char *path, const struct stat *st,
-                           const struct keg_stack_conf *sc, struct mnt_bar *bar)
+                           const struct keg_stack_conf *sc, struct mnt_progress *bar,
+                           struct warm_sum *sum)
 {
+    struct walk_files w = {.count_only = 1};
     char *abs = NULL;
     char *mp = NULL;
     char *url = NULL;
@@ -182,10 +210,23 @@ static int warm_into_cache(struct vol_cache *vc, const char *path, const struct 
         vc->mp = mp;
         mp = NULL;
     }
-    rc = keg_fs_warmup(vc->fs, st->st_ino, mnt_bar_progress, bar);
-    mnt_bar_end(bar);
-    if (rc < 0)
+    /* the files and bytes for the summary (metadata only, through the mount) */
+    if (S_ISREG(st->st_mode)) {
+        w.n = 1;
+        w.bytes = (uint64_t)st->st_size;
+    } else {
+        walk_acc = &w;
+        nftw(path, collect_cb, 16, FTW_PHYS | FTW_MOUNT);
+        walk_acc = NULL;
+    }
+    rc = keg_fs_warmup(vc->fs, st->st_ino, mnt_progress_fn, bar);
+    mnt_progress_finish(bar);
+    if (rc < 0) {
         mnt_error("%s: warmup failed: %s", path, strerror(-rc));
+    } else {
+        sum->files += w.n;
+        sum->bytes += w.bytes;
+    }
 out:
     keg_free(abs);
     keg_free(mp);
@@ -197,13 +238,16 @@ int mnt_cmd_warmup(int argc, char **argv)
 {
     static const struct option longopts[] = {
         MNT_COMMON_LONGOPTS,
+        MNT_PROGRESS_LONGOPT,
         {"cache-dir", required_argument, NULL, OPT_CACHE_DIR},
         {"cache-size", required_argument, NULL, OPT_CACHE_SIZE},
         {NULL, 0, NULL, 0},
     };
     struct keg_stack_conf sc;
     struct vol_cache vc = {0};
-    struct mnt_bar bar;
+    struct mnt_progress bar;
+    struct warm_sum sum = {0};
+    char sz[32];
     int status = 0;
     int opt;
 
@@ -241,7 +285,7 @@ int mnt_cmd_warmup(int argc, char **argv)
         return 2;
     }
     mnt_open_log_file();
-    mnt_bar_init(&bar);
+    mnt_progress_init(&bar, stderr, MNT_PROGRESS_AUTO);
     for (int i = optind; i < argc; i++) {
         struct stat st;
         char *abs = NULL;
@@ -253,17 +297,16 @@ int mnt_cmd_warmup(int argc, char **argv)
             continue;
         }
         if (sc.cache_dir) {
-            if (warm_into_cache(&vc, argv[i], &st, &sc, &bar) != 0)
+            if (warm_into_cache(&vc, argv[i], &st, &sc, &bar, &sum) != 0)
                 status = 1;
             continue;
         }
         /* through the mount: still only for paths on a KegFS mount */
         if (mnt_abspath(argv[i], &abs) != 0 || mnt_admin_find_volume(abs, &mp, &url) != 0) {
             status = 1;
-        } else if (warm_through_mount(argv[i], &bar) != 0) {
+        } else if (warm_through_mount(argv[i], &bar, &sum) != 0) {
             status = 1;
         }
-        mnt_bar_end(&bar);
         keg_free(abs);
         keg_free(mp);
         keg_free(url);
@@ -271,5 +314,11 @@ int mnt_cmd_warmup(int argc, char **argv)
     if (vc.fs)
         keg_fs_free(vc.fs);
     keg_free(vc.mp);
+    mnt_progress_summary(&bar, stdout, "warmed %llu files, %s%s%s",
+                         (unsigned long long)sum.files, mnt_fmt_size(sum.bytes, sz, sizeof(sz)),
+                         sc.cache_dir ? " into " : "", sc.cache_dir ? sc.cache_dir : "");
+    if (status)
+        printf("some paths were not warmed (see the errors above)\n");
+    mnt_progress_destroy(&bar);
     return status;
 }

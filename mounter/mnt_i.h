@@ -8,6 +8,8 @@
 #ifndef KEG_MNT_I_H
 #define KEG_MNT_I_H
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -129,6 +131,64 @@ int mnt_read_small_file(const char *path, char **out);
 
 /* Print size as "4 MiB" style into buf. */
 const char *mnt_fmt_size(uint64_t v, char *buf, size_t size);
+
+/*--- the progress bar of fsck, gc, warmup, dump and load (mnt_progress.c) ---*/
+/* One line on stderr, the same look for every command:
+ *   "LABEL [#####...............]  25%  5004/20016  1.2 GiB/4.8 GiB  41 MiB/s  0:31 ETA 1:33"
+ * (no bar/percentage while no total is known; bytes only when counted).  Counters are
+ * atomics that only grow, and a line shows them as they are when drawn, under one mutex:
+ * the figures never go backwards whatever order threads add in.  Redrawn at most every
+ * interval_ns (~150 ms) and once at the end of a phase (its final figures and a newline).
+ * Nothing at all is written when the stream is not a terminal, with --no-progress or with
+ * --quiet: callers print their one-line summary in every case. */
+#define MNT_OPT_NO_PROGRESS 0x1004
+#define MNT_PROGRESS_LONGOPT {"no-progress", no_argument, NULL, MNT_OPT_NO_PROGRESS}
+#define MNT_PROGRESS_HELP \
+    "      --no-progress      no progress bar (default: shown when stderr is a terminal)\n"
+extern int mnt_no_progress;        /* --no-progress given */
+enum { MNT_PROGRESS_AUTO, MNT_PROGRESS_OFF, MNT_PROGRESS_ON };
+struct mnt_progress {
+    FILE            *out;           /* where the bar goes (stderr) */
+    int              bar;           /* draw at all */
+    int64_t          interval_ns;   /* least time between two redraws */
+    pthread_mutex_t  mu;            /* serializes drawing, phase changes, mnt_progress_print */
+    char             label[64];     /* of the current phase */
+    int              started;       /* a phase is under way */
+    int              drawn;         /* a line is on screen without its newline */
+    uint64_t         redraws;       /* lines drawn so far */
+    int64_t          t0_ns, start_ns;   /* CLOCK_MONOTONIC of init, of the phase start */
+    _Atomic uint64_t items, bytes;      /* done in this phase */
+    _Atomic uint64_t total_items, total_bytes;  /* 0: not known */
+    _Atomic int64_t  next_ns;       /* no redraw before */
+};
+/* mode: MNT_PROGRESS_AUTO (a bar when out is a terminal, neither --no-progress nor
+ * --quiet), _OFF or _ON.  mnt_progress_destroy when done. */
+void mnt_progress_init(struct mnt_progress *p, FILE *out, int mode);
+void mnt_progress_destroy(struct mnt_progress *p);
+/* A new phase (the previous one is finished first); totals 0 when not known. */
+void mnt_progress_start(struct mnt_progress *p, const char *label, uint64_t total_items,
+                        uint64_t total_bytes);
+void mnt_progress_total(struct mnt_progress *p, uint64_t total_items, uint64_t total_bytes);
+/* Thread-safe: count n_items and n_bytes more done; redraws when the interval passed. */
+void mnt_progress_add(struct mnt_progress *p, uint64_t n_items, uint64_t n_bytes);
+/* Thread-safe: done is at least done_items / done_bytes (smaller values are ignored). */
+void mnt_progress_set(struct mnt_progress *p, uint64_t done_items, uint64_t done_bytes);
+/* End the phase: its line redrawn with the final figures, then a newline. */
+void mnt_progress_finish(struct mnt_progress *p);
+/* Print a message to f with the bar line erased first (it comes back with the next count). */
+void mnt_progress_print(struct mnt_progress *p, FILE *f, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Erase the bar line before writing something else to the terminal (it comes back with
+ * the next count). */
+void mnt_progress_clear(struct mnt_progress *p);
+/* Finish the phase, then print the one-line summary "<fmt...> in S.S s\n" to f (S: the
+ * seconds since mnt_progress_init), bar or no bar. */
+void mnt_progress_summary(struct mnt_progress *p, FILE *f, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Seconds since mnt_progress_init. */
+double mnt_progress_elapsed(const struct mnt_progress *p);
+/* A keg_progress_fn (arg: a struct mnt_progress): a new `what` starts a new phase. */
+void mnt_progress_fn(void *arg, uint64_t done, uint64_t total, const char *what);
 
 /*--- live figures of a running mounter (mnt_stats.c) ---*/
 /* The stats file "<run_dir>/mounts/<hash>.stats": key=value lines, one per field. */

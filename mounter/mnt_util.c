@@ -33,6 +33,7 @@
 static char last_error[1024];
 int mnt_debug;
 const char *mnt_log_file;
+int mnt_no_progress;
 
 void mnt_error(const char *fmt, ...)
 {
@@ -79,6 +80,9 @@ int mnt_common_opt(int opt, const char *arg)
         return 1;
     case MNT_OPT_LOG_FILE:
         mnt_log_file = arg;
+        return 1;
+    case MNT_OPT_NO_PROGRESS:
+        mnt_no_progress = 1;
         return 1;
     default:
         return 0;
