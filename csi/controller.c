@@ -26,17 +26,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "csi_i.h"
+#include "keg/hash.h"
 #include "keg/mem.h"
 #include "keg/meta.h"
 #include "keg/obj.h"
 #include "keg/stack.h"
 #include "keg/url.h"
+#include "keg/uuid.h"
 #define KEG_LOG_TAG "csi.controller"
 #include "keg/log.h"
 
@@ -63,11 +64,7 @@ void csi_volume_id_from_name(const char *name, char buf[64])
         return;
     }
     /* FNV-1a 64: stable across versions and machines (the id must never change). */
-    uint64_t h = 0xcbf29ce484222325ULL;
-    for (const unsigned char *p = (const unsigned char *)name; *p; p++) {
-        h ^= *p;
-        h *= 0x100000001b3ULL;
-    }
+    uint64_t h = keg_fnv1a64_str(name);
     snprintf(buf, 64, "kegfs-%016" PRIx64, h);
 }
 
@@ -357,22 +354,6 @@ static int ctl_open_meta(const char *base, const char *id, struct keg_meta **m, 
     return 0;
 }
 
-static void ctl_random_uuid(char out[40])
-{
-    unsigned char b[16];
-    if (getrandom(b, sizeof(b), 0) != (ssize_t)sizeof(b)) {
-        uint64_t t = (uint64_t)keg_now_ns() ^ (uint64_t)getpid();
-        for (size_t i = 0; i < sizeof(b); i++)
-            b[i] = (unsigned char)(t >> ((i % 8) * 8)) ^ (unsigned char)(i * 37);
-    }
-    b[6] = (unsigned char)((b[6] & 0x0f) | 0x40);
-    b[8] = (unsigned char)((b[8] & 0x3f) | 0x80);
-    snprintf(out, 40,
-             "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-             b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12],
-             b[13], b[14], b[15]);
-}
-
 /* Fill the response volume.  Returns 0 or -1 (st set). */
 static int ctl_fill_volume(Csi__V1__CreateVolumeResponse *out, const char *id, uint64_t cap,
                            const char *url, struct csi_status *st)
@@ -499,7 +480,7 @@ CSI_HANDLER(csi_controller_create_volume, CreateVolumeRequest, CreateVolumeRespo
         ctl_copy(f.access_key, sizeof(f.access_key), ak ? ak : "", "access-key", st) < 0 ||
         ctl_copy(f.secret_key, sizeof(f.secret_key), sk ? sk : "", "secret-key", st) < 0)
         goto out;
-    ctl_random_uuid(f.uuid);
+    keg_uuid_v4(f.uuid);
     snprintf(f.region, sizeof(f.region), "%s", p.region);
     snprintf(f.compress, sizeof(f.compress), "%s", p.compress[0] ? p.compress : "none");
     f.block_size = p.block_size ? p.block_size : KEG_BLOCK_SIZE_DEFAULT;

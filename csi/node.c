@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "csi_i.h"
+#include "keg/hash.h"
 #include "keg/mem.h"
 #include "keg/mountinfo.h"
 #include "mount_mgr.h"
@@ -162,17 +163,6 @@ static char *node_options(struct csi_ctx *ctx, const Csi__V1__VolumeCapability *
     return s;
 }
 
-/* 16 hex digits naming target (FNV-1a), for the config file name. */
-static void node_hash(const char *s, char out[17])
-{
-    uint64_t h = 0xcbf29ce484222325ULL;
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        h ^= *p;
-        h *= 0x100000001b3ULL;
-    }
-    snprintf(out, 17, "%016llx", (unsigned long long)h);
-}
-
 /* mkdir -p path (mode for the last component). */
 static int node_mkdirs(const char *path, mode_t mode)
 {
@@ -269,7 +259,7 @@ CSI_HANDLER(csi_node_publish_volume, NodePublishVolumeRequest, NodePublishVolume
     /* act */
     if (csi_confine_dir(ctx->target_root, req->target_path, 1, 0750, "target_path", st) < 0)
         goto out;
-    node_hash(req->target_path, hash);
+    keg_fnv1a64_hex(req->target_path, hash);   /* names the config file */
     config = keg_asprintf("%s/mounts/%s.yaml", ctx->state_dir, hash);
     char *mdir = keg_asprintf("%s/mounts", ctx->state_dir);
     if (!config || !mdir) {

@@ -36,6 +36,7 @@
 
 #define KEG_LOG_TAG "fuse"
 #include "keg/fs.h"
+#include "keg/hash.h"
 #include "keg/log.h"
 #include "keg/mem.h"
 
@@ -256,9 +257,7 @@ static void mnt_destroy(void *userdata)
 
 uint32_t mnt_generation(const char *uuid)
 {
-    uint32_t h = 2166136261u;     /* FNV-1a */
-    for (const char *p = uuid; p && *p; p++)
-        h = (h ^ (uint8_t)*p) * 16777619u;
+    uint32_t h = keg_fnv1a32_str(uuid);
     return h ? h : 1;
 }
 
