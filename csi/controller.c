@@ -321,17 +321,25 @@ static int ctl_open_meta(const char *base, const char *id, struct keg_meta **m, 
         *url_out = NULL;
     int rc = csi_volume_meta_url(base, id, &url, &why);
     if (rc < 0)
-        return csi_fail(st, rc == -EINVAL ? CSI_INVALID_ARGUMENT : CSI_INTERNAL, "%s",
-                        why ? why : "out of memory");
+        return csi_fail(st, csi_code_from_errno(rc), "%s", why ? why : "out of memory");
     if (ctl_is_sqlite(url)) {
         /* the directory of the per-volume database files */
         struct keg_url u;
         const char *perr = NULL;
         if (keg_url_parse(url, &u, &perr) == 0) {
             char *slash = strrchr(u.path, '/');
+            int e = 0;
             if (slash && slash != u.path) {
                 *slash = '\0';
-                mkdir(u.path, 0700);
+                if (mkdir(u.path, 0700) < 0 && errno != EEXIST)
+                    e = errno;
+            }
+            if (e) {
+                csi_fail(st, CSI_UNAVAILABLE, "cannot create the directory %s of the "
+                         "volume's database: %s", u.path, strerror(e));
+                keg_url_free(&u);
+                keg_free(url);
+                return -1;
             }
             keg_url_free(&u);
         }
@@ -411,7 +419,8 @@ static int ctl_existing(const struct keg_format *f, const char *name, uint64_t c
     return 0;
 }
 
-CSI_HANDLER(csi_controller_create_volume, CreateVolumeRequest, CreateVolumeResponse)
+int csi_controller_create_volume(struct csi_ctx *ctx, const Csi__V1__CreateVolumeRequest *req,
+                                 Csi__V1__CreateVolumeResponse *out, struct csi_status *st)
 {
     struct ctl_params p;
     struct keg_format f, old;
@@ -614,7 +623,8 @@ static void ctl_unlink_sqlite(const char *url)
     keg_url_free(&u);
 }
 
-CSI_HANDLER(csi_controller_delete_volume, DeleteVolumeRequest, DeleteVolumeResponse)
+int csi_controller_delete_volume(struct csi_ctx *ctx, const Csi__V1__DeleteVolumeRequest *req,
+                                 Csi__V1__DeleteVolumeResponse *out, struct csi_status *st)
 {
     struct keg_meta *m = NULL;
     struct keg_obj *o = NULL;
@@ -746,8 +756,10 @@ out:
  * ControllerExpandVolume
  *--------------------------------------------------------------------------*/
 
-CSI_HANDLER(csi_controller_expand_volume, ControllerExpandVolumeRequest,
-            ControllerExpandVolumeResponse)
+int csi_controller_expand_volume(struct csi_ctx *ctx,
+                                 const Csi__V1__ControllerExpandVolumeRequest *req,
+                                 Csi__V1__ControllerExpandVolumeResponse *out,
+                                 struct csi_status *st)
 {
     struct keg_meta *m = NULL;
     struct keg_format f;
@@ -777,7 +789,7 @@ CSI_HANDLER(csi_controller_expand_volume, ControllerExpandVolumeRequest,
         goto out;
     rc = KEG_META_CALL(m, format_load, &f);
     if (rc < 0) {
-        csi_fail(st, rc == -ENOENT ? CSI_NOT_FOUND : csi_code_from_errno(rc),
+        csi_fail(st, csi_code_from_errno(rc),
                  rc == -ENOENT ? "volume %s does not exist" : "reading volume %s: %s",
                  req->volume_id, strerror(-rc));
         goto out;
@@ -811,8 +823,9 @@ out:
  * ValidateVolumeCapabilities, ControllerGetCapabilities
  *--------------------------------------------------------------------------*/
 
-CSI_HANDLER(csi_controller_validate_volume_capabilities, ValidateVolumeCapabilitiesRequest,
-            ValidateVolumeCapabilitiesResponse)
+int csi_controller_validate_volume_capabilities(
+    struct csi_ctx *ctx, const Csi__V1__ValidateVolumeCapabilitiesRequest *req,
+    Csi__V1__ValidateVolumeCapabilitiesResponse *out, struct csi_status *st)
 {
     struct keg_meta *m = NULL;
     struct keg_format f;
@@ -882,8 +895,10 @@ CSI_HANDLER(csi_controller_validate_volume_capabilities, ValidateVolumeCapabilit
     return 0;
 }
 
-CSI_HANDLER(csi_controller_get_capabilities, ControllerGetCapabilitiesRequest,
-            ControllerGetCapabilitiesResponse)
+int csi_controller_get_capabilities(struct csi_ctx *ctx,
+                                    const Csi__V1__ControllerGetCapabilitiesRequest *req,
+                                    Csi__V1__ControllerGetCapabilitiesResponse *out,
+                                    struct csi_status *st)
 {
     static const Csi__V1__ControllerServiceCapability__RPC__Type types[] = {
         CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__CREATE_DELETE_VOLUME,

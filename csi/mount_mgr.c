@@ -41,6 +41,7 @@
 #include "csi_i.h"
 #include "keg/hash.h"
 #include "keg/mem.h"
+#include "keg/mountinfo.h"
 #include "keg/retry.h"
 #include "mount_mgr.h"
 #include "state.h"
@@ -58,7 +59,9 @@ struct mm_proc {
  * Helpers
  *--------------------------------------------------------------------------*/
 
-/* The last `max` bytes of the log file, trimmed to whole lines, into err. */
+/* Appends the end of the log file at path to err (capacity errlen), as one
+ * line ('|' for each newline), trimmed to whole lines: at most sizeof(buf) - 1
+ * bytes, and at most errlen - 200 (errlen / 2 for a small err). */
 static void mm_tail(const char *path, char *err, size_t errlen)
 {
     char buf[1024];
@@ -94,7 +97,7 @@ static int mm_check(struct csi_mount_mgr *mm, const char *target)
     KEG_UNUSED(mm);
     if (statfs(target, &sfs) < 0)
         return -errno;          /* -ENOTCONN: dead FUSE mount */
-    if ((unsigned long)sfs.f_type != CSI_FUSE_SUPER_MAGIC)
+    if ((unsigned long)sfs.f_type != KEG_FUSE_SUPER_MAGIC)
         return -EINVAL;
     /* a FUSE file system, but is it mounted at target itself? */
     char parent[PATH_MAX];
@@ -551,7 +554,10 @@ static int mm_holder_copy_binary(const char *src, const char *dir, char **out)
         rc = rc ? rc : -ENOMEM;
         goto out;
     }
-    mkdir(dir, 0755);
+    if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
+        rc = -errno;
+        goto out;
+    }
     if (access(dst, X_OK) == 0)
         goto done;
     int o = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0755);

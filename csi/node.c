@@ -192,7 +192,8 @@ static int node_need(struct csi_ctx *ctx, struct csi_status *st)
  * NodePublishVolume
  *--------------------------------------------------------------------------*/
 
-CSI_HANDLER(csi_node_publish_volume, NodePublishVolumeRequest, NodePublishVolumeResponse)
+int csi_node_publish_volume(struct csi_ctx *ctx, const Csi__V1__NodePublishVolumeRequest *req,
+                            Csi__V1__NodePublishVolumeResponse *out, struct csi_status *st)
 {
     struct csi_publish rec, old;
     char *url = NULL, *config = NULL, hash[17], err[1024];
@@ -328,7 +329,8 @@ out:
  * NodeUnpublishVolume
  *--------------------------------------------------------------------------*/
 
-CSI_HANDLER(csi_node_unpublish_volume, NodeUnpublishVolumeRequest, NodeUnpublishVolumeResponse)
+int csi_node_unpublish_volume(struct csi_ctx *ctx, const Csi__V1__NodeUnpublishVolumeRequest *req,
+                              Csi__V1__NodeUnpublishVolumeResponse *out, struct csi_status *st)
 {
     struct csi_publish rec;
     int rc, found;
@@ -414,7 +416,8 @@ static Csi__V1__VolumeUsage *node_usage(struct csi_status *st, Csi__V1__VolumeUs
     return u;
 }
 
-CSI_HANDLER(csi_node_get_volume_stats, NodeGetVolumeStatsRequest, NodeGetVolumeStatsResponse)
+int csi_node_get_volume_stats(struct csi_ctx *ctx, const Csi__V1__NodeGetVolumeStatsRequest *req,
+                              Csi__V1__NodeGetVolumeStatsResponse *out, struct csi_status *st)
 {
     struct csi_publish rec;
     struct stat sb;
@@ -479,14 +482,16 @@ CSI_HANDLER(csi_node_get_volume_stats, NodeGetVolumeStatsRequest, NodeGetVolumeS
     return 0;
 }
 
-CSI_HANDLER(csi_node_get_info, NodeGetInfoRequest, NodeGetInfoResponse)
+int csi_node_get_info(struct csi_ctx *ctx, const Csi__V1__NodeGetInfoRequest *req,
+                      Csi__V1__NodeGetInfoResponse *out, struct csi_status *st)
 {
     KEG_UNUSED(req);
     out->node_id = csi_strdup(st, ctx->node_id ? ctx->node_id : "");
     return out->node_id ? 0 : csi_fail(st, CSI_INTERNAL, "out of memory");
 }
 
-CSI_HANDLER(csi_node_get_capabilities, NodeGetCapabilitiesRequest, NodeGetCapabilitiesResponse)
+int csi_node_get_capabilities(struct csi_ctx *ctx, const Csi__V1__NodeGetCapabilitiesRequest *req,
+                              Csi__V1__NodeGetCapabilitiesResponse *out, struct csi_status *st)
 {
     static const Csi__V1__NodeServiceCapability__RPC__Type types[] = {
         CSI__V1__NODE_SERVICE_CAPABILITY__RPC__TYPE__GET_VOLUME_STATS,

@@ -19,9 +19,9 @@
  *
  * Caller identity: fuse_req_ctx() gives uid/gid/pid/umask; supplementary
  * groups cost a read of /proc/<pid>/task/<tid>/status, so they are fetched
- * only for requests where core/fs may need group membership (ownership and
- * mode changes, creation, open, xattrs); lookups, getattr, readdir and I/O on
- * open handles go without (the kernel checks access with default_permissions).
+ * only where core/fs needs group membership (mnt_ctx): setattr and setting a
+ * POSIX ACL (system.posix_acl_*).  Everything else, creation and open included,
+ * goes without: the kernel checks access with default_permissions.
  */
 #define FUSE_USE_VERSION 314
 
@@ -93,7 +93,8 @@ static struct keg_dh *req_dh(fuse_req_t req, fuse_ino_t ino, const struct fuse_f
 /* The caller's identity.  Supplementary groups cost a read of
  * /proc/PID/task/TID/status, so they are fetched only where core/fs needs
  * them: setattr (chmod's S_ISGID rule, chown to a group, utimes by a group
- * writer).  Everything else is checked by the kernel (default_permissions). */
+ * writer) and setxattr of a POSIX ACL (the S_ISGID rule of the mode it sets).
+ * Everything else is checked by the kernel (default_permissions). */
 static void mnt_ctx(fuse_req_t req, struct keg_ctx *c, int with_groups)
 {
     const struct fuse_ctx *fc = fuse_req_ctx(req);

@@ -67,6 +67,7 @@
 #include "keg/obj.h"
 #include "keg/retry.h"
 #include "keg/url.h"
+#include "obj_s3_i.h"
 #include "s3_sign_i.h"
 
 #define S3_DEFAULT_REGION      "us-east-1"
