@@ -47,11 +47,22 @@ static void test_uuid_into_format_field(void **state)
     assert_int_equal(field[37], 'x');
 }
 
+static void test_uuid_format(void **state)
+{
+    const uint8_t b[16] = {0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef,
+                           0xfe, 0xdc, 0xba, 0x98, 0x76, 0x54, 0x32, 0x10};
+    char out[KEG_UUID_STR_LEN];
+    (void)state;
+    keg_uuid_format(b, out);
+    assert_string_equal(out, "01234567-89ab-cdef-fedc-ba9876543210");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_uuid_form_and_unique),
         cmocka_unit_test(test_uuid_into_format_field),
+        cmocka_unit_test(test_uuid_format),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
