@@ -26,6 +26,7 @@
 #include "keg/log.h"
 #include "keg/mem.h"
 #include "keg/obj.h"
+#include "obj_s3_i.h"
 #include "s3_sign_i.h"
 
 #define MAX_THREADS 64

@@ -26,17 +26,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "csi_i.h"
+#include "keg/hash.h"
 #include "keg/mem.h"
 #include "keg/meta.h"
 #include "keg/obj.h"
 #include "keg/stack.h"
 #include "keg/url.h"
+#include "keg/uuid.h"
 #define KEG_LOG_TAG "csi.controller"
 #include "keg/log.h"
 
@@ -63,11 +64,7 @@ void csi_volume_id_from_name(const char *name, char buf[64])
         return;
     }
     /* FNV-1a 64: stable across versions and machines (the id must never change). */
-    uint64_t h = 0xcbf29ce484222325ULL;
-    for (const unsigned char *p = (const unsigned char *)name; *p; p++) {
-        h ^= *p;
-        h *= 0x100000001b3ULL;
-    }
+    uint64_t h = keg_fnv1a64_str(name);
     snprintf(buf, 64, "kegfs-%016" PRIx64, h);
 }
 
@@ -324,17 +321,25 @@ static int ctl_open_meta(const char *base, const char *id, struct keg_meta **m, 
         *url_out = NULL;
     int rc = csi_volume_meta_url(base, id, &url, &why);
     if (rc < 0)
-        return csi_fail(st, rc == -EINVAL ? CSI_INVALID_ARGUMENT : CSI_INTERNAL, "%s",
-                        why ? why : "out of memory");
+        return csi_fail(st, csi_code_from_errno(rc), "%s", why ? why : "out of memory");
     if (ctl_is_sqlite(url)) {
         /* the directory of the per-volume database files */
         struct keg_url u;
         const char *perr = NULL;
         if (keg_url_parse(url, &u, &perr) == 0) {
             char *slash = strrchr(u.path, '/');
+            int e = 0;
             if (slash && slash != u.path) {
                 *slash = '\0';
-                mkdir(u.path, 0700);
+                if (mkdir(u.path, 0700) < 0 && errno != EEXIST)
+                    e = errno;
+            }
+            if (e) {
+                csi_fail(st, CSI_UNAVAILABLE, "cannot create the directory %s of the "
+                         "volume's database: %s", u.path, strerror(e));
+                keg_url_free(&u);
+                keg_free(url);
+                return -1;
             }
             keg_url_free(&u);
         }
@@ -355,22 +360,6 @@ static int ctl_open_meta(const char *base, const char *id, struct keg_meta **m, 
     else
         keg_free(url);
     return 0;
-}
-
-static void ctl_random_uuid(char out[40])
-{
-    unsigned char b[16];
-    if (getrandom(b, sizeof(b), 0) != (ssize_t)sizeof(b)) {
-        uint64_t t = (uint64_t)keg_now_ns() ^ (uint64_t)getpid();
-        for (size_t i = 0; i < sizeof(b); i++)
-            b[i] = (unsigned char)(t >> ((i % 8) * 8)) ^ (unsigned char)(i * 37);
-    }
-    b[6] = (unsigned char)((b[6] & 0x0f) | 0x40);
-    b[8] = (unsigned char)((b[8] & 0x3f) | 0x80);
-    snprintf(out, 40,
-             "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-             b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12],
-             b[13], b[14], b[15]);
 }
 
 /* Fill the response volume.  Returns 0 or -1 (st set). */
@@ -430,7 +419,8 @@ static int ctl_existing(const struct keg_format *f, const char *name, uint64_t c
     return 0;
 }
 
-CSI_HANDLER(csi_controller_create_volume, CreateVolumeRequest, CreateVolumeResponse)
+int csi_controller_create_volume(struct csi_ctx *ctx, const Csi__V1__CreateVolumeRequest *req,
+                                 Csi__V1__CreateVolumeResponse *out, struct csi_status *st)
 {
     struct ctl_params p;
     struct keg_format f, old;
@@ -499,7 +489,7 @@ CSI_HANDLER(csi_controller_create_volume, CreateVolumeRequest, CreateVolumeRespo
         ctl_copy(f.access_key, sizeof(f.access_key), ak ? ak : "", "access-key", st) < 0 ||
         ctl_copy(f.secret_key, sizeof(f.secret_key), sk ? sk : "", "secret-key", st) < 0)
         goto out;
-    ctl_random_uuid(f.uuid);
+    keg_uuid_v4(f.uuid);
     snprintf(f.region, sizeof(f.region), "%s", p.region);
     snprintf(f.compress, sizeof(f.compress), "%s", p.compress[0] ? p.compress : "none");
     f.block_size = p.block_size ? p.block_size : KEG_BLOCK_SIZE_DEFAULT;
@@ -633,7 +623,8 @@ static void ctl_unlink_sqlite(const char *url)
     keg_url_free(&u);
 }
 
-CSI_HANDLER(csi_controller_delete_volume, DeleteVolumeRequest, DeleteVolumeResponse)
+int csi_controller_delete_volume(struct csi_ctx *ctx, const Csi__V1__DeleteVolumeRequest *req,
+                                 Csi__V1__DeleteVolumeResponse *out, struct csi_status *st)
 {
     struct keg_meta *m = NULL;
     struct keg_obj *o = NULL;
@@ -765,8 +756,10 @@ out:
  * ControllerExpandVolume
  *--------------------------------------------------------------------------*/
 
-CSI_HANDLER(csi_controller_expand_volume, ControllerExpandVolumeRequest,
-            ControllerExpandVolumeResponse)
+int csi_controller_expand_volume(struct csi_ctx *ctx,
+                                 const Csi__V1__ControllerExpandVolumeRequest *req,
+                                 Csi__V1__ControllerExpandVolumeResponse *out,
+                                 struct csi_status *st)
 {
     struct keg_meta *m = NULL;
     struct keg_format f;
@@ -796,7 +789,7 @@ CSI_HANDLER(csi_controller_expand_volume, ControllerExpandVolumeRequest,
         goto out;
     rc = KEG_META_CALL(m, format_load, &f);
     if (rc < 0) {
-        csi_fail(st, rc == -ENOENT ? CSI_NOT_FOUND : csi_code_from_errno(rc),
+        csi_fail(st, csi_code_from_errno(rc),
                  rc == -ENOENT ? "volume %s does not exist" : "reading volume %s: %s",
                  req->volume_id, strerror(-rc));
         goto out;
@@ -830,8 +823,9 @@ out:
  * ValidateVolumeCapabilities, ControllerGetCapabilities
  *--------------------------------------------------------------------------*/
 
-CSI_HANDLER(csi_controller_validate_volume_capabilities, ValidateVolumeCapabilitiesRequest,
-            ValidateVolumeCapabilitiesResponse)
+int csi_controller_validate_volume_capabilities(
+    struct csi_ctx *ctx, const Csi__V1__ValidateVolumeCapabilitiesRequest *req,
+    Csi__V1__ValidateVolumeCapabilitiesResponse *out, struct csi_status *st)
 {
     struct keg_meta *m = NULL;
     struct keg_format f;
@@ -901,8 +895,10 @@ CSI_HANDLER(csi_controller_validate_volume_capabilities, ValidateVolumeCapabilit
     return 0;
 }
 
-CSI_HANDLER(csi_controller_get_capabilities, ControllerGetCapabilitiesRequest,
-            ControllerGetCapabilitiesResponse)
+int csi_controller_get_capabilities(struct csi_ctx *ctx,
+                                    const Csi__V1__ControllerGetCapabilitiesRequest *req,
+                                    Csi__V1__ControllerGetCapabilitiesResponse *out,
+                                    struct csi_status *st)
 {
     static const Csi__V1__ControllerServiceCapability__RPC__Type types[] = {
         CSI__V1__CONTROLLER_SERVICE_CAPABILITY__RPC__TYPE__CREATE_DELETE_VOLUME,

@@ -174,29 +174,41 @@ void csi_key_unlock(struct csi_ctx *ctx, const char *key);
  * or -1 with st set.  Responses are initialised by the caller.
  *--------------------------------------------------------------------------*/
 
-#define CSI_HANDLER(fn, Req, Resp) \
-    int fn(struct csi_ctx *ctx, const Csi__V1__##Req *req, Csi__V1__##Resp *out, \
-           struct csi_status *st)
+int csi_identity_get_plugin_info(struct csi_ctx *ctx, const Csi__V1__GetPluginInfoRequest *req,
+                                 Csi__V1__GetPluginInfoResponse *out, struct csi_status *st);
+int csi_identity_get_plugin_capabilities(struct csi_ctx *ctx,
+                                         const Csi__V1__GetPluginCapabilitiesRequest *req,
+                                         Csi__V1__GetPluginCapabilitiesResponse *out,
+                                         struct csi_status *st);
+int csi_identity_probe(struct csi_ctx *ctx, const Csi__V1__ProbeRequest *req,
+                       Csi__V1__ProbeResponse *out, struct csi_status *st);
 
-CSI_HANDLER(csi_identity_get_plugin_info, GetPluginInfoRequest, GetPluginInfoResponse);
-CSI_HANDLER(csi_identity_get_plugin_capabilities, GetPluginCapabilitiesRequest,
-            GetPluginCapabilitiesResponse);
-CSI_HANDLER(csi_identity_probe, ProbeRequest, ProbeResponse);
+int csi_controller_create_volume(struct csi_ctx *ctx, const Csi__V1__CreateVolumeRequest *req,
+                                 Csi__V1__CreateVolumeResponse *out, struct csi_status *st);
+int csi_controller_delete_volume(struct csi_ctx *ctx, const Csi__V1__DeleteVolumeRequest *req,
+                                 Csi__V1__DeleteVolumeResponse *out, struct csi_status *st);
+int csi_controller_validate_volume_capabilities(
+    struct csi_ctx *ctx, const Csi__V1__ValidateVolumeCapabilitiesRequest *req,
+    Csi__V1__ValidateVolumeCapabilitiesResponse *out, struct csi_status *st);
+int csi_controller_get_capabilities(struct csi_ctx *ctx,
+                                    const Csi__V1__ControllerGetCapabilitiesRequest *req,
+                                    Csi__V1__ControllerGetCapabilitiesResponse *out,
+                                    struct csi_status *st);
+int csi_controller_expand_volume(struct csi_ctx *ctx,
+                                 const Csi__V1__ControllerExpandVolumeRequest *req,
+                                 Csi__V1__ControllerExpandVolumeResponse *out,
+                                 struct csi_status *st);
 
-CSI_HANDLER(csi_controller_create_volume, CreateVolumeRequest, CreateVolumeResponse);
-CSI_HANDLER(csi_controller_delete_volume, DeleteVolumeRequest, DeleteVolumeResponse);
-CSI_HANDLER(csi_controller_validate_volume_capabilities, ValidateVolumeCapabilitiesRequest,
-            ValidateVolumeCapabilitiesResponse);
-CSI_HANDLER(csi_controller_get_capabilities, ControllerGetCapabilitiesRequest,
-            ControllerGetCapabilitiesResponse);
-CSI_HANDLER(csi_controller_expand_volume, ControllerExpandVolumeRequest,
-            ControllerExpandVolumeResponse);
-
-CSI_HANDLER(csi_node_publish_volume, NodePublishVolumeRequest, NodePublishVolumeResponse);
-CSI_HANDLER(csi_node_unpublish_volume, NodeUnpublishVolumeRequest, NodeUnpublishVolumeResponse);
-CSI_HANDLER(csi_node_get_volume_stats, NodeGetVolumeStatsRequest, NodeGetVolumeStatsResponse);
-CSI_HANDLER(csi_node_get_capabilities, NodeGetCapabilitiesRequest, NodeGetCapabilitiesResponse);
-CSI_HANDLER(csi_node_get_info, NodeGetInfoRequest, NodeGetInfoResponse);
+int csi_node_publish_volume(struct csi_ctx *ctx, const Csi__V1__NodePublishVolumeRequest *req,
+                            Csi__V1__NodePublishVolumeResponse *out, struct csi_status *st);
+int csi_node_unpublish_volume(struct csi_ctx *ctx, const Csi__V1__NodeUnpublishVolumeRequest *req,
+                              Csi__V1__NodeUnpublishVolumeResponse *out, struct csi_status *st);
+int csi_node_get_volume_stats(struct csi_ctx *ctx, const Csi__V1__NodeGetVolumeStatsRequest *req,
+                              Csi__V1__NodeGetVolumeStatsResponse *out, struct csi_status *st);
+int csi_node_get_capabilities(struct csi_ctx *ctx, const Csi__V1__NodeGetCapabilitiesRequest *req,
+                              Csi__V1__NodeGetCapabilitiesResponse *out, struct csi_status *st);
+int csi_node_get_info(struct csi_ctx *ctx, const Csi__V1__NodeGetInfoRequest *req,
+                      Csi__V1__NodeGetInfoResponse *out, struct csi_status *st);
 
 /*----------------------------------------------------------------------------
  * controller.c helpers (exported for the tests)

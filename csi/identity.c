@@ -3,7 +3,8 @@
 
 #include "csi_i.h"
 
-CSI_HANDLER(csi_identity_get_plugin_info, GetPluginInfoRequest, GetPluginInfoResponse)
+int csi_identity_get_plugin_info(struct csi_ctx *ctx, const Csi__V1__GetPluginInfoRequest *req,
+                                 Csi__V1__GetPluginInfoResponse *out, struct csi_status *st)
 {
     KEG_UNUSED(req);
     out->name = csi_strdup(st, ctx->driver_name);
@@ -13,8 +14,10 @@ CSI_HANDLER(csi_identity_get_plugin_info, GetPluginInfoRequest, GetPluginInfoRes
     return 0;
 }
 
-CSI_HANDLER(csi_identity_get_plugin_capabilities, GetPluginCapabilitiesRequest,
-            GetPluginCapabilitiesResponse)
+int csi_identity_get_plugin_capabilities(struct csi_ctx *ctx,
+                                         const Csi__V1__GetPluginCapabilitiesRequest *req,
+                                         Csi__V1__GetPluginCapabilitiesResponse *out,
+                                         struct csi_status *st)
 {
     KEG_UNUSED(req);
     Csi__V1__PluginCapability **caps = csi_alloc(st, 2 * sizeof(*caps));
@@ -46,7 +49,8 @@ CSI_HANDLER(csi_identity_get_plugin_capabilities, GetPluginCapabilitiesRequest,
     return 0;
 }
 
-CSI_HANDLER(csi_identity_probe, ProbeRequest, ProbeResponse)
+int csi_identity_probe(struct csi_ctx *ctx, const Csi__V1__ProbeRequest *req,
+                       Csi__V1__ProbeResponse *out, struct csi_status *st)
 {
     KEG_UNUSED(req);
     Google__Protobuf__BoolValue *b = csi_alloc(st, sizeof(*b));

@@ -39,7 +39,10 @@
 #include <yaml.h>
 
 #include "csi_i.h"
+#include "keg/hash.h"
 #include "keg/mem.h"
+#include "keg/mountinfo.h"
+#include "keg/retry.h"
 #include "mount_mgr.h"
 #include "state.h"
 #define KEG_LOG_TAG "csi.mount"
@@ -56,25 +59,9 @@ struct mm_proc {
  * Helpers
  *--------------------------------------------------------------------------*/
 
-static void mm_sleep_ms(unsigned ms)
-{
-    struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L };
-    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-        ;
-}
-
-/* 16 hex digits naming target (FNV-1a). */
-static void mm_hash(const char *s, char out[17])
-{
-    uint64_t h = 0xcbf29ce484222325ULL;
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        h ^= *p;
-        h *= 0x100000001b3ULL;
-    }
-    snprintf(out, 17, "%016llx", (unsigned long long)h);
-}
-
-/* The last `max` bytes of the log file, trimmed to whole lines, into err. */
+/* Appends the end of the log file at path to err (capacity errlen), as one
+ * line ('|' for each newline), trimmed to whole lines: at most sizeof(buf) - 1
+ * bytes, and at most errlen - 200 (errlen / 2 for a small err). */
 static void mm_tail(const char *path, char *err, size_t errlen)
 {
     char buf[1024];
@@ -110,7 +97,7 @@ static int mm_check(struct csi_mount_mgr *mm, const char *target)
     KEG_UNUSED(mm);
     if (statfs(target, &sfs) < 0)
         return -errno;          /* -ENOTCONN: dead FUSE mount */
-    if ((unsigned long)sfs.f_type != CSI_FUSE_SUPER_MAGIC)
+    if ((unsigned long)sfs.f_type != KEG_FUSE_SUPER_MAGIC)
         return -EINVAL;
     /* a FUSE file system, but is it mounted at target itself? */
     char parent[PATH_MAX];
@@ -153,7 +140,7 @@ static int mm_wait_gone(pid_t pid, unsigned ms)
             return 1;
         if (waited >= ms)
             return 0;
-        mm_sleep_ms(50);
+        keg_sleep_ms(50);
     }
 }
 
@@ -189,7 +176,7 @@ static int mm_start(struct csi_mount_mgr *mm, const struct csi_mount_req *req, p
 
     *pid = 0;
     err[0] = '\0';
-    mm_hash(req->target, hash);
+    keg_fnv1a64_hex(req->target, hash);   /* 16 hex digits naming target */
     logpath = keg_asprintf("%s/%s.log", p->log_dir, hash);
     if (!logpath)
         return -ENOMEM;
@@ -265,7 +252,7 @@ static int mm_start(struct csi_mount_mgr *mm, const struct csi_mount_req *req, p
             keg_free(logpath);
             return -ETIMEDOUT;
         }
-        mm_sleep_ms(50);
+        keg_sleep_ms(50);
     }
 }
 
@@ -544,7 +531,7 @@ static int mm_holder_stop(struct csi_mount_mgr *mm, const char *target, pid_t pi
 static int mm_holder_copy_binary(const char *src, const char *dir, char **out)
 {
     char buf[65536], hash[17];
-    uint64_t hv = 0xcbf29ce484222325ULL;
+    uint64_t hv = KEG_FNV1A64_INIT;
     int rc = 0;
     *out = NULL;
     int in = open(src, O_RDONLY | O_CLOEXEC);
@@ -558,10 +545,7 @@ static int mm_holder_copy_binary(const char *src, const char *dir, char **out)
             rc = n < 0 ? -errno : 0;
             break;
         }
-        for (ssize_t i = 0; i < n; i++) {
-            hv ^= (unsigned char)buf[i];
-            hv *= 0x100000001b3ULL;
-        }
+        hv = keg_fnv1a64_update(hv, buf, (size_t)n);
     }
     snprintf(hash, sizeof(hash), "%016llx", (unsigned long long)hv);
     char *dst = keg_asprintf("%s/kegfs-%s", dir, hash);
@@ -570,7 +554,10 @@ static int mm_holder_copy_binary(const char *src, const char *dir, char **out)
         rc = rc ? rc : -ENOMEM;
         goto out;
     }
-    mkdir(dir, 0755);
+    if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
+        rc = -errno;
+        goto out;
+    }
     if (access(dst, X_OK) == 0)
         goto done;
     int o = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0755);

@@ -94,7 +94,4 @@ int csi_holder_call(const char *socket_path, const char *req, int fd, unsigned t
 int csi_mount_write_config(const char *path, const char *meta_url, const char *access_key,
                            const char *secret_key);
 
-/* statfs magic of FUSE mounts */
-#define CSI_FUSE_SUPER_MAGIC 0x65735546
-
 #endif

@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "csi_i.h"
+#include "keg/hash.h"
 #include "keg/mem.h"
 #include "keg/mountinfo.h"
 #include "mount_mgr.h"
@@ -162,17 +163,6 @@ static char *node_options(struct csi_ctx *ctx, const Csi__V1__VolumeCapability *
     return s;
 }
 
-/* 16 hex digits naming target (FNV-1a), for the config file name. */
-static void node_hash(const char *s, char out[17])
-{
-    uint64_t h = 0xcbf29ce484222325ULL;
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        h ^= *p;
-        h *= 0x100000001b3ULL;
-    }
-    snprintf(out, 17, "%016llx", (unsigned long long)h);
-}
-
 static int node_need(struct csi_ctx *ctx, struct csi_status *st)
 {
     if (!ctx->state || !ctx->mm)
@@ -184,7 +174,8 @@ static int node_need(struct csi_ctx *ctx, struct csi_status *st)
  * NodePublishVolume
  *--------------------------------------------------------------------------*/
 
-CSI_HANDLER(csi_node_publish_volume, NodePublishVolumeRequest, NodePublishVolumeResponse)
+int csi_node_publish_volume(struct csi_ctx *ctx, const Csi__V1__NodePublishVolumeRequest *req,
+                            Csi__V1__NodePublishVolumeResponse *out, struct csi_status *st)
 {
     struct csi_publish rec, old;
     char *url = NULL, *config = NULL, hash[17], err[1024];
@@ -251,7 +242,7 @@ CSI_HANDLER(csi_node_publish_volume, NodePublishVolumeRequest, NodePublishVolume
     /* act */
     if (csi_confine_dir(ctx->target_root, req->target_path, 1, 0750, "target_path", st) < 0)
         goto out;
-    node_hash(req->target_path, hash);
+    keg_fnv1a64_hex(req->target_path, hash);   /* names the config file */
     config = keg_asprintf("%s/mounts/%s.yaml", ctx->state_dir, hash);
     char *mdir = keg_asprintf("%s/mounts", ctx->state_dir);
     if (!config || !mdir) {
@@ -320,7 +311,8 @@ out:
  * NodeUnpublishVolume
  *--------------------------------------------------------------------------*/
 
-CSI_HANDLER(csi_node_unpublish_volume, NodeUnpublishVolumeRequest, NodeUnpublishVolumeResponse)
+int csi_node_unpublish_volume(struct csi_ctx *ctx, const Csi__V1__NodeUnpublishVolumeRequest *req,
+                              Csi__V1__NodeUnpublishVolumeResponse *out, struct csi_status *st)
 {
     struct csi_publish rec;
     int rc, found;
@@ -406,7 +398,8 @@ static Csi__V1__VolumeUsage *node_usage(struct csi_status *st, Csi__V1__VolumeUs
     return u;
 }
 
-CSI_HANDLER(csi_node_get_volume_stats, NodeGetVolumeStatsRequest, NodeGetVolumeStatsResponse)
+int csi_node_get_volume_stats(struct csi_ctx *ctx, const Csi__V1__NodeGetVolumeStatsRequest *req,
+                              Csi__V1__NodeGetVolumeStatsResponse *out, struct csi_status *st)
 {
     struct csi_publish rec;
     struct stat sb;
@@ -471,14 +464,16 @@ CSI_HANDLER(csi_node_get_volume_stats, NodeGetVolumeStatsRequest, NodeGetVolumeS
     return 0;
 }
 
-CSI_HANDLER(csi_node_get_info, NodeGetInfoRequest, NodeGetInfoResponse)
+int csi_node_get_info(struct csi_ctx *ctx, const Csi__V1__NodeGetInfoRequest *req,
+                      Csi__V1__NodeGetInfoResponse *out, struct csi_status *st)
 {
     KEG_UNUSED(req);
     out->node_id = csi_strdup(st, ctx->node_id ? ctx->node_id : "");
     return out->node_id ? 0 : csi_fail(st, CSI_INTERNAL, "out of memory");
 }
 
-CSI_HANDLER(csi_node_get_capabilities, NodeGetCapabilitiesRequest, NodeGetCapabilitiesResponse)
+int csi_node_get_capabilities(struct csi_ctx *ctx, const Csi__V1__NodeGetCapabilitiesRequest *req,
+                              Csi__V1__NodeGetCapabilitiesResponse *out, struct csi_status *st)
 {
     static const Csi__V1__NodeServiceCapability__RPC__Type types[] = {
         CSI__V1__NODE_SERVICE_CAPABILITY__RPC__TYPE__GET_VOLUME_STATS,

@@ -28,6 +28,7 @@
 #include "keg/obj.h"
 #include "keg/stack.h"
 #include "keg/url.h"
+#include "keg/uuid.h"
 
 #include "mnt_i.h"
 
@@ -235,23 +236,6 @@ static int apply_credentials(const struct fmt_args *a, struct keg_format *f)
     return rc;
 }
 
-static void make_uuid(char out[40])
-{
-    unsigned char b[16];
-    if (getrandom(b, sizeof(b), 0) != (ssize_t)sizeof(b)) {
-        /* getrandom does not fail for 16 bytes after boot; fall back anyway */
-        uint64_t t = (uint64_t)keg_now_ns();
-        for (int i = 0; i < 16; i++)
-            b[i] = (unsigned char)(t >> ((i % 8) * 8)) ^ (unsigned char)(i * 37);
-    }
-    b[6] = (unsigned char)((b[6] & 0x0f) | 0x40);
-    b[8] = (unsigned char)((b[8] & 0x3f) | 0x80);
-    snprintf(out, 40,
-             "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-             b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12],
-             b[13], b[14], b[15]);
-}
-
 /* Merge the command line into f (a fresh volume when !exists). */
 static int build_format(const struct fmt_args *a, const char *name, int exists,
                         struct keg_format *f)
@@ -274,7 +258,7 @@ static int build_format(const struct fmt_args *a, const char *name, int exists,
     } else {
         memset(f, 0, sizeof(*f));
         snprintf(f->name, sizeof(f->name), "%s", name);
-        make_uuid(f->uuid);
+        keg_uuid_v4(f->uuid);
         snprintf(f->storage, sizeof(f->storage), "file");
         snprintf(f->compress, sizeof(f->compress), "none");
         f->block_size = KEG_BLOCK_SIZE_DEFAULT;

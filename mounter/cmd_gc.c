@@ -18,6 +18,37 @@
 
 enum { OPT_DELETE = 0x2001, OPT_THREADS };
 
+/* Which slices gc judged, and why it left the others alone. */
+static void print_judged(const struct keg_gc_report *r)
+{
+    char live[96];
+
+    if (r->live_mounters == 0) {
+        printf("judged: every slice (no mounter is live)");
+        if (r->new_objects)
+            printf("; the %llu objects too new to judge have slice ids at or above %llu, "
+                   "the slice counter when gc started: they were written since",
+                   (unsigned long long)r->new_objects, (unsigned long long)r->id_next);
+        printf("\n");
+        return;
+    }
+    if (r->live_mounters < 0)
+        snprintf(live, sizeof(live), "the metadata engine cannot tell whether mounters are live");
+    else
+        snprintf(live, sizeof(live), "%d mounter%s live", r->live_mounters,
+                 r->live_mounters == 1 ? " is" : "s are");
+    if (r->id_limit == 0)
+        printf("judged: no slice, because %s and every slice id so far is among the newest "
+               "%llu, which a live mounter may still commit\n",
+               live, (unsigned long long)KEG_GC_ID_MARGIN);
+    else
+        printf("judged: slices with ids below %llu; the newest %llu ids were left alone, "
+               "because %s and may still commit them\n",
+               (unsigned long long)r->id_limit, (unsigned long long)(r->id_next - r->id_limit),
+               live);
+    printf("to judge every slice, unmount the volume everywhere and run gc again\n");
+}
+
 static void usage(FILE *out)
 {
     fprintf(out,
@@ -117,8 +148,7 @@ int mnt_cmd_gc(int argc, char **argv)
            (unsigned long long)r.objects, (unsigned long long)r.object_bytes,
            (unsigned long long)r.referenced_objects, (unsigned long long)r.queued_objects,
            (unsigned long long)r.new_objects, (unsigned long long)r.foreign_objects);
-    printf("slice ids >= %llu were not judged%s\n", (unsigned long long)r.id_limit,
-           r.new_objects ? " (mounters are live: run gc with no mounter to judge them)" : "");
+    print_judged(&r);
     printf("leaked: %llu objects, %llu bytes", (unsigned long long)r.leaked_objects,
            (unsigned long long)r.leaked_bytes);
     if (do_delete)

@@ -55,12 +55,11 @@
 #include "keg/log.h"
 #include "keg/mem.h"
 #include "keg/meta.h"
+#include "keg/mountinfo.h"
 #include "keg/stack.h"
 #include "keg/url.h"
 
 #include "mnt_i.h"
-
-#define MNT_FUSE_SUPER_MAGIC 0x65735546
 
 /* --upload-delay when --writeback is given without it: rewrites and deletions
  * within a second (compaction of small writes, temporary files) cost no upload. */
@@ -1460,7 +1459,7 @@ static int wait_child(pid_t pid, int fd, const char *abs_mp, const char *volname
         return 1;
     }
     struct statfs sfs;
-    if (statfs(abs_mp, &sfs) < 0 || sfs.f_type != MNT_FUSE_SUPER_MAGIC) {
+    if (statfs(abs_mp, &sfs) < 0 || sfs.f_type != KEG_FUSE_SUPER_MAGIC) {
         mnt_error("the mounter reported success but %s is not a FUSE mount (log: %s)", abs_mp,
                   log_file);
         return 1;

@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -187,7 +188,26 @@ static const char *info_get(const char *info, const char *key, char *buf, size_t
 struct sess_ctx {
     FILE *out;
     int   n;
+    int   not_live;        /* sessions shown as dead or stale */
 };
+
+/* A session with no heartbeat for this long is shown as stale: the default
+ * session timeout, and the window in which gc counts a mounter as live. */
+#define STATUS_STALE_SEC 60
+
+/* "live", "dead" (a mounter of this host whose process is gone) or "stale"
+ * (no heartbeat for STATUS_STALE_SEC). */
+static const char *session_state(const char *host, const char *pid, long age)
+{
+    char self[128] = "";
+    uint64_t p = 0;
+    if (gethostname(self, sizeof(self) - 1) != 0)
+        self[0] = '\0';
+    if (self[0] && strcmp(self, host) == 0 && mnt_parse_u64(pid, &p) == 0 && p > 0 &&
+        p <= INT_MAX && kill((pid_t)p, 0) < 0 && errno == ESRCH)
+        return "dead";
+    return age > STATUS_STALE_SEC ? "stale" : "live";
+}
 
 static int print_session(void *arg, const struct keg_session_info *s)
 {
@@ -197,14 +217,18 @@ static int print_session(void *arg, const struct keg_session_info *s)
     long age = (long)(time(NULL) - s->heartbeat);
     char hb[32];
     snprintf(hb, sizeof(hb), "%lds ago", age < 0 ? 0 : age);
+    info_get(info, "host", host, sizeof(host));
+    info_get(info, "pid", pid, sizeof(pid));
+    const char *state = session_state(host, pid, age);
     if (sc->n == 0)
-        fprintf(sc->out, "  %-6s %-20s %-8s %-10s %-8s %s\n", "SID", "HOST", "PID",
-                "HEARTBEAT", "VERSION", "MOUNTPOINT");
-    fprintf(sc->out, "  %-6llu %-20s %-8s %-10s %-8s %s\n", (unsigned long long)s->sid,
-            info_get(info, "host", host, sizeof(host)), info_get(info, "pid", pid, sizeof(pid)),
-            hb, info_get(info, "version", ver, sizeof(ver)),
+        fprintf(sc->out, "  %-6s %-20s %-8s %-10s %-6s %-8s %s\n", "SID", "HOST", "PID",
+                "HEARTBEAT", "STATE", "VERSION", "MOUNTPOINT");
+    fprintf(sc->out, "  %-6llu %-20s %-8s %-10s %-6s %-8s %s\n", (unsigned long long)s->sid,
+            host, pid, hb, state, info_get(info, "version", ver, sizeof(ver)),
             info_get(info, "mountpoint", mp, sizeof(mp)));
     sc->n++;
+    if (strcmp(state, "live") != 0)
+        sc->not_live++;
     /* A mounter of this machine: its live figures, from its stats file. */
     char self[128] = "";
     struct mnt_live l;
@@ -339,6 +363,10 @@ int mnt_cmd_status(int argc, char **argv)
         printf("  (cannot list sessions: %s)\n", strerror(-rc));
     else if (sc.n == 0)
         printf("  (none)\n");
+    if (sc.not_live)
+        printf("  dead: the mounter's process on this host is gone; stale: no heartbeat for "
+               "over %d s.\n  A live mounter removes such a session once its session timeout "
+               "has passed, and frees what it held.\n", STATUS_STALE_SEC);
 
     uint64_t used_bytes = 0, used_inodes = 0;
     rc = KEG_META_CALL(m, statfs, &used_bytes, &used_inodes);

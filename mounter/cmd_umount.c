@@ -21,6 +21,7 @@
 #define KEG_LOG_TAG "umount"
 #include "keg/log.h"
 #include "keg/mem.h"
+#include "keg/retry.h"
 
 #include "mnt_i.h"
 
@@ -173,8 +174,7 @@ static int wait_exit(pid_t pid, int seconds, const char *abs_mp)
             if (zombie)
                 return 0;
         }
-        struct timespec ts = {0, 50 * 1000 * 1000};
-        nanosleep(&ts, NULL);
+        keg_sleep_ms(50);
     }
     return -ETIMEDOUT;
 }

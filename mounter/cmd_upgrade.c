@@ -73,6 +73,7 @@
 #define KEG_LOG_TAG "upgrade"
 #include "keg/log.h"
 #include "keg/mem.h"
+#include "keg/retry.h"
 
 #include "mnt_i.h"
 
@@ -101,12 +102,6 @@ static uint64_t now_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-static void sleep_ms(unsigned ms)
-{
-    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-        ;
-}
 
 /* "<run_dir>/mounts/<hash><suffix>".  OWNERSHIP: keg_free(). */
 static char *req_path(const char *abs_mp, const char *suffix)
@@ -305,7 +300,7 @@ static int probe_binary(const char *binary, char *why, size_t whylen)
             snprintf(why, whylen, "%s --version did not finish in 10 s", binary);
             return -ETIMEDOUT;
         }
-        sleep_ms(20);
+        keg_sleep_ms(20);
     }
     if (!WIFEXITED(st2) || WEXITSTATUS(st2) != 0) {
         snprintf(why, whylen, "%s cannot run here (--version: %s %d; missing libraries?)",
@@ -609,7 +604,7 @@ int mnt_upgrade_request(const char *abs_mp, const char *binary, unsigned timeout
                 struct mnt_live l;
                 while (now_ms() - t0 < timeout_ms &&
                        !(mnt_stats_read(abs_mp, &l) == 0 && l.pid == (uint64_t)w))
-                    sleep_ms(10);
+                    keg_sleep_ms(10);
                 snprintf(msg, msglen, "%s now runs %s (supervisor %ld, worker %s, handover "
                          "%s ms)", abs_mp, bin, (long)super, worker, ms);
                 rc = 0;
@@ -629,7 +624,7 @@ int mnt_upgrade_request(const char *abs_mp, const char *binary, unsigned timeout
             rc = -ETIMEDOUT;
             goto out;
         }
-        sleep_ms(10);
+        keg_sleep_ms(10);
     }
 out:
     keg_free(reqp);

@@ -19,9 +19,9 @@
  *
  * Caller identity: fuse_req_ctx() gives uid/gid/pid/umask; supplementary
  * groups cost a read of /proc/<pid>/task/<tid>/status, so they are fetched
- * only for requests where core/fs may need group membership (ownership and
- * mode changes, creation, open, xattrs); lookups, getattr, readdir and I/O on
- * open handles go without (the kernel checks access with default_permissions).
+ * only where core/fs needs group membership (mnt_ctx): setattr and setting a
+ * POSIX ACL (system.posix_acl_*).  Everything else, creation and open included,
+ * goes without: the kernel checks access with default_permissions.
  */
 #define FUSE_USE_VERSION 314
 
@@ -36,6 +36,7 @@
 
 #define KEG_LOG_TAG "fuse"
 #include "keg/fs.h"
+#include "keg/hash.h"
 #include "keg/log.h"
 #include "keg/mem.h"
 
@@ -92,7 +93,8 @@ static struct keg_dh *req_dh(fuse_req_t req, fuse_ino_t ino, const struct fuse_f
 /* The caller's identity.  Supplementary groups cost a read of
  * /proc/PID/task/TID/status, so they are fetched only where core/fs needs
  * them: setattr (chmod's S_ISGID rule, chown to a group, utimes by a group
- * writer).  Everything else is checked by the kernel (default_permissions). */
+ * writer) and setxattr of a POSIX ACL (the S_ISGID rule of the mode it sets).
+ * Everything else is checked by the kernel (default_permissions). */
 static void mnt_ctx(fuse_req_t req, struct keg_ctx *c, int with_groups)
 {
     const struct fuse_ctx *fc = fuse_req_ctx(req);
@@ -256,9 +258,7 @@ static void mnt_destroy(void *userdata)
 
 uint32_t mnt_generation(const char *uuid)
 {
-    uint32_t h = 2166136261u;     /* FNV-1a */
-    for (const char *p = uuid; p && *p; p++)
-        h = (h ^ (uint8_t)*p) * 16777619u;
+    uint32_t h = keg_fnv1a32_str(uuid);
     return h ? h : 1;
 }
 

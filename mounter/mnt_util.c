@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #define KEG_LOG_TAG "mnt"
+#include "keg/hash.h"
 #include "keg/log.h"
 #include "keg/mem.h"
 
@@ -263,12 +264,7 @@ int mnt_abspath(const char *p, char **out)
 
 void mnt_path_hash(const char *abs, char out[17])
 {
-    uint64_t h = 1469598103934665603ULL;   /* FNV-1a 64 */
-    for (const unsigned char *p = (const unsigned char *)abs; *p; p++) {
-        h ^= *p;
-        h *= 1099511628211ULL;
-    }
-    snprintf(out, 17, "%016llx", (unsigned long long)h);
+    keg_fnv1a64_hex(abs, out);
 }
 
 const char *mnt_run_dir(void)

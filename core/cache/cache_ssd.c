@@ -68,6 +68,7 @@
 
 #define KEG_LOG_TAG "cache_ssd"
 #include "cache_ssd_format.h"
+#include "keg/hash.h"
 #include "keg/log.h"
 #include "keg/mem.h"
 #include "ssd_file_i.h"
@@ -133,9 +134,7 @@ struct cache_ssd {
 
 static size_t cs_hash(const char *key)
 {
-    uint64_t h = 1469598103934665603ull;
-    for (const unsigned char *p = (const unsigned char *)key; *p; p++)
-        h = (h ^ *p) * 1099511628211ull;
+    uint64_t h = keg_fnv1a64_str(key);
     return (size_t)(h ^ (h >> 29));
 }
 

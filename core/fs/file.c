@@ -59,6 +59,7 @@
 #define KEG_LOG_TAG "fs"
 #include "keg/log.h"
 #include "keg/mem.h"
+#include "keg/retry.h"
 #include "fs_i.h"
 
 #define FS_MAX_WSLICES 1000
@@ -265,18 +266,6 @@ void fs_retry_begin(struct keg_fs *fs, struct fs_retry *r)
     r->attempt = 0;
 }
 
-/* splitmix64 on a per-thread state: jitter only, no quality needed. */
-static uint64_t retry_rand(void)
-{
-    static __thread uint64_t st;
-    if (!st)
-        st = (uint64_t)keg_mono_ns() ^ ((uint64_t)(uintptr_t)&st << 17);
-    uint64_t z = (st += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 int fs_retry_again(struct fs_retry *r, int rc, const char *op, const char *key)
 {
     int64_t now = keg_mono_ns();
@@ -285,9 +274,8 @@ int fs_retry_again(struct fs_retry *r, int rc, const char *op, const char *key)
     r->attempt++;
     if (!fs_io_transient(rc) || !r->deadline_ns || now >= r->deadline_ns)
         return 0;
-    delay_ms = (int64_t)FS_RETRY_BASE_MS << KEG_MIN(r->attempt - 1, 16u);
-    delay_ms = KEG_MIN(delay_ms, (int64_t)FS_RETRY_CAP_MS);
-    delay_ms = delay_ms / 2 + (int64_t)(retry_rand() % (uint64_t)(delay_ms / 2 + 1));
+    delay_ms = (int64_t)keg_backoff_ms(r->attempt - 1, FS_RETRY_BASE_MS, FS_RETRY_CAP_MS);
+    delay_ms = delay_ms / 2 + (int64_t)(keg_rand64() % (uint64_t)(delay_ms / 2 + 1));
     /* the last attempt is made at the deadline rather than given up early */
     left = r->deadline_ns - now;
     int64_t delay_ns = KEG_MIN(delay_ms * 1000000, left);
@@ -297,9 +285,7 @@ int fs_retry_again(struct fs_retry *r, int rc, const char *op, const char *key)
     else
         KEG_DEBUG("%s of %s failed: %s; retry %u in %lld ms", op, key, strerror(-rc),
                   r->attempt, (long long)(delay_ns / 1000000));
-    struct timespec ts = {delay_ns / 1000000000, delay_ns % 1000000000};
-    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-        ;
+    keg_sleep_ns(delay_ns);
     return 1;
 }
 
@@ -1266,11 +1252,8 @@ static int copy_plan(struct keg_fs *fs, uint64_t src, uint64_t off_in, uint64_t 
  * each a random time in [d/2, d] so that racing copies spread out. */
 static void copy_backoff(unsigned attempt)
 {
-    int64_t ms = (int64_t)1 << KEG_MIN(attempt, 6u);
-    int64_t ns = ms * 500000 + (int64_t)(retry_rand() % (uint64_t)(ms * 500000 + 1));
-    struct timespec ts = {ns / 1000000000, ns % 1000000000};
-    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-        ;
+    int64_t ms = (int64_t)keg_backoff_ms(attempt, 1, 64);
+    keg_sleep_ns(ms * 500000 + (int64_t)(keg_rand64() % (uint64_t)(ms * 500000 + 1)));
 }
 
 /* The fallback of a copy that could not share the source's slices: the bytes

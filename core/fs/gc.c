@@ -48,7 +48,7 @@
 #include "fs_i.h"
 
 #define GC_PAGE         512
-#define GC_ID_MARGIN    100000ULL     /* ids that live mounters may still commit */
+#define GC_ID_MARGIN    KEG_GC_ID_MARGIN   /* ids that live mounters may still commit */
 #define GC_DELQ_MAX     (1u << 20)
 #define GC_PATH_MAX     4096
 
@@ -599,8 +599,9 @@ static int live_cb(void *arg, const struct keg_session_info *s)
     return 0;
 }
 
-/* The first slice id that gc must not judge. */
-static int gc_id_limit(struct keg_fs *fs, uint64_t *limit)
+/* The first slice id that gc must not judge (*limit), the slice counter
+ * (*next) and the number of live mounters (*live, -1 if unknown). */
+static int gc_id_limit(struct keg_fs *fs, uint64_t *limit, uint64_t *next_out, int *live)
 {
     struct live_sessions ls = {.now = keg_now_ns() / 1000000000, .max_age = 60};
     uint64_t next = 0;
@@ -614,6 +615,8 @@ static int gc_id_limit(struct keg_fs *fs, uint64_t *limit)
     rc = KEG_META_CALL(fs->meta, session_list, live_cb, &ls);
     if (rc < 0 && rc != -ENOSYS)
         return rc;
+    *next_out = next;
+    *live = rc == -ENOSYS ? -1 : (int)ls.live;
     if (rc == -ENOSYS)
         ls.live = 1;                    /* unknown: assume live mounters */
     if (ls.live == 0)
@@ -680,7 +683,7 @@ int keg_fs_gc(struct keg_fs *fs, int do_delete, struct keg_gc_report *r, keg_pro
     g.pg = &pg;
 
     /* the limit first: everything committed later has a higher id */
-    rc = gc_id_limit(fs, &g.id_limit);
+    rc = gc_id_limit(fs, &g.id_limit, &r->id_next, &r->live_mounters);
     if (rc < 0) {
         KEG_ERR("cannot read the slice counter: %s", strerror(-rc));
         goto out;

@@ -69,6 +69,7 @@
 #define KEG_LOG_TAG "fs"
 #include "keg/log.h"
 #include "keg/mem.h"
+#include "keg/retry.h"
 #include "fs_i.h"
 
 #define BC_BUCKETS 8192
@@ -746,10 +747,7 @@ ssize_t fs_read_range(struct keg_fs *fs, struct fs_inode *ip, uint64_t off, void
                              "(staged on another mounter?); waiting up to %u ms",
                              (unsigned long long)ip->ino, indx, fs->missing_wait_ms);
                 nap = KEG_MIN(nap, KEG_MAX(left, (int64_t)0));
-                if (nap > 0) {
-                    struct timespec ts = {nap / 1000000000, nap % 1000000000};
-                    nanosleep(&ts, NULL);
-                }
+                keg_sleep_ns(nap);
             }
             pthread_mutex_lock(&ip->mu);
             fs_inode_drop_chunks(ip);

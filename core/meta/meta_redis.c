@@ -74,6 +74,7 @@
 
 #include "keg/mem.h"
 #include "keg/meta.h"
+#include "keg/retry.h"
 #include "keg/url.h"
 #include "meta_redis_i.h"
 #include "meta_redis_lua_i.h"
@@ -276,12 +277,6 @@ static int mr_log_ok(struct mr_priv *p, enum mr_lim k, uint32_t *suppressed)
     }
     pthread_mutex_unlock(&p->lock);
     return ok;
-}
-
-static void mr_sleep_ms(int ms)
-{
-    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
 }
 
 static struct timeval mr_tv(int ms)
@@ -697,8 +692,8 @@ static int mr_exec(struct mr_priv *p, int argc, const char **argv, const size_t 
             return -EIO;
         }
         KEG_DEBUG("%s: %s; retrying in %d ms", what, why, backoff);
-        mr_sleep_ms(backoff);
-        backoff = KEG_MIN(backoff * 2, 500);
+        keg_sleep_ms((uint64_t)backoff);
+        backoff = (int)keg_backoff_ms(1, (uint64_t)backoff, 500);
     }
 }
 

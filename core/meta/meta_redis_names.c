@@ -53,6 +53,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "keg/hash.h"
 #include "keg/keg.h"
 #include "keg/mem.h"
 #include "meta_redis_names_i.h"
@@ -119,11 +120,7 @@ struct mr_names {
 
 static uint32_t nc_hash(uint64_t dir, const char *s, size_t len)
 {
-    uint64_t h = 1469598103934665603ULL ^ (dir * 0x9E3779B97F4A7C15ULL);
-    for (size_t i = 0; i < len; i++) {
-        h ^= (unsigned char)s[i];
-        h *= 1099511628211ULL;
-    }
+    uint64_t h = keg_fnv1a64_update(KEG_FNV1A64_INIT ^ (dir * 0x9E3779B97F4A7C15ULL), s, len);
     return (uint32_t)(h ^ (h >> 32));
 }
 

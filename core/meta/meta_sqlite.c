@@ -41,6 +41,7 @@
 
 #include "keg/mem.h"
 #include "keg/meta.h"
+#include "keg/retry.h"
 #include "keg/url.h"
 #define KEG_LOG_TAG "meta_sqlite"
 #include "keg/log.h"
@@ -477,7 +478,7 @@ static int sq_txn(struct keg_meta *m, int how, sq_fn *fn, void *arg)
             pthread_mutex_unlock(&p->wlock);
         if (rc != SQ_BUSY || attempt >= SQ_RETRIES)
             break;
-        usleep(10000u << attempt);
+        keg_sleep_ms(10u << attempt);
     }
     if (rc == SQ_BUSY) {
         KEG_ERR("sqlite3 database %s stays locked by another process; giving up", p->path);

@@ -29,6 +29,7 @@
 #include <zstd.h>
 
 #include "keg/obj.h"
+#include "keg/uuid.h"
 
 #define BLOCK_MAGIC   0x4247454bu   /* "KEGB" read as a little-endian u32 */
 #define BLOCK_V1      1             /* 16-byte header, no identity (read only) */
@@ -122,13 +123,6 @@ int keg_block_vol_uuid(const char *uuid, uint8_t out[16])
         put_le32(out + 4 * k, c);
     }
     return 1;
-}
-
-static void uuid_str(const uint8_t *u, char out[37])
-{
-    snprintf(out, 37, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-             u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12],
-             u[13], u[14], u[15]);
 }
 
 size_t keg_block_bound(int codec, size_t raw_len)
@@ -401,7 +395,7 @@ const char *keg_block_why(const void *obj, size_t obj_len, const struct keg_bloc
                      bid ? bid->blen : 0);
             break;
         }
-        uuid_str(h + 16, u);
+        keg_uuid_format(h + 16, u);
         snprintf(buf, size, "identity mismatch: the object holds block %" PRIu64 "_%" PRIu32
                  "_%" PRIu32 " of volume %s%s", get_le64(h + 32), get_le32(h + 40),
                  get_le32(h + 8), u,

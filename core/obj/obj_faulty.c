@@ -19,6 +19,7 @@
 #define KEG_LOG_TAG "obj_faulty"
 #include "keg/log.h"
 #include "keg/obj.h"
+#include "keg/retry.h"
 
 struct faulty {
     pthread_mutex_t lock;
@@ -45,13 +46,8 @@ static double faulty_unit(struct faulty *f)
 
 static void faulty_delay(struct faulty *f)
 {
-    struct timespec ts;
-    if (!f->delay_ms)
-        return;
-    ts.tv_sec = f->delay_ms / 1000;
-    ts.tv_nsec = (long)(f->delay_ms % 1000) * 1000000L;
-    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-        ;
+    if (f->delay_ms)
+        keg_sleep_ms(f->delay_ms);
 }
 
 /* Delay, then decide whether this op fails.  Returns 0 or the injected -errno. */

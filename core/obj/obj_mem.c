@@ -14,6 +14,7 @@
 #include <string.h>
 
 #define KEG_LOG_TAG "obj_mem"
+#include "keg/hash.h"
 #include "keg/log.h"
 #include "keg/mem.h"
 #include "keg/obj.h"
@@ -34,20 +35,10 @@ struct mem_store {
 
 #define MEM_INITIAL_BUCKETS 64
 
-static uint64_t mem_hash(const char *s)
-{
-    uint64_t h = 0xcbf29ce484222325ull;   /* FNV-1a */
-    while (*s) {
-        h ^= (unsigned char)*s++;
-        h *= 0x100000001b3ull;
-    }
-    return h;
-}
-
 /* LOCKS: caller holds ms->lock. */
 static struct mem_ent **mem_slot(struct mem_store *ms, const char *key)
 {
-    struct mem_ent **pp = &ms->buckets[mem_hash(key) & (ms->nbuckets - 1)];
+    struct mem_ent **pp = &ms->buckets[keg_fnv1a64_str(key) & (ms->nbuckets - 1)];
     while (*pp && strcmp((*pp)->key, key) != 0)
         pp = &(*pp)->next;
     return pp;
@@ -64,7 +55,7 @@ static void mem_grow(struct mem_store *ms)
         struct mem_ent *e = ms->buckets[i];
         while (e) {
             struct mem_ent *next = e->next;
-            size_t j = mem_hash(e->key) & (n - 1);
+            size_t j = keg_fnv1a64_str(e->key) & (n - 1);
             e->next = nb[j];
             nb[j] = e;
             e = next;

@@ -61,10 +61,13 @@
 #include <openssl/evp.h>
 
 #define KEG_LOG_TAG "obj_s3"
+#include "keg/hash.h"
 #include "keg/log.h"
 #include "keg/mem.h"
 #include "keg/obj.h"
+#include "keg/retry.h"
 #include "keg/url.h"
+#include "obj_s3_i.h"
 #include "s3_sign_i.h"
 
 #define S3_DEFAULT_REGION      "us-east-1"
@@ -605,10 +608,7 @@ enum s3_verdict s3_classify(int curl_code, long status, const char *code, int *e
 
 uint64_t s3_backoff_ms(unsigned attempt, uint64_t base_ms, uint64_t cap_ms, uint64_t rnd)
 {
-    uint64_t lim = cap_ms;
-    if (attempt < 40 && base_ms <= (cap_ms >> attempt))
-        lim = base_ms << attempt;
-    return rnd % (lim + 1);
+    return rnd % (keg_backoff_ms(attempt, base_ms, cap_ms) + 1);
 }
 
 /*----------------------------------------------------------------------------
@@ -623,27 +623,9 @@ static void curl_init_once(void)
     curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
 }
 
-static uint64_t rand64(void)
-{
-    static _Thread_local uint64_t st;
-    if (!st)
-        st = (uint64_t)keg_mono_ns() ^ ((uint64_t)(uintptr_t)&st << 17) ^ 0x9e3779b97f4a7c15ULL;
-    st ^= st << 13;
-    st ^= st >> 7;
-    st ^= st << 17;
-    return st;
-}
-
 static uint64_t mono_ms(void)
 {
     return (uint64_t)keg_mono_ns() / 1000000u;
-}
-
-static void sleep_ms(uint64_t ms)
-{
-    struct timespec ts = { (time_t)(ms / 1000), (long)(ms % 1000) * 1000000L };
-    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-        ;
 }
 
 /*----------------------------------------------------------------------------
@@ -890,14 +872,6 @@ nomem:
  * Health: failure and recovery of the store, keys of GETs that just failed
  *--------------------------------------------------------------------------*/
 
-static uint64_t key_hash(const char *key)
-{
-    uint64_t h = 1469598103934665603ull;           /* FNV-1a */
-    for (const unsigned char *p = (const unsigned char *)key; *p; p++)
-        h = (h ^ *p) * 1099511628211ull;
-    return h;
-}
-
 /* A retryable failure (line says what) of a request.  LOCKS: takes err_lock. */
 static void s3_failing(struct obj_s3 *s, const char *line)
 {
@@ -949,7 +923,7 @@ static void s3_ok(struct obj_s3 *s)
 /* Remember that a GET of key ran out of retries.  LOCKS: takes err_lock. */
 static void s3_gone_add(struct obj_s3 *s, const char *key)
 {
-    uint64_t now = mono_ms(), h = key_hash(key);
+    uint64_t now = mono_ms(), h = keg_fnv1a64_str(key);
     pthread_mutex_lock(&s->err_lock);
     if (s->failing_since) {     /* else a success came in between */
         /* the same key or an expired entry, else a new one, else the oldest */
@@ -977,7 +951,7 @@ static int s3_gone(struct obj_s3 *s, const char *key)
     int hit = 0;
     if (!atomic_load(&s->failing))
         return 0;
-    uint64_t now = mono_ms(), h = key_hash(key);
+    uint64_t now = mono_ms(), h = keg_fnv1a64_str(key);
     pthread_mutex_lock(&s->err_lock);
     for (unsigned i = 0; i < s->ngone; i++)
         if (s->gone[i].hash == h && s->gone[i].until > now)
@@ -1108,7 +1082,7 @@ static int s3_do(struct obj_s3 *s, struct s3_req *r)
         }
         s3_failing(s, line);
         now = mono_ms();
-        uint64_t delay = s3_backoff_ms(attempt, S3_BACKOFF_BASE_MS, S3_BACKOFF_CAP_MS, rand64());
+        uint64_t delay = s3_backoff_ms(attempt, S3_BACKOFF_BASE_MS, S3_BACKOFF_CAP_MS, keg_rand64());
         /* The last attempt is made at the deadline rather than given up early. */
         if (now < deadline && now + delay > deadline)
             delay = deadline - now;
@@ -1132,7 +1106,7 @@ static int s3_do(struct obj_s3 *s, struct s3_req *r)
         }
         atomic_fetch_add(&s->retries, 1);
         KEG_DEBUG("%s; retry %u in %" PRIu64 " ms", line, attempt + 1, delay);
-        sleep_ms(delay);
+        keg_sleep_ms(delay);
     }
     if (retrying) {
         atomic_fetch_sub(&s->retrying, 1);

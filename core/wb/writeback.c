@@ -74,8 +74,10 @@
 #include "../cache/cache_ssd_format.h"
 #include "../cache/ssd_file_i.h"
 #include "../stack_i.h"
+#include "keg/hash.h"
 #include "keg/log.h"
 #include "keg/mem.h"
+#include "keg/retry.h"
 
 #define WB_SLOTS          16
 #define WB_RATE_SLOTS     8
@@ -156,9 +158,7 @@ struct wb {
 
 static size_t wb_hash(const char *key)
 {
-    uint64_t h = 1469598103934665603ull;
-    for (const unsigned char *p = (const unsigned char *)key; *p; p++)
-        h = (h ^ *p) * 1099511628211ull;
+    uint64_t h = keg_fnv1a64_str(key);
     return (size_t)(h ^ (h >> 29));
 }
 
@@ -538,7 +538,7 @@ static int wb_upload(struct wb *wb, struct wb_ent *e, unsigned gen, uint64_t siz
                   attempt, delay);
         if (wb_sleep(wb, delay))
             break;
-        delay = KEG_MIN(delay * 2, WB_BACKOFF_MAX_MS);
+        delay = (unsigned)keg_backoff_ms(1, delay, WB_BACKOFF_MAX_MS);
     }
     keg_free(file);
     return rc;

@@ -298,6 +298,15 @@ static void test_create_validation(void **state)
     assert_null(strstr(st.msg, "topsecretpw"));
     assert_non_null(strstr(st.msg, "unreachable"));
 
+    /* a SQLite directory that cannot be created: said so, nothing formatted */
+    create_init(&c, "vol-a", 1 << 20);
+    std_secrets(&c.secrets, "sqlite3:///dev/null/sub/");
+    assert_int_equal(do_create(&c, &out, &st), -1);
+    assert_int_equal(st.code, CSI_UNAVAILABLE);
+    assert_non_null(strstr(st.msg, "cannot create the directory /dev/null/sub"));
+    assert_non_null(strstr(st.msg, strerror(ENOTDIR)));
+    assert_int_equal(fake_meta_count(), 0);
+
     /* object store failure: nothing formatted */
     create_init(&c, "vol-a", 1 << 20);
     fake_store_fail = -EACCES;

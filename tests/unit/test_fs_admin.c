@@ -160,6 +160,9 @@ static void test_admin_gc_fsck(void **state)
     assert_int_equal(keg_fs_gc(v.fs, 0, &gr, NULL, NULL), 0);
     assert_int_equal(gr.leaked_objects, 0);
     assert_int_equal(gr.new_objects, 1);
+    assert_int_equal(gr.live_mounters, 1);
+    assert_true(gr.id_limit < gr.id_next);
+    assert_true(gr.id_limit == 0 || gr.id_next - gr.id_limit == KEG_GC_ID_MARGIN);
     tvol_umount(&v);
 
     /* tool mode: no session is live, everything below the counter is judged */
@@ -187,7 +190,9 @@ static void test_admin_gc_fsck(void **state)
     assert_int_equal(gr.objects, 10);
     assert_int_equal(gr.referenced_objects, 7);
     assert_int_equal(gr.leaked_objects, 2);
-    assert_int_equal(gr.new_objects, 1);
+    assert_int_equal(gr.new_objects, 1);                       /* above the counter */
+    assert_int_equal(gr.live_mounters, 0);
+    assert_true(gr.id_limit == gr.id_next && gr.id_next > s1.id + 301);
     assert_int_equal(it.n[0], 2);
     assert_true(has_key(&it, leak1) && has_key(&it, leak2));
     assert_int_equal(tvol_count_objects(&v), 10);              /* report only */

@@ -12,7 +12,7 @@
 #include <curl/curl.h>
 
 #include "keg/mem.h"
-#include "obj/s3_sign_i.h"
+#include "obj/obj_s3_i.h"
 
 /*----------------------------------------------------------------------------
  * Endpoint URLs

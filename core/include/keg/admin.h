@@ -51,8 +51,15 @@ struct keg_gc_report {
     uint64_t kept_objects;             /* leaks not deleted: their block header does not
                                           name this volume (do_delete) */
     uint64_t errors;                   /* deletes that failed */
-    uint64_t id_limit;                 /* slice ids >= this were not judged */
+    uint64_t id_limit;                 /* slice ids >= this were not judged (0: none was) */
+    uint64_t id_next;                  /* the slice counter: no id >= this was in use */
+    int      live_mounters;            /* mounter sessions with a recent heartbeat,
+                                          -1: the engine cannot tell (assumed live) */
 };
+
+/* While mounters are live, gc does not judge the newest ids: their writers
+ * may still commit them. */
+#define KEG_GC_ID_MARGIN 100000ULL
 
 /* Find objects that no file references (leaks: uploads of commits that
  * failed or never happened, crashed mounters) and, with do_delete, delete them.

@@ -54,6 +54,11 @@ fi
 # the volume is fully usable
 cp "$WORK/a" "$MNT/b" && cmp "$WORK/a" "$MNT/b" || fail "write after the crash"
 "$KEGFS" status "$META" > "$WORK/status.out" 2>&1 || fail "kegfs status after the crash"
+# the crashed mounter's session is still listed (until a live mounter cleans it up), as dead
+grep -qE ' ago +dead ' "$WORK/status.out" || fail "status does not mark the crashed session dead: $(cat "$WORK/status.out")"
+grep -qE ' ago +live ' "$WORK/status.out" || fail "status does not mark the new session live: $(cat "$WORK/status.out")"
+grep -q "dead: the mounter's process on this host is gone" "$WORK/status.out" \
+  || fail "status does not explain 'dead': $(cat "$WORK/status.out")"
 # the crashed session's open-but-unlinked file is reclaimed by the live mounter once the
 # old session is stale (session timeout 60 s + heartbeat): only with --long (takes minutes)
 if [ -s "$WORK/objs.doomed" ] && [ "${MT_LONG:-0}" = 1 ]; then

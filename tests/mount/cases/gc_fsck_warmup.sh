@@ -27,12 +27,22 @@ ncached=$(find "$WORK/ssd" -type f -path '*/blocks/*' | wc -l)
 [ "$ncached" -ge 3 ] || fail "warmup --cache-dir left $ncached cache files (want >= 3)"
 note "warmup cached $ncached blocks"
 "$KEGFS" warmup /tmp > /dev/null 2>&1 && fail "warmup of a path outside any KegFS mount succeeded"
+# gc while mounted: a young volume's slice ids are all among the newest, so none is judged
+"$KEGFS" gc "$META" > "$WORK/gc-live.out" 2>&1 || fail "gc while mounted: $(cat "$WORK/gc-live.out")"
+grep -q "^judged: no slice, because 1 mounter is live" "$WORK/gc-live.out" \
+  || fail "gc while mounted does not say that nothing was judged: $(cat "$WORK/gc-live.out")"
+grep -q "^to judge every slice, unmount the volume everywhere and run gc again" "$WORK/gc-live.out" \
+  || fail "gc while mounted does not say how to judge everything: $(cat "$WORK/gc-live.out")"
+grep -q "slice ids >= \|were not judged" "$WORK/gc-live.out" && fail "gc prints the old wording"
 mt_umount
 
 "$KEGFS" fsck "$META" > "$WORK/fsck0.out" 2>&1 || fail "fsck of a clean volume: $(cat "$WORK/fsck0.out")"
 grep -q "volume is consistent" "$WORK/fsck0.out" || fail "fsck: no 'consistent' line"
 "$KEGFS" gc "$META" > "$WORK/gc0.out" 2>&1 || fail "gc: $(cat "$WORK/gc0.out")"
 grep -q "leaked: 0 objects" "$WORK/gc0.out" || fail "gc found leaks on a clean volume: $(cat "$WORK/gc0.out")"
+grep -qx "judged: every slice (no mounter is live)" "$WORK/gc0.out" \
+  || fail "gc with no mounter does not say it judged every slice: $(cat "$WORK/gc0.out")"
+grep -v "^judged: every slice" "$WORK/gc0.out" | grep -q "live\|unmount" && fail "gc with no mounter talks of live mounters: $(cat "$WORK/gc0.out")"
 
 # an unreferenced object: a copy of a real block under an unused slice id
 obj_list > "$WORK/objs0" || fail "listing the objects failed"
