@@ -46,19 +46,19 @@ kind load docker-image "$IMAGE" --name "$CLUSTER"
 echo "--- install"
 if [ "${KEG_E2E_INSTALL:-kustomize}" = helm ]; then
   command -v helm >/dev/null || { echo "helm not installed"; exit 1; }
+  # The same install as the ci overlay: e2e/kind/values-ci.yaml (file store on
+  # a hostPath mounted by the controller and the node plugin) and its Redis.
   kubectl create namespace "$NS" --dry-run=client -o yaml | kubectl apply -f -
   kubectl apply -n "$NS" -f "$REPO/manifests/overlays/ci/redis.yaml"
-  helm upgrade --install kegfs "$REPO/charts/kegfs-csi" -n "$NS" \
-    --set image.repository=kegfs-csi --set image.tag=ci --set image.pullPolicy=Never \
-    --set secret.create=true --set secret.storage=file --set secret.bucket=/tmp/kegfs-data \
-    --set secret.metaurl=redis://kegfs-redis.$NS.svc:6379/1 --set node.debug=true
+  helm upgrade --install kegfs-csi "$REPO/charts/kegfs-csi" -n "$NS" \
+    -f "$REPO/e2e/kind/values-ci.yaml"
 else
   kubectl apply -k "$REPO/manifests/overlays/ci"
 fi
-kubectl -n "$NS" rollout status deploy/kegfs-redis --timeout=180s || true
-kubectl -n "$NS" rollout status deploy/kegfs-csi-controller --timeout=180s 2>/dev/null ||
-  kubectl -n "$NS" rollout status deploy/kegfs-kegfs-csi-controller --timeout=180s
-kubectl -n "$NS" rollout status ds --timeout=180s
+# Both installs name the workloads kegfs-csi-controller / kegfs-csi-node.
+kubectl -n "$NS" rollout status deploy/kegfs-redis --timeout=180s
+kubectl -n "$NS" rollout status deploy/kegfs-csi-controller --timeout=180s
+kubectl -n "$NS" rollout status ds/kegfs-csi-node --timeout=180s
 
 echo "--- scenarios"
 fail=0
