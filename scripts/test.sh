@@ -5,7 +5,8 @@
 #   2. a real redis-server on 127.0.0.1: engine contract suite + Redis-specific tests
 #   3. a real Ceph S3 gateway on 127.0.0.1 (checks SigV4): object-store contract + live S3 tests
 #   4. real FUSE mounts: the mount suite on sqlite+file and on redis+s3
-#   5. the CSI driver: conformance client and the local e2e over csi.sock
+#   5. the CSI driver: conformance client and the local e2e over csi.sock, and the
+#      Kubernetes e2e on a local cluster (e2e/k8s/run.sh; skipped without $KEG_K8S_BIN)
 # Servers are stopped on exit.  The last line is "N passed, M failed".
 #
 # Options: --build DIR --asan-build DIR --unit-only --long
@@ -147,6 +148,9 @@ if [ $UNIT_ONLY = 0 ]; then
   if [ -x e2e/local-e2e.sh ]; then
     STRICT_STAGE=1 stage csi-e2e env KEG_BUILD="$BUILD" e2e/local-e2e.sh
   fi
+  # a real single-node Kubernetes cluster: only where $KEG_K8S_BIN holds the
+  # binaries (docs/testing.md); otherwise it skips with 77
+  stage e2e-k8s e2e/k8s/run.sh
 fi
 
 echo
