@@ -166,6 +166,36 @@ secret_lines() {
 }
 
 # --- install -------------------------------------------------------------
+# This cluster has no kube-proxy, so the `kubernetes` Service's ClusterIP leads
+# nowhere: the sidecars that call the API (provisioner, resizer; the controller
+# pod is on the host network) get the API server's real address instead.  Their
+# ServiceAccount token and RBAC are used as on any cluster.
+apiserver_env_patch() {
+  cat <<EOF
+- {op: add, path: /spec/template/spec/containers/1/env, value: [{name: KUBERNETES_SERVICE_HOST, value: 127.0.0.1}, {name: KUBERNETES_SERVICE_PORT, value: "$API_PORT"}]}
+- {op: add, path: /spec/template/spec/containers/2/env, value: [{name: KUBERNETES_SERVICE_HOST, value: 127.0.0.1}, {name: KUBERNETES_SERVICE_PORT, value: "$API_PORT"}]}
+EOF
+}
+
+# helm_post_renderer: the same patch for `helm install --post-renderer`
+helm_post_renderer() {
+  local d=$K8S_DIR/post-render
+  mkdir -p "$d"
+  apiserver_env_patch > "$d/apiserver-env.yaml"
+  cat > "$d/render.sh" <<EOF
+#!/bin/bash
+set -e
+w=\$(mktemp -d "$d/w.XXXXXX")
+cat > "\$w/all.yaml"
+cp "$d/apiserver-env.yaml" "\$w/"
+printf 'resources: [all.yaml]\npatches:\n  - path: apiserver-env.yaml\n    target: {kind: Deployment, name: kegfs-csi-controller}\n' > "\$w/kustomization.yaml"
+"$KUBECTL" kustomize "\$w"
+rm -rf "\$w"
+EOF
+  chmod +x "$d/render.sh"
+  echo "$d/render.sh"
+}
+
 install_kustomize() {
   local store=$1 ov
   rm -rf "$K8S_DIR/manifests"
@@ -207,6 +237,8 @@ patches:
       - {op: replace, path: /spec/template/spec/containers/2/args/1, value: --health-port=$HEALTH_NODE}
       - {op: replace, path: /spec/template/spec/volumes/4/hostPath/path, value: $K8S_DIR/kegfs-state}
       - {op: replace, path: /spec/template/spec/volumes/5/hostPath/path, value: $K8S_DIR/kegfs-cache}
+  - path: apiserver-env.yaml
+    target: {kind: Deployment, name: kegfs-csi-controller}
   - target: {kind: Deployment, name: kegfs-csi-controller}
     patch: |-
       - {op: add, path: /spec/template/spec/hostNetwork, value: true}
@@ -229,6 +261,7 @@ EOF
 EOF
     fi
   } > "$ov/kustomization.yaml"
+  apiserver_env_patch > "$ov/apiserver-env.yaml"
   kubectl apply -k "$ov" > "$K8S_DIR/logs/install-kustomize-$store.log" 2>&1 ||
     { cat "$K8S_DIR/logs/install-kustomize-$store.log"; return 1; }
   CACHE_IN_PLUGIN=/var/cache/kegfs
@@ -268,6 +301,7 @@ EOF
      done
    } > "$v")
   helm upgrade --install kegfs-csi "$REPO/charts/kegfs-csi" -n "$NS" --create-namespace -f "$v" \
+    --post-renderer "$(helm_post_renderer)" \
     > "$K8S_DIR/logs/install-helm-$store.log" 2>&1 || { cat "$K8S_DIR/logs/install-helm-$store.log"; return 1; }
   CACHE_IN_PLUGIN=$K8S_DIR/kegfs-cache
 }
