@@ -54,13 +54,18 @@ observe() {
 old=$(node_pod)
 t0=$(date +%s)
 kubectl -n "$DRIVER_NS" delete "$old" --wait=true >/dev/null
-kubectl -n "$DRIVER_NS" rollout status ds --timeout=180s >/dev/null
+new_ready() {
+  local p; p=$(node_pod)
+  [ -n "$p" ] && [ "$p" != "$old" ] &&
+    kubectl -n "$DRIVER_NS" wait --for=condition=Ready "$p" --timeout=5s >/dev/null 2>&1
+}
+until_true 180 new_ready || fail "no new node plugin pod became Ready"
 say "node plugin restarted in $(( $(date +%s) - t0 )) s"
 until_true 30 in_pod htc 'ls /data >/dev/null' || true
 observe restart
 
 if [ -n "${KEG_E2E_NODE_IMAGE_2:-}" ]; then
-  ds=$(kubectl -n "$DRIVER_NS" get ds -o name | head -1)
+  ds=ds/kegfs-csi-node
   t0=$(date +%s)
   kubectl -n "$DRIVER_NS" set image "$ds" "kegfs-csi=$KEG_E2E_NODE_IMAGE_2" >/dev/null
   kubectl -n "$DRIVER_NS" rollout status "$ds" --timeout=180s >/dev/null
