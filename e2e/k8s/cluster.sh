@@ -222,9 +222,16 @@ k8s_control_plane() {
     --profiling=false
 }
 
+# Paths kubelet uses whatever its --root-dir (device-plugin socket, pod logs):
+# removed at teardown when this run created them.
+KUBELET_FIXED_DIRS=(/var/lib/kubelet /var/log/pods /var/log/containers)
+
 k8s_kubelet() {
-  local k=$K8S_DIR/kubelet s ctrl
+  local k=$K8S_DIR/kubelet s ctrl d
   mkdir -p "$k"
+  for d in "${KUBELET_FIXED_DIRS[@]}"; do
+    [ -e "$d" ] || echo "$d" >> "$K8S_DIR/created-dirs"
+  done
   # The pods directory must be on a shared mount: the node plugin's FUSE
   # mounts (Bidirectional) reach the app containers (HostToContainer) through it.
   mount --bind "$k" "$k"
@@ -369,6 +376,11 @@ k8s_down() {
     find "$ctrl$CGROUP_ROOT" -depth -type d -exec rmdir {} + 2>/dev/null
     [ -d "$ctrl$CGROUP_ROOT" ] && { k8s_log "LEFT: cgroup $ctrl$CGROUP_ROOT"; rc=1; }
   done
+  if [ -f "$K8S_DIR/created-dirs" ]; then
+    while read -r d; do
+      case $d in /var/lib/kubelet|/var/log/pods|/var/log/containers) rm -rf "$d" ;; esac
+    done < "$K8S_DIR/created-dirs"
+  fi
   iptables-save 2>/dev/null | grep -v '^#' | sed 's/\[[0-9]*:[0-9]*\]//' > "$K8S_DIR/iptables.after"
   if [ -f "$K8S_DIR/iptables.before" ] && ! cmp -s "$K8S_DIR/iptables.before" "$K8S_DIR/iptables.after"; then
     k8s_log "LEFT: iptables rules changed:"
