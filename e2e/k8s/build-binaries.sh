@@ -56,6 +56,19 @@ if [ -d "$SRC/kubernetes/cmd/kubelet" ]; then
     ld="$ld -X $pkg/$p.gitVersion=$v -X $pkg/$p.gitMajor=$major -X $pkg/$p.gitMinor=$minor"
     ld="$ld -X $pkg/$p.gitTreeState=clean"
   done
+  # kube-apiserver needs pkg/generated/openapi/zz_generated.openapi.go, which
+  # release tarballs (and Debian's source package) do not carry: generate it
+  # from every package tagged +k8s:openapi-gen, as Makefile.generated_files does.
+  if [ ! -f "$dir/pkg/generated/openapi/zz_generated.openapi.go" ]; then
+    log "kubernetes $v: openapi-gen"
+    (cd "$dir" && $GO build -o "$SRC/.openapi-gen" ./vendor/k8s.io/kube-openapi/cmd/openapi-gen)
+    (cd "$dir" && in=$(grep -Rl --include='*.go' '^// *+k8s:openapi-gen=' pkg cmd plugin vendor |
+         grep -v '^vendor/k8s.io/code-generator/\|^vendor/k8s.io/sample-apiserver/\|_test\.go$' |
+         xargs -n1 dirname | LC_ALL=C sort -u | sed 's#^#k8s.io/kubernetes/#' | paste -sd,) &&
+     nice -n 10 "$SRC/.openapi-gen" -i "$in" -p k8s.io/kubernetes/pkg/generated/openapi \
+       -O zz_generated.openapi -h hack/boilerplate/boilerplate.generatego.txt \
+       -r "$SRC/.openapi-violations.report")
+  fi
   # providerless: no in-tree cloud providers; dockerless: no dockershim (the
   # cluster talks CRI to containerd).  About 250 fewer packages to compile.
   for b in kubelet kube-scheduler kube-controller-manager kube-apiserver; do
