@@ -28,7 +28,9 @@ KUBELET_PORT=$((PORT_BASE + 3))
 KUBELET_HEALTH_PORT=$((PORT_BASE + 4))
 KCM_PORT=$((PORT_BASE + 5))
 SCHED_PORT=$((PORT_BASE + 6))
-NODE_NAME=${KEG_K8S_NODE:-kegfs-node}
+# The node is "localhost": kubelet refuses a loopback --node-ip, so the API
+# server reaches the kubelet (logs, exec) by the node's Hostname address.
+NODE_NAME=${KEG_K8S_NODE:-localhost}
 CGROUP_ROOT=kegfs-k8s
 BRIDGE=kegk8s0
 POD_CIDR=10.244.87.0/24
@@ -200,7 +202,7 @@ k8s_control_plane() {
     --client-ca-file "$p/ca.crt" --tls-cert-file "$p/apiserver.crt" --tls-private-key-file "$p/apiserver.key" \
     --kubelet-client-certificate "$p/apiserver-kubelet-client.crt" \
     --kubelet-client-key "$p/apiserver-kubelet-client.key" \
-    --kubelet-preferred-address-types InternalIP \
+    --kubelet-preferred-address-types Hostname \
     --service-account-key-file "$p/sa.pub" --service-account-signing-key-file "$p/sa.key" \
     --service-account-issuer https://kubernetes.default.svc \
     --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
@@ -281,7 +283,7 @@ EOF
     --kubeconfig "$K8S_DIR/kubelet.kubeconfig" --root-dir "$k" \
     --container-runtime remote \
     --container-runtime-endpoint "unix://$K8S_DIR/containerd/containerd.sock" \
-    --hostname-override "$NODE_NAME" --node-ip 127.0.0.1 \
+    --hostname-override "$NODE_NAME" \
     --pod-infra-container-image "$PAUSE_IMAGE" --v 2
   wait_for "node $NODE_NAME Ready" 180 k8s_node_ready || return 1
 }
