@@ -134,13 +134,14 @@ build_images() {
       { log "podman build of localhost/$b:e2e failed"; return 1; }
   done
   podman tag localhost/pause:e2e "$PAUSE_IMAGE"
-  podman tag "$IMAGE" "$IMAGE2"
-  for b in "$IMAGE" "$IMAGE2" "$APP_IMAGE" "$PAUSE_IMAGE" localhost/csi-provisioner:e2e \
+  for b in "$IMAGE" "$APP_IMAGE" "$PAUSE_IMAGE" localhost/csi-provisioner:e2e \
            localhost/csi-resizer:e2e localhost/csi-node-driver-registrar:e2e localhost/livenessprobe:e2e; do
     podman save -q --format docker-archive -o "$d/img.tar" "$b" || { log "podman save $b failed"; return 1; }
     k8s_load_image "$d/img.tar" || { log "import of $b into containerd failed"; return 1; }
     rm -f "$d/img.tar"
   done
+  # the "new image tag" of the rolling update (scenario 05)
+  ctr -a "$K8S_DIR/containerd/containerd.sock" -n k8s.io images tag "$IMAGE" "$IMAGE2" >/dev/null
 }
 
 # --- backends ------------------------------------------------------------
