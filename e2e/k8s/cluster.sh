@@ -144,6 +144,11 @@ k8s_certs() {
 
 k8s_containerd() {
   local c=$K8S_DIR/containerd
+  # CAP_SYS_RESOURCE is bit 24 of the effective capabilities
+  local capeff
+  capeff=$(awk '/^CapEff/ {print $2}' /proc/self/status)
+  RESTRICT_OOM=false
+  (( (0x$capeff >> 24) & 1 )) || RESTRICT_OOM=true
   mkdir -p "$c/root" "$c/state" "$K8S_DIR/cni/net.d" "$K8S_DIR/cni/ipam"
   cat > "$c/config.toml" <<EOF
 version = 2
@@ -159,6 +164,10 @@ state = "$c/state"
   address = ""
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "$PAUSE_IMAGE"
+  # Without CAP_SYS_RESOURCE (as on this VM) runc cannot lower oom_score_adj
+  # to kubelet's -998 and every sandbox fails with "can't get final child's
+  # PID from pipe: EOF"; bound it by containerd's own value instead.
+  restrict_oom_score_adj = $RESTRICT_OOM
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"
