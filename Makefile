@@ -3,7 +3,8 @@
 #   make test   install what is missing, build (plain and ASan+UBSan), start the real servers
 #               the tests need on 127.0.0.1 (Redis, Ceph S3 gateway), run every test
 # Others: make build, make install [PREFIX=/usr/local], make umount, make test-long,
-#         make bench, make clean.
+#         make bench, make clean,
+#         make e2e-k8s (a real single-node Kubernetes cluster from $KEG_K8S_BIN; docs/testing.md).
 
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
@@ -11,7 +12,7 @@ JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 PREFIX     ?= /usr/local
 
-.PHONY: all deps deps-test build build-asan install run umount test test-unit test-long bench clean
+.PHONY: all deps deps-test build build-asan install run umount test test-unit test-long bench clean e2e-k8s
 
 all: build
 
@@ -50,6 +51,10 @@ test-unit: build build-asan
 
 test-long: deps-test build build-asan
 	@scripts/test.sh --build $(BUILD) --asan-build $(ASAN_BUILD) --long
+
+# Exit 77 with what is missing when $KEG_K8S_BIN or the container tools are absent.
+e2e-k8s: deps-test
+	@e2e/k8s/run.sh
 
 bench: deps-test build
 	@bench/run.sh $(BUILD)

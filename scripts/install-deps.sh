@@ -23,7 +23,7 @@ TEST_PKGS=(
   redis-server redis-tools
   radosgw ceph-mon ceph-osd ceph-common
   attr acl util-linux procps psmisc curl xxd
-  python3 python3-grpcio python3-grpc-tools
+  python3 python3-grpcio python3-grpc-tools python3-yaml
 )
 
 want=("${RUN_PKGS[@]}")

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # test.sh -- everything `make test` runs, in order:
-#   1. unit tests (cmocka, ctest) in the plain build and under ASan+UBSan
+#   1. unit tests (cmocka, ctest) in the plain build and under ASan+UBSan, and the
+#      rendered Helm chart and kustomize overlays (e2e/render/check-manifests.py)
 #   2. a real redis-server on 127.0.0.1: engine contract suite + Redis-specific tests
 #   3. a real Ceph S3 gateway on 127.0.0.1 (checks SigV4): object-store contract + live S3 tests
 #   4. real FUSE mounts: the mount suite on sqlite+file and on redis+s3
-#   5. the CSI driver: conformance client, the local e2e over csi.sock, and the
-#      mount-holder tests (e2e/outlive: host level, then podman when present)
+#   5. the CSI driver: conformance client, the local e2e over csi.sock, the
+#      mount-holder tests (e2e/outlive: host level, then podman when present), and the
+#      Kubernetes e2e on a local cluster (e2e/k8s/run.sh; skipped without $KEG_K8S_BIN)
 # Servers are stopped on exit.  The last line is "N passed, M failed".
 #
 # Options: --build DIR --asan-build DIR --unit-only --long
@@ -103,6 +105,9 @@ stage() {
 
 stage checksrc scripts/checksrc.sh
 stage docs /usr/bin/python3 scripts/check-docs.py
+# Helm chart and kustomize overlays: same objects, every reference resolves
+# (skips with 77 without kubectl; without helm after checking the overlays).
+stage manifests /usr/bin/python3 e2e/render/check-manifests.py
 stage unit ctest --test-dir "$BUILD" --output-on-failure -j2 -L unit
 stage unit-asan env ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir "$ASAN" --output-on-failure -j2 -L unit
@@ -159,6 +164,9 @@ if [ $UNIT_ONLY = 0 ]; then
   if [ -x e2e/outlive/podman-e2e.sh ]; then
     stage csi-outlive-podman env KEG_BUILD="$BUILD" e2e/outlive/podman-e2e.sh
   fi
+  # a real single-node Kubernetes cluster: only where $KEG_K8S_BIN holds the
+  # binaries (docs/testing.md); otherwise it skips with 77
+  stage e2e-k8s e2e/k8s/run.sh
 fi
 
 echo

@@ -2,8 +2,10 @@
 # run.sh -- kind-based e2e for Docker-capable CI (cannot run on machines without a
 # container engine).  Builds the image, creates a one-node kind cluster, loads
 # the image, installs the driver (kustomize overlay `ci`, or the Helm chart with
-# KEG_E2E_INSTALL=helm), runs e2e/scenarios/*.sh, and dumps `kubectl describe`
-# and logs on failure.  KEG_E2E_KEEP=1 keeps the cluster.
+# KEG_E2E_INSTALL=helm), runs the shared scenarios (e2e/scenarios/run.sh, the
+# ones kind can run: file store, in-cluster Redis; KEG_E2E_ONLY=REGEX selects),
+# and dumps `kubectl describe` and logs on failure.  KEG_E2E_KEEP=1 keeps the
+# cluster.
 #   e2e/kind/run.sh
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
@@ -46,24 +48,30 @@ kind load docker-image "$IMAGE" --name "$CLUSTER"
 echo "--- install"
 if [ "${KEG_E2E_INSTALL:-kustomize}" = helm ]; then
   command -v helm >/dev/null || { echo "helm not installed"; exit 1; }
+  # The same install as the ci overlay: e2e/kind/values-ci.yaml (file store on
+  # a hostPath mounted by the controller and the node plugin) and its Redis.
   kubectl create namespace "$NS" --dry-run=client -o yaml | kubectl apply -f -
   kubectl apply -n "$NS" -f "$REPO/manifests/overlays/ci/redis.yaml"
-  helm upgrade --install kegfs "$REPO/charts/kegfs-csi" -n "$NS" \
-    --set image.repository=kegfs-csi --set image.tag=ci --set image.pullPolicy=Never \
-    --set secret.create=true --set secret.storage=file --set secret.bucket=/tmp/kegfs-data \
-    --set secret.metaurl=redis://kegfs-redis.$NS.svc:6379/1 --set node.debug=true
+  helm upgrade --install kegfs-csi "$REPO/charts/kegfs-csi" -n "$NS" \
+    -f "$REPO/e2e/kind/values-ci.yaml"
 else
   kubectl apply -k "$REPO/manifests/overlays/ci"
 fi
-kubectl -n "$NS" rollout status deploy/kegfs-redis --timeout=180s || true
-kubectl -n "$NS" rollout status deploy/kegfs-csi-controller --timeout=180s 2>/dev/null ||
-  kubectl -n "$NS" rollout status deploy/kegfs-kegfs-csi-controller --timeout=180s
-kubectl -n "$NS" rollout status ds --timeout=180s
+# Both installs name the workloads kegfs-csi-controller / kegfs-csi-node.
+kubectl -n "$NS" rollout status deploy/kegfs-redis --timeout=180s
+kubectl -n "$NS" rollout status deploy/kegfs-csi-controller --timeout=180s
+kubectl -n "$NS" rollout status ds/kegfs-csi-node --timeout=180s
 
 echo "--- scenarios"
-fail=0
-for s in "$REPO"/e2e/scenarios/*.sh; do
-  echo "=== $(basename "$s")"
-  if bash "$s"; then echo "PASS $(basename "$s")"; else echo "FAIL $(basename "$s")"; fail=1; fi
-done
-exit $fail
+# The scenario files are shared with the local cluster (e2e/k8s/run.sh).
+# Backend inspection: keys in the in-cluster Redis, objects in the node's
+# file store.
+node_ctr=$CLUSTER-control-plane
+export KEG_E2E_STORE=file KEG_E2E_APP_IMAGE=busybox:1.36 KEG_E2E_CACHE_DIR=/var/cache/kegfs
+export KEG_E2E_KEYS_CMD="kubectl -n $NS exec deploy/kegfs-redis -- redis-cli -n 1 --scan --pattern \"*{\$1}*\" | wc -l"
+export KEG_E2E_OBJECTS_CMD="docker exec $node_ctr sh -c \"find /var/lib/kegfs-data/\$1 -type f 2>/dev/null | wc -l\""
+export KEG_E2E_HOST_LOGS=""
+docker tag "$IMAGE" kegfs-csi:ci2
+kind load docker-image kegfs-csi:ci2 --name "$CLUSTER"
+export KEG_E2E_NODE_IMAGE_2=kegfs-csi:ci2
+"$REPO/e2e/scenarios/run.sh" "${KEG_E2E_ONLY:-.}"

@@ -28,4 +28,14 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 
 {{- define "kegfs-csi.controllerSA" -}}{{ include "kegfs-csi.fullname" . }}-controller{{- end -}}
 {{- define "kegfs-csi.nodeSA" -}}{{ include "kegfs-csi.fullname" . }}-node{{- end -}}
-{{- define "kegfs-csi.pluginDir" -}}{{ .Values.kubeletDir }}/plugins/{{ .Values.driverName }}{{- end -}}
+{{/* The CSI driver name kegfs-csi registers with (csi/csi_i.h CSI_DRIVER_NAME). */}}
+{{- define "kegfs-csi.driverName" -}}csi.kegfs.io{{- end -}}
+{{- define "kegfs-csi.pluginDir" -}}{{ .Values.kubeletDir }}/plugins/{{ include "kegfs-csi.driverName" . }}{{- end -}}
+
+{{/* securityContext of a sidecar: no privileges, read-only root file system. */}}
+{{- define "kegfs-csi.sidecarSecurityContext" -}}
+readOnlyRootFilesystem: true
+allowPrivilegeEscalation: false
+capabilities: {drop: [ALL]}
+seccompProfile: {type: RuntimeDefault}
+{{- end -}}
