@@ -298,6 +298,29 @@ def self_test(ci_objs):
            "no error reported")
 
 
+def check_metrics(objs):
+    """metrics.enabled: both kegfs-csi containers serve --metrics on a named port that a
+    Service of their component selects, and a ServiceMonitor scrapes it."""
+    for comp in ("controller", "node"):
+        work = [o for o in driver_objects(objs) if o.get("kind") in ("Deployment", "DaemonSet")
+                and ((o.get("metadata") or {}).get("labels") or {})
+                .get("app.kubernetes.io/component") == comp]
+        cs = [c for o in work for c in containers(o) if c.get("name") == "kegfs-csi"]
+        ok = bool(cs) and all(any(a.startswith("--metrics=") for a in c.get("args", [])) and
+                              any(p.get("name") == "metrics" for p in c.get("ports", []))
+                              for c in cs)
+        report(ok, "chart-metrics: %s serves --metrics on a named port" % comp)
+        svcs = [o for o in objs if o.get("kind") == "Service" and
+                ((o.get("spec") or {}).get("selector") or {}).get("app.kubernetes.io/component")
+                == comp and any(p.get("targetPort") == "metrics"
+                                for p in (o.get("spec") or {}).get("ports", []))]
+        report(bool(svcs), "chart-metrics: a Service selects the %s's metrics port" % comp)
+        mons = [o for o in objs if o.get("kind") == "ServiceMonitor" and
+                (((o.get("spec") or {}).get("selector") or {}).get("matchLabels") or {})
+                .get("app.kubernetes.io/component") == comp]
+        report(bool(mons), "chart-metrics: a ServiceMonitor scrapes the %s" % comp)
+
+
 def main():
     kubectl = find_tool("kubectl")
     helm = find_tool("helm")
@@ -335,6 +358,11 @@ def main():
             with open(os.path.join(REPO, "manifests", "overlays", "ci", "redis.yaml")) as f:
                 kind += load(f.read(), NS)
             report(True, "chart-kind: renders")
+            metrics = render_chart(helm, [
+                "--set", "secret.create=true", "--set", "secret.metaurl=redis://r:6379/1",
+                "--set", "secret.bucket=https://s3.example.com/kegfs",
+                "--set", "metrics.enabled=true", "--set", "metrics.serviceMonitor.enabled=true"])
+            check_metrics(metrics)
             check_install("chart", chart, [NS])
             check_install("chart-kind", kind, [NS])
             compare("chart-kind", chart, kind, False)
