@@ -2040,6 +2040,9 @@ static int mr_getattr(struct keg_meta *m, uint64_t ino, struct keg_attr *out)
     else
         rc = mr_attr_decode(ino, r, &tmp);
     freeReplyObject(r);
+    /* a missing inode may be the whole volume gone (at most one check a second) */
+    if (rc == -ENOENT && mr_volume_check(p, 0, "getattr"))
+        rc = -EIO;
     if (rc == 0)
         *out = tmp;
     return rc;
