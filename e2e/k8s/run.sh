@@ -238,6 +238,11 @@ patches:
       - {op: replace, path: /spec/template/spec/containers/2/args/1, value: --health-port=$HEALTH_NODE}
       - {op: replace, path: /spec/template/spec/volumes/4/hostPath/path, value: $K8S_DIR/kegfs-state}
       - {op: replace, path: /spec/template/spec/volumes/5/hostPath/path, value: $K8S_DIR/kegfs-cache}
+  - target: {kind: DaemonSet, name: kegfs-mount-holder}
+    patch: |-
+      - {op: add, path: /spec/template/spec/hostNetwork, value: true}
+      - {op: add, path: /spec/template/spec/dnsPolicy, value: ClusterFirstWithHostNet}
+      - {op: replace, path: /spec/template/spec/volumes/3/hostPath/path, value: $K8S_DIR/kegfs-cache}
   - path: apiserver-env.yaml
     target: {kind: Deployment, name: kegfs-csi-controller}
   - target: {kind: Deployment, name: kegfs-csi-controller}
