@@ -33,10 +33,14 @@ sessions() {   # number of sessions `kegfs status` lists with mount point $1
 }
 
 B_OPTS=(--attr-cache 0 --entry-cache 0 --heartbeat 2)
-"$KEGFS" mount --help 2>&1 | grep -q -- --no-supervisor && B_OPTS+=(--no-supervisor)
+# (the whole help first: grep -q would leave kegfs writing to a closed pipe)
+mount_help=$("$KEGFS" mount --help 2>&1)
+grep -q -- --no-supervisor <<< "$mount_help" && B_OPTS+=(--no-supervisor)
 m2_mount "$B" "$WORK/mounterB.log" "$META" "${B_OPTS[@]}"
 pidB=$(m2_pid "$B")
-[ "$(pgrep -c -f "kegfs.* mount .*$B\$")" = 1 ] || fail "more than one mounter process for $B"
+# the `mount -d` parent may still be on its way out on a loaded machine
+one_mounter() { [ "$(pgrep -c -f "kegfs.* mount .*$B\$")" = 1 ]; }
+wait_for 5 one_mounter || fail "more than one mounter process for $B: $(pgrep -af "kegfs.* mount .*$B\$")"
 [ -n "$pidB" ] || fail "no mounter process for $B"
 assert_eq "$(sessions "$B")" 1 "sessions of mount B in kegfs status"
 

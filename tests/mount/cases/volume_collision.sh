@@ -27,7 +27,8 @@ mt_umount
 objs_a=$(obj_keys) || fail "listing the objects failed"
 [ -n "$objs_a" ] || fail "volume A has no block objects"
 obj_exists "$VOL/kegfs.volume" || fail "format wrote no volume marker $VOL/kegfs.volume"
-"$KEGFS" status "$META" 2>&1 | grep -q "blocks: *version 2 (bound to their key and volume)" \
+status_out=$("$KEGFS" status "$META" 2>&1)
+grep -q "blocks: *version 2 (bound to their key and volume)" <<< "$status_out" \
   || fail "kegfs status does not show block identities on a new volume"
 
 # 1. the same name on the same storage, another metadata URL: refused, nothing written
