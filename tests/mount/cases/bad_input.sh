@@ -51,8 +51,8 @@ expect_fail 'already|exists|formatted|--force' \
 expect_fail 'already|exists|formatted|--force' \
   "$KEGFS" format --storage "$STORAGE" --bucket "$BUCKET" --block-size 1M "$META" other-name
 "$KEGFS" status "$META" > "$B/status.after" 2>&1 || fail "status failed after refused format"
-grep -iE 'block|name|uuid' "$B/status.before" | grep -viE 'session|used|time|heartbeat|inodes|bytes' > "$B/s1"
-grep -iE 'block|name|uuid' "$B/status.after" | grep -viE 'session|used|time|heartbeat|inodes|bytes' > "$B/s2"
+grep -iE 'block|name|uuid' "$B/status.before" | grep -viE 'session|used|time|heartbeat|inodes|bytes|cached' > "$B/s1"
+grep -iE 'block|name|uuid' "$B/status.after" | grep -viE 'session|used|time|heartbeat|inodes|bytes|cached' > "$B/s2"
 cmp -s "$B/s1" "$B/s2" || fail "volume settings changed by a refused format: $(diff "$B/s1" "$B/s2")"
 assert_eq "$(cat "$MNT/keep")" precious "file after a refused format"
 
