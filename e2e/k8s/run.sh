@@ -264,6 +264,10 @@ EOF
     patch: |-
       - {op: add, path: /spec/template/spec/volumes/-, value: {name: data, hostPath: {path: $K8S_DIR/data, type: DirectoryOrCreate}}}
       - {op: add, path: /spec/template/spec/containers/0/volumeMounts/-, value: {name: data, mountPath: $K8S_DIR/data}}
+  - target: {kind: DaemonSet, name: kegfs-mount-holder}
+    patch: |-
+      - {op: add, path: /spec/template/spec/volumes/-, value: {name: data, hostPath: {path: $K8S_DIR/data, type: DirectoryOrCreate}}}
+      - {op: add, path: /spec/template/spec/containers/0/volumeMounts/-, value: {name: data, mountPath: $K8S_DIR/data}}
 EOF
     fi
   } > "$ov/kustomization.yaml"
