@@ -671,8 +671,10 @@ static int mm_holder_reconcile(struct csi_mount_mgr *mm, struct csi_state *state
     keg_free(text);
     char n[32], failed[32];
     if (rc == 0) {
-        hm_get(resp, "count", n, sizeof(n));
-        hm_get(resp, "failed", failed, sizeof(failed));
+        if (!hm_get(resp, "count", n, sizeof(n)) || !n[0])
+            snprintf(n, sizeof(n), "0");
+        if (!hm_get(resp, "failed", failed, sizeof(failed)) || !failed[0])
+            snprintf(failed, sizeof(failed), "0");
         if (strcmp(failed, "0") != 0)
             KEG_ERR("mount holder: %s of %s mounter(s) could not be upgraded to %s (they run "
                     "their old binary; see the holder's log)", failed, n, copy);

@@ -131,6 +131,7 @@ class Plugin:
             [self.args.csi_bin, "--endpoint", "unix://" + self.sock, "--nodeid", "e2e-node",
              "--mode", "all", "--state-dir", os.path.join(self.args.workdir, "state"),
              "--mounter", kegfs, "--mount-mode", "holder",
+             "--kubelet-dir", self.args.workdir,
              "--holder-socket", self.holder_sock, "--watchdog-ms", "500"],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         client = csiclient.Client("unix://" + self.sock)

@@ -114,6 +114,7 @@ class Env:
                         ["--endpoint", "unix://%s/csi.sock" % W, "--nodeid", "e2e-node",
                          "--mode", "all", "--state-dir", "%s/state" % W,
                          "--mounter", "/usr/local/bin/kegfs", "--mount-mode", "holder",
+                         "--kubelet-dir", W,
                          "--holder-socket", "%s/holder/holder.sock" % W,
                          "--watchdog-ms", "500"], entry="/usr/local/bin/kegfs-csi")
         return name, self.client()
