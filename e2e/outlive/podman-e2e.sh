@@ -4,7 +4,7 @@
 # the kubelet pods dir), app containers binding the target with rslave
 # (HostToContainer) propagation; see podman_e2e.py for the events and checks.
 # The binaries of the build are bind-mounted into the image: KEG_PODMAN_IMAGE,
-# else localhost/kegfs:dev (the Dockerfile), else localhost/kegfs-runtime:dev,
+# else localhost/kegfs:dev (the Dockerfile), else localhost/kegfs-runtime:<hash of the file>,
 # built from Containerfile.runtime on localhost/debian:12-slim when missing.
 # Exit 77 (skipped) without podman, root, /dev/fuse or a base image.
 #   KEG_BUILD=/path/to/build e2e/outlive/podman-e2e.sh
@@ -24,7 +24,7 @@ if [ -z "$IMAGE" ]; then
   if podman image exists localhost/kegfs:dev; then
     IMAGE=localhost/kegfs:dev
   else
-    IMAGE=localhost/kegfs-runtime:dev
+    IMAGE=localhost/kegfs-runtime:$(sha256sum "$REPO/e2e/outlive/Containerfile.runtime" | cut -c1-12)
     if ! podman image exists "$IMAGE"; then
       podman image exists localhost/debian:12-slim ||
         { echo "SKIP: no localhost/debian:12-slim base image"; exit 77; }
