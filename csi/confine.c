@@ -78,8 +78,13 @@ static int confine_walk(int dfd, const char *rel, int create, mode_t mode)
             break;
         }
         struct stat sb;
+        int last = rel[strspn(rel, "/")] == '\0';
         if (fstatat(dfd, comp, &sb, AT_SYMLINK_NOFOLLOW) < 0) {
             rc = -errno;
+            if (rc == -ENOTCONN && last) {
+                rc = 0;         /* the target is a dead FUSE mount: it exists, no link */
+                break;
+            }
             if (rc != -ENOENT)
                 break;
             if (!create)

@@ -80,8 +80,9 @@ struct hmount {
     int      readonly;
     pid_t    pid;            /* the mounter (supervisor); 0: not running */
     int      busy;           /* a request is starting or upgrading it */
-    unsigned restarts;       /* by the monitor */
+    unsigned restarts;       /* by the monitor, since the mounter last ran 10 s */
     uint64_t next_try_ms;    /* restart backoff */
+    uint64_t spawned_ms;     /* when the monitor last started it */
 };
 
 static pthread_mutex_t hold_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -893,6 +894,10 @@ static void monitor_once(void)
             continue;
         if (m->pid && !pid_is_mounter(m->pid, m->target))
             m->pid = 0;                         /* an adopted mounter that went away */
+        /* the backoff is for mounters that keep failing: one that ran 10 s
+         * after its restart starts the count again */
+        if (m->pid && m->restarts && now - m->spawned_ms > 10000)
+            m->restarts = 0;
         if (m->pid || now < m->next_try_ms)
             continue;
         char parent[PATH_MAX];
@@ -917,6 +922,7 @@ static void monitor_once(void)
                  "mount", m->target, m->volume_id);
         m->restarts++;
         m->next_try_ms = now + (m->restarts > 5 ? 5000 : 500);
+        m->spawned_ms = now;
         if (hm_spawn(m) == 0)
             hm_save();
     }

@@ -314,7 +314,9 @@ def main():
                 except OSError:
                     pass
             time.sleep(0.02)
-        newpid = holder_list(hsock)[t1]["pid"]
+        # the holder lists the target again once the new mounter is registered
+        wait_until(5, lambda: t1 in holder_list(hsock))
+        newpid = holder_list(hsock).get(t1, {}).get("pid", "none")
         step("(c) mounter killed outright: mounted again within 2 s",
              back is not None and back < 2.0 and newpid != str(pid),
              "back after %s s (mounter %d -> %s)" % ("%.2f" % back if back else "never", pid,
