@@ -25,7 +25,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mount.h>
@@ -41,6 +40,7 @@
 #include "csi_i.h"
 #include "keg/hash.h"
 #include "keg/mem.h"
+#include "keg/spawn.h"
 #include "keg/mountinfo.h"
 #include "keg/retry.h"
 #include "mount_mgr.h"
@@ -48,7 +48,6 @@
 #define KEG_LOG_TAG "csi.mount"
 #include "keg/log.h"
 
-extern char **environ;
 
 struct mm_proc {
     char *mounter;          /* path of the kegfs binary */
@@ -167,8 +166,6 @@ static int mm_start(struct csi_mount_mgr *mm, const struct csi_mount_req *req, p
                     char *err, size_t errlen)
 {
     struct mm_proc *p = mm->priv;
-    posix_spawn_file_actions_t fa;
-    posix_spawnattr_t attr;
     const char *argv[12];
     char hash[17], *logpath = NULL;
     int argc = 0, rc;
@@ -198,22 +195,7 @@ static int mm_start(struct csi_mount_mgr *mm, const struct csi_mount_req *req, p
     argv[argc++] = req->target;
     argv[argc] = NULL;
 
-    posix_spawn_file_actions_init(&fa);
-    posix_spawnattr_init(&attr);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 1, logpath, O_WRONLY | O_CREAT | O_APPEND, 0600);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    posix_spawn_file_actions_addclosefrom_np(&fa, 3);
-    sigset_t none, all;
-    sigemptyset(&none);
-    sigfillset(&all);
-    posix_spawnattr_setsigmask(&attr, &none);       /* the plugin blocks SIGTERM in threads */
-    posix_spawnattr_setsigdefault(&attr, &all);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK |
-                                        POSIX_SPAWN_SETSIGDEF);
-    rc = posix_spawn(&child, p->mounter, &fa, &attr, (char *const *)argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    posix_spawnattr_destroy(&attr);
+    rc = -keg_spawn_logged(p->mounter, argv, logpath, &child);
     if (rc != 0) {
         snprintf(err, errlen, "cannot start the mounter %s: %s", p->mounter, strerror(rc));
         keg_free(logpath);

@@ -50,7 +50,6 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,10 +65,10 @@
 #define KEG_LOG_TAG "holder"
 #include "keg/log.h"
 #include "keg/mem.h"
+#include "keg/spawn.h"
 
 #include "mnt_i.h"
 
-extern char **environ;
 
 #define HOLD_FUSE_MAGIC   0x65735546
 #define HOLD_MOUNT_WAIT_MS 30000
@@ -312,8 +311,6 @@ static void cg_place(pid_t pid, const char *target)
 /* Start the mounter of m.  LOCKS: hold_mu (short: a posix_spawn).  Returns 0 or -errno. */
 static int hm_spawn(struct hmount *m)
 {
-    posix_spawn_file_actions_t fa;
-    posix_spawnattr_t attr;
     const char *argv[12];
     char h[17];
     int argc = 0;
@@ -334,23 +331,8 @@ static int hm_spawn(struct hmount *m)
     }
     argv[argc++] = m->target;
     argv[argc] = NULL;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawnattr_init(&attr);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    posix_spawn_file_actions_addclosefrom_np(&fa, 3);
-    sigset_t none, all;
-    sigemptyset(&none);
-    sigfillset(&all);
-    posix_spawnattr_setsigmask(&attr, &none);
-    posix_spawnattr_setsigdefault(&attr, &all);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK |
-                                        POSIX_SPAWN_SETSIGDEF);
     pid_t pid = 0;
-    int rc = posix_spawn(&pid, m->binary, &fa, &attr, (char *const *)argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    posix_spawnattr_destroy(&attr);
+    int rc = -keg_spawn_logged(m->binary, argv, log, &pid);
     if (rc) {
         KEG_ERR("target=%s: cannot start %s: %s", m->target, m->binary, strerror(rc));
         keg_free(log);
