@@ -159,7 +159,8 @@ int keg_meta_open(const char *url, struct keg_meta **out)
     m->url_redacted = keg_malloc(rlen);
     if (ops->priv_size)
         m->priv = keg_calloc(1, ops->priv_size);
-    if (!m->url || !m->url_redacted || (ops->priv_size && !m->priv)) {
+    m->stats = keg_calloc(KEG_META_OP_N, sizeof(*m->stats));
+    if (!m->url || !m->url_redacted || (ops->priv_size && !m->priv) || !m->stats) {
         rc = -ENOMEM;
         goto fail;
     }
@@ -171,6 +172,7 @@ int keg_meta_open(const char *url, struct keg_meta **out)
     *out = m;
     return 0;
 fail:
+    keg_free(m->stats);
     keg_free(m->priv);
     keg_free(m->url_redacted);
     keg_free(m->url);
@@ -184,6 +186,7 @@ void keg_meta_close(struct keg_meta *m)
         return;
     if (m->ops->close)
         m->ops->close(m);
+    keg_free(m->stats);
     keg_free(m->priv);
     keg_free(m->url_redacted);
     keg_free(m->url);

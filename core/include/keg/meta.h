@@ -40,6 +40,7 @@
 #include <sys/types.h>
 
 #include "keg/keg.h"
+#include "keg/metrics.h"
 
 /*----------------------------------------------------------------------------
  * Records
@@ -288,7 +289,7 @@ struct keg_meta_ops {
                    const char *newname, unsigned flags, struct keg_attr *moved,
                    struct keg_unlinked *gone);
     /* Entries of directory ino with name > after (byte order; after == NULL:
-     * from the start), in increasing name order, at most max of them; "." and
+     * from the start), in increasing name order, at most max of them (max 0: all); "." and
      * ".." are not stored.  cb returning non-zero stops early (not an error).
      * Returns the number of entries delivered, or -errno.  -ENOTDIR. */
     int  (*readdir)(struct keg_meta *m, uint64_t ino, const char *after, uint32_t max, int plus,
@@ -387,6 +388,8 @@ struct keg_meta {
      * keg_meta_open_set(). */
     keg_meta_open_inodes_fn   *open_inodes;
     void                      *open_inodes_arg;
+    /* requests per op, counted by the keg_meta_<op>() wrappers */
+    struct keg_meta_op_stats  *stats;   /* KEG_META_OP_N entries, owned by the core */
 };
 
 /*----------------------------------------------------------------------------
@@ -404,8 +407,133 @@ const struct keg_meta_ops *keg_meta_find(const char *scheme);
 int  keg_meta_open(const char *url, struct keg_meta **out);
 void keg_meta_close(struct keg_meta *m);
 
-/* Wrappers: use these, never m->ops->x directly.  An op that an engine leaves
- * NULL returns -ENOSYS. */
+/*----------------------------------------------------------------------------
+ * Checked calls (core/meta/meta_call.c)
+ *
+ * The rest of the code calls keg_meta_<op>(m, ...), never m->ops->op: each
+ * wrapper validates its input once for every engine, calls the engine (an op
+ * the engine leaves NULL returns -ENOSYS), checks the engine's return contract
+ * with KEG_ASSERT (-errno in [-4095, -1] only, counts within what was asked,
+ * out-params set on success) and counts the request (keg_meta_op_stats).
+ *
+ * Validation, done before the engine is called:
+ *  - names (lookup, mknod, link, unlink, rmdir, rename): keg_meta_check_name();
+ *    ops that add or remove a name also refuse "." and ".." (-EINVAL);
+ *  - mknod: the mode's type is one of S_IFREG/DIR/LNK/CHR/BLK/FIFO/SOCK and ino
+ *    is above the root (-EINVAL); a symlink's target passes
+ *    keg_meta_check_target();
+ *  - rename: flags are a valid KEG_RENAME_* combination (-EINVAL);
+ *  - xattr names (getxattr, setxattr, removexattr): non-empty (-EINVAL), at most
+ *    KEG_XATTR_NAME_MAX bytes (-ERANGE); setxattr: a value of at most
+ *    KEG_XATTR_SIZE_MAX bytes (-E2BIG), flags XATTR_CREATE or XATTR_REPLACE or
+ *    neither (-EINVAL).
+ * mknod, link, unlink, rmdir and rename start the keg_meta_parents() record
+ * also when validation fails (it then holds nothing).
+ *--------------------------------------------------------------------------*/
+
+/* 0 if name can be a directory entry: -EINVAL (NULL, empty, or contains '/'),
+ * -ENAMETOOLONG (more than KEG_NAME_MAX bytes), in that order.  (core/fs answers
+ * an empty name with -ENOENT first, as path resolution does.) */
+int keg_meta_check_name(const char *name);
+/* 0 if target can be a symlink's target: -EINVAL (NULL or empty),
+ * -ENAMETOOLONG (more than KEG_SYMLINK_MAX bytes). */
+int keg_meta_check_target(const char *target);
+
+/* The kinds of request counted per instance (names: keg_meta_op_name). */
+enum keg_meta_op {
+    KEG_META_OP_FORMAT_INIT, KEG_META_OP_FORMAT_LOAD, KEG_META_OP_DESTROY,
+    KEG_META_OP_ALLOC_IDS, KEG_META_OP_STATFS, KEG_META_OP_SESSION_BEGIN,
+    KEG_META_OP_SESSION_HEARTBEAT, KEG_META_OP_SESSION_END, KEG_META_OP_SESSION_LIST,
+    KEG_META_OP_SESSION_CLEAN_STALE, KEG_META_OP_LOOKUP, KEG_META_OP_GETATTR,
+    KEG_META_OP_SETATTR, KEG_META_OP_MKNOD, KEG_META_OP_LINK, KEG_META_OP_UNLINK,
+    KEG_META_OP_RMDIR, KEG_META_OP_RENAME, KEG_META_OP_READDIR, KEG_META_OP_READLINK,
+    KEG_META_OP_PURGE, KEG_META_OP_READ_CHUNK, KEG_META_OP_WRITE_SLICES,
+    KEG_META_OP_TRUNCATE, KEG_META_OP_COMPACT_CHUNK, KEG_META_OP_DELQ_PEEK,
+    KEG_META_OP_DELQ_ACK, KEG_META_OP_GETXATTR, KEG_META_OP_SETXATTR,
+    KEG_META_OP_LISTXATTR, KEG_META_OP_REMOVEXATTR, KEG_META_OP_FLOCK, KEG_META_OP_GETLK,
+    KEG_META_OP_SETLK, KEG_META_OP_SYNC, KEG_META_OP_NEXT_CHUNK,
+    KEG_META_OP_NAME_CACHE_STATS,
+    KEG_META_OP_N,
+};
+
+/* "lookup", "write_slices", ... (the field name in keg_meta_ops). */
+const char *keg_meta_op_name(enum keg_meta_op op);
+
+/* What the wrappers counted of the requests that reached the engine (calls
+ * refused by validation and ops the engine lacks are not counted).  All
+ * fields atomic. */
+struct keg_meta_op_stats {
+    uint64_t requests;                  /* calls answered by the engine */
+    uint64_t errors;                    /* of them, failures of the engine itself:
+                                         * keg_meta_is_failure() (-EIO, ...), not
+                                         * answers such as -ENOENT or -EEXIST */
+    struct keg_metrics_hist latency;    /* engine latency of those calls */
+};
+
+/* 1 if rc is a failure of the engine (unreachable, corrupt record, out of
+ * memory: -EIO, -ENOMEM, -ETIMEDOUT, -ECONNREFUSED, -ECONNRESET, -ENOTCONN,
+ * -EPIPE, -EHOSTUNREACH, -EPROTO, -EBADMSG, -EROFS), 0 for success and for the
+ * answers the contract lists (-ENOENT, -EEXIST, -EAGAIN, -ENOSPC, ...). */
+int keg_meta_is_failure(int64_t rc);
+
+/* The KEG_META_OP_N counters of m.  BORROWS: m; valid until keg_meta_close. */
+const struct keg_meta_op_stats *keg_meta_stats(const struct keg_meta *m);
+
+int keg_meta_format_init(struct keg_meta *m, const struct keg_format *f, uint32_t root_mode,
+                         uint32_t uid, uint32_t gid, int force);
+int keg_meta_format_load(struct keg_meta *m, struct keg_format *f);
+int keg_meta_destroy(struct keg_meta *m);
+int keg_meta_alloc_ids(struct keg_meta *m, int kind, uint32_t n, uint64_t *first);
+int keg_meta_statfs(struct keg_meta *m, uint64_t *used_bytes, uint64_t *used_inodes);
+int keg_meta_session_begin(struct keg_meta *m, const char *info, uint64_t *sid);
+int keg_meta_session_heartbeat(struct keg_meta *m);
+int keg_meta_session_end(struct keg_meta *m);
+int keg_meta_session_list(struct keg_meta *m, keg_meta_session_cb *cb, void *arg);
+int keg_meta_session_clean_stale(struct keg_meta *m, int64_t max_age, uint32_t *cleaned);
+int keg_meta_lookup(struct keg_meta *m, uint64_t parent, const char *name, struct keg_attr *out);
+int keg_meta_getattr(struct keg_meta *m, uint64_t ino, struct keg_attr *out);
+int keg_meta_setattr(struct keg_meta *m, uint64_t ino, unsigned set, const struct keg_attr *in,
+                     struct keg_attr *out);
+int keg_meta_mknod(struct keg_meta *m, uint64_t parent, const char *name, uint64_t ino,
+                   uint32_t mode, uint32_t uid, uint32_t gid, uint64_t rdev, const char *target,
+                   struct keg_attr *out);
+int keg_meta_link(struct keg_meta *m, uint64_t ino, uint64_t newparent, const char *newname,
+                  struct keg_attr *out);
+int keg_meta_unlink(struct keg_meta *m, uint64_t parent, const char *name,
+                    struct keg_unlinked *gone);
+int keg_meta_rmdir(struct keg_meta *m, uint64_t parent, const char *name);
+int keg_meta_rename(struct keg_meta *m, uint64_t parent, const char *name, uint64_t newparent,
+                    const char *newname, unsigned flags, struct keg_attr *moved,
+                    struct keg_unlinked *gone);
+int keg_meta_readdir(struct keg_meta *m, uint64_t ino, const char *after, uint32_t max, int plus,
+                     keg_meta_dirent_cb *cb, void *arg);
+ssize_t keg_meta_readlink(struct keg_meta *m, uint64_t ino, char *buf, size_t size);
+int keg_meta_purge(struct keg_meta *m, uint64_t ino);
+int keg_meta_read_chunk(struct keg_meta *m, uint64_t ino, uint32_t indx, struct keg_slice **out,
+                        size_t *n);
+int keg_meta_write_slices(struct keg_meta *m, uint64_t ino, size_t n,
+                          const struct keg_chunk_slice *cs, uint64_t min_size, unsigned flags,
+                          uint32_t *nslices, struct keg_attr *out);
+int keg_meta_truncate(struct keg_meta *m, uint64_t ino, uint64_t size, struct keg_attr *out);
+int keg_meta_compact_chunk(struct keg_meta *m, uint64_t ino, uint32_t indx,
+                           const struct keg_slice *old, size_t nold, size_t keep,
+                           const struct keg_slice *repl);
+int keg_meta_delq_peek(struct keg_meta *m, struct keg_del_slice *out, uint32_t max);
+int keg_meta_delq_ack(struct keg_meta *m, const struct keg_del_slice *done, uint32_t n);
+ssize_t keg_meta_getxattr(struct keg_meta *m, uint64_t ino, const char *name, void *buf,
+                          size_t size);
+int keg_meta_setxattr(struct keg_meta *m, uint64_t ino, const char *name, const void *val,
+                      size_t len, int flags);
+ssize_t keg_meta_listxattr(struct keg_meta *m, uint64_t ino, char *buf, size_t size);
+int keg_meta_removexattr(struct keg_meta *m, uint64_t ino, const char *name);
+int keg_meta_flock(struct keg_meta *m, uint64_t ino, uint64_t owner, uint32_t type);
+int keg_meta_getlk(struct keg_meta *m, uint64_t ino, uint64_t owner, struct keg_plock *lk);
+int keg_meta_setlk(struct keg_meta *m, uint64_t ino, uint64_t owner, const struct keg_plock *lk);
+int keg_meta_sync(struct keg_meta *m);
+int keg_meta_next_chunk(struct keg_meta *m, uint64_t ino, uint32_t from, uint32_t *indx);
+int keg_meta_name_cache_stats(struct keg_meta *m, struct keg_meta_name_cache *st);
+
+/* Kept until every caller uses the wrappers above. */
 #define KEG_META_CALL(m, op, ...) \
     ((m)->ops->op ? (m)->ops->op((m), __VA_ARGS__) : -ENOSYS)
 #define KEG_META_CALL0(m, op) \
