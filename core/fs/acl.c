@@ -171,7 +171,7 @@ static int acl_write(struct keg_fs *fs, uint64_t ino, const char *name, const st
 {
     unsigned char buf[4 + 8 * ACL_MAX];
     size_t len = acl_encode(a, buf);
-    return KEG_META_CALL(fs->meta, setxattr, ino, name, buf, len, 0);
+    return keg_meta_setxattr(fs->meta, ino, name, buf, len, 0);
 }
 
 /* Set the mode bits of ino (type and other bits kept from cur). */
@@ -180,7 +180,7 @@ static int set_mode(struct keg_fs *fs, uint64_t ino, uint32_t mode)
     struct keg_attr in, out;
     memset(&in, 0, sizeof(in));
     in.mode = mode;
-    return KEG_META_CALL(fs->meta, setattr, ino, KEG_SET_MODE, &in, &out);
+    return keg_meta_setattr(fs->meta, ino, KEG_SET_MODE, &in, &out);
 }
 
 /*----- setxattr / removexattr of the ACL names -----*/
@@ -205,7 +205,7 @@ int fs_acl_set(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, const c
     rc = acl_parse(val, len, &a);
     if (rc < 0)
         return rc;
-    rc = KEG_META_CALL(fs->meta, getattr, ino, &cur);
+    rc = keg_meta_getattr(fs->meta, ino, &cur);
     if (rc < 0)
         return rc;
     if (c->uid != 0 && c->uid != cur.uid)
@@ -213,7 +213,7 @@ int fs_acl_set(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, const c
     if (fs_acl_name(name) == 2) {
         if (!S_ISDIR(cur.mode))
             return -EACCES;
-        return KEG_META_CALL(fs->meta, setxattr, ino, name, val, len, flags);
+        return keg_meta_setxattr(fs->meta, ino, name, val, len, flags);
     }
     if (S_ISLNK(cur.mode))
         return -EOPNOTSUPP;
@@ -223,11 +223,11 @@ int fs_acl_set(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, const c
     if ((mode & S_ISGID) && c->uid != 0 && !keg_ctx_in_group(c, cur.gid))
         mode &= ~(uint32_t)S_ISGID;
     if (equiv) {
-        rc = KEG_META_CALL(fs->meta, removexattr, ino, name);
+        rc = keg_meta_removexattr(fs->meta, ino, name);
         if (rc == -ENODATA)
             rc = 0;
     } else {
-        rc = KEG_META_CALL(fs->meta, setxattr, ino, name, val, len, flags);
+        rc = keg_meta_setxattr(fs->meta, ino, name, val, len, flags);
     }
     if (rc == 0 && mode != cur.mode)
         rc = set_mode(fs, ino, mode);

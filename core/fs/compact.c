@@ -217,7 +217,7 @@ static int compact_one(struct keg_fs *fs, uint64_t ino, uint32_t indx, int force
     int rc;
 
     *min_n = 0;
-    rc = KEG_META_CALL(fs->meta, read_chunk, ino, indx, &sl, &n);
+    rc = keg_meta_read_chunk(fs->meta, ino, indx, &sl, &n);
     if (rc < 0)
         goto out;
     if (n <= 1)
@@ -275,7 +275,7 @@ static int compact_one(struct keg_fs *fs, uint64_t ino, uint32_t indx, int force
         repl.size = (uint32_t)KEG_CHUNK_SIZE;   /* all holes: one hole */
         repl.len = (uint32_t)KEG_CHUNK_SIZE;
     }
-    rc = KEG_META_CALL(fs->meta, compact_chunk, ino, indx, sl, n, keep, &repl);
+    rc = keg_meta_compact_chunk(fs->meta, ino, indx, sl, n, keep, &repl);
     if (rc == -EAGAIN || rc == -ENOENT) {
         /* rewritten or deleted meanwhile: the new slice is not referenced */
         if (repl.id)

@@ -98,7 +98,7 @@ static int dh_next_batch(struct keg_fs *fs, struct keg_dh *dh, int plus)
     char *last;
 
     dh_clear_batch(dh);
-    rc = KEG_META_CALL(fs->meta, readdir, dh->ino, dh->after, FS_DIR_BATCH, plus, batch_cb, &bc);
+    rc = keg_meta_readdir(fs->meta, dh->ino, dh->after, FS_DIR_BATCH, plus, batch_cb, &bc);
     if (rc >= 0 && bc.err < 0)
         rc = bc.err;
     if (rc < 0) {
@@ -298,7 +298,7 @@ int keg_fs_opendir(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, str
 
     KEG_UNUSED(c);
     *out = NULL;
-    rc = KEG_META_CALL(fs->meta, getattr, ino, &a);
+    rc = keg_meta_getattr(fs->meta, ino, &a);
     if (rc < 0)
         return rc;
     if (!S_ISDIR(a.mode))
@@ -339,11 +339,11 @@ int keg_fs_releasedir(struct keg_fs *fs, struct keg_dh *dh)
 static int dot_attr(struct keg_fs *fs, struct keg_dh *dh, int which, struct keg_attr *out)
 {
     struct keg_attr a;
-    int rc = KEG_META_CALL(fs->meta, getattr, dh->ino, &a);
+    int rc = keg_meta_getattr(fs->meta, dh->ino, &a);
     if (rc < 0)
         return rc;
     if (which == 1 && a.parent != 0 && a.parent != a.ino) {
-        rc = KEG_META_CALL(fs->meta, getattr, a.parent, out);
+        rc = keg_meta_getattr(fs->meta, a.parent, out);
         if (rc == -ENOENT) {
             /* parent vanished (directory being moved or removed): report the pointer */
             memset(out, 0, sizeof(*out));

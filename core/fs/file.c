@@ -574,7 +574,7 @@ int fs_commit_locked(struct keg_fs *fs, struct fs_inode *ip)
         cs[n].s.pos = ws->pos;
         n++;
     }
-    rc = KEG_META_CALL(fs->meta, write_slices, ip->ino, n, cs, ip->wend, 0, &nslices, &attr);
+    rc = keg_meta_write_slices(fs->meta, ip->ino, n, cs, ip->wend, 0, &nslices, &attr);
     if (rc == 0 && nslices > FS_COMPACT_THRESHOLD) {
         for (size_t k = 0; k < n; k++) {
             if (cs[k].indx != KEG_INDX_APPEND && (k == 0 || cs[k].indx != cs[k - 1].indx))
@@ -883,7 +883,7 @@ int keg_fs_open(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, int fl
     if (fs->read_only && wr)
         return -EROFS;
     tok = fs_attr_token(fs, ino);       /* before the engine read: see keep_cache below */
-    rc = KEG_META_CALL(fs->meta, getattr, ino, &a);
+    rc = keg_meta_getattr(fs->meta, ino, &a);
     if (rc < 0)
         return rc;
     if (S_ISDIR(a.mode))
@@ -898,7 +898,7 @@ int keg_fs_open(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, int fl
     if ((flags & O_TRUNC) && S_ISREG(a.mode)) {
         rc = fs_commit_locked(fs, ip);
         if (rc == 0)
-            rc = KEG_META_CALL(fs->meta, truncate, ino, 0, &a);
+            rc = keg_meta_truncate(fs->meta, ino, 0, &a);
         if (rc < 0) {
             ip->nopen--;
             pthread_mutex_unlock(&ip->mu);
@@ -937,7 +937,7 @@ int keg_fs_create(struct keg_fs *fs, const struct keg_ctx *c, uint64_t parent, c
             return S_ISDIR(out->mode) ? -EISDIR : -EEXIST;
         rc = keg_fs_open(fs, c, out->ino, flags, fhp, &keep);
         if (rc == 0)
-            rc = KEG_META_CALL(fs->meta, getattr, out->ino, out);
+            rc = keg_meta_getattr(fs->meta, out->ino, out);
         return rc;
     }
     if (rc < 0)
@@ -1024,7 +1024,7 @@ int keg_fs_fsync(struct keg_fs *fs, struct keg_fh *fh, int datasync)
         KEG_ERR("fsync: object store sync failed: %s", strerror(-rc));
         return rc;
     }
-    rc = KEG_META_CALL0(fs->meta, sync);
+    rc = keg_meta_sync(fs->meta);
     if (rc == -ENOSYS)
         rc = 0;
     if (rc < 0)
@@ -1051,7 +1051,7 @@ int keg_fs_release(struct keg_fs *fs, struct keg_fh *fh)
     }
     pthread_mutex_unlock(&ip->mu);
     if (purge) {
-        int prc = KEG_META_CALL(fs->meta, purge, ip->ino);
+        int prc = keg_meta_purge(fs->meta, ip->ino);
         if (prc < 0 && prc != -ENOENT)
             KEG_WARN("purge of unlinked inode %llu: %s", (unsigned long long)ip->ino,
                      strerror(-prc));
@@ -1130,7 +1130,7 @@ int keg_fs_fallocate(struct keg_fs *fs, const struct keg_ctx *c, struct keg_fh *
     rc = fs_commit_locked(fs, ip);
     if (rc < 0)
         goto out;
-    rc = KEG_META_CALL(fs->meta, getattr, ip->ino, &a);
+    rc = keg_meta_getattr(fs->meta, ip->ino, &a);
     if (rc < 0)
         goto out;
     if ((mode & ~FALLOC_FL_KEEP_SIZE) == 0 && end > KEG_MAX(off, a.size)) {
@@ -1142,7 +1142,7 @@ int keg_fs_fallocate(struct keg_fs *fs, const struct keg_ctx *c, struct keg_fh *
     }
     if (mode == 0) {
         if (end > a.size)
-            rc = KEG_META_CALL(fs->meta, truncate, ip->ino, end, &a);
+            rc = keg_meta_truncate(fs->meta, ip->ino, end, &a);
     } else if (mode == FALLOC_FL_KEEP_SIZE) {
         rc = 0;
     } else {
@@ -1151,10 +1151,10 @@ int keg_fs_fallocate(struct keg_fs *fs, const struct keg_ctx *c, struct keg_fh *
         if (off < end) {
             rc = hole_slices(off, end, &cs, &n);
             if (rc == 0)
-                rc = KEG_META_CALL(fs->meta, write_slices, ip->ino, n, cs, keep ? 0 : end, 0,
-                                   NULL, &a);
+                rc = keg_meta_write_slices(fs->meta, ip->ino, n, cs, keep ? 0 : end, 0,
+                                           NULL, &a);
         } else if (!keep && off + len > a.size) {
-            rc = KEG_META_CALL(fs->meta, truncate, ip->ino, off + len, &a);
+            rc = keg_meta_truncate(fs->meta, ip->ino, off + len, &a);
         }
     }
     fs_inode_drop_chunks(ip);
@@ -1206,7 +1206,7 @@ static int copy_plan(struct keg_fs *fs, uint64_t src, uint64_t off_in, uint64_t 
         size_t nsl = 0;
         size_t nseg = 0;
 
-        rc = KEG_META_CALL(fs->meta, read_chunk, src, indx, &sl, &nsl);
+        rc = keg_meta_read_chunk(fs->meta, src, indx, &sl, &nsl);
         if (rc < 0)
             return rc;
         rc = fs_layout(sl, nsl, cfrom, cto, &seg, &nseg);
@@ -1317,7 +1317,7 @@ ssize_t keg_fs_copy_range(struct keg_fs *fs, const struct keg_ctx *c, struct keg
         rc = fs_flush_inode(fs, dst, 0);
     if (rc < 0)
         return rc;
-    rc = KEG_META_CALL(fs->meta, getattr, src->ino, &a);
+    rc = keg_meta_getattr(fs->meta, src->ino, &a);
     if (rc < 0)
         return rc;
     if (!S_ISREG(a.mode))
@@ -1337,8 +1337,8 @@ ssize_t keg_fs_copy_range(struct keg_fs *fs, const struct keg_ctx *c, struct keg
         rc = copy_plan(fs, src->ino, off_in, off_out, n, &cv);
         if (rc < 0)
             break;
-        rc = KEG_META_CALL(fs->meta, write_slices, dst->ino, cv.n, cv.v, off_out + n,
-                           KEG_WS_SHARE, NULL, &a);
+        rc = keg_meta_write_slices(fs->meta, dst->ino, cv.n, cv.v, off_out + n,
+                                   KEG_WS_SHARE, NULL, &a);
         if (rc != -EAGAIN || attempt + 1 >= FS_COPY_RETRIES)
             break;
         KEG_DEBUG("copy_range: source of inode %llu changed, retrying",
@@ -1381,7 +1381,7 @@ int64_t keg_fs_lseek(struct keg_fs *fs, struct keg_fh *fh, uint64_t off, int whe
     rc = fs_flush_inode(fs, ip, 0);
     if (rc < 0)
         return rc;
-    rc = KEG_META_CALL(fs->meta, getattr, ip->ino, &a);
+    rc = keg_meta_getattr(fs->meta, ip->ino, &a);
     if (rc < 0)
         return rc;
     pthread_mutex_lock(&ip->mu);
@@ -1422,7 +1422,7 @@ int64_t keg_fs_lseek(struct keg_fs *fs, struct keg_fh *fh, uint64_t off, int whe
         if (want_data && p < a.size) {
             /* skip the chunks that hold nothing (a huge sparse file) */
             uint32_t next = 0;
-            rc = KEG_META_CALL(fs->meta, next_chunk, ip->ino, indx + 1, &next);
+            rc = keg_meta_next_chunk(fs->meta, ip->ino, indx + 1, &next);
             if (rc == -ENOENT)
                 return -ENXIO;
             if (rc == 0 && next > indx + 1)
@@ -1450,7 +1450,7 @@ int keg_fs_chunks(struct keg_fs *fs, uint64_t ino, keg_fs_info_cb *cb, void *arg
         if (rc < 0)
             return rc;
     }
-    rc = KEG_META_CALL(fs->meta, getattr, ino, &a);
+    rc = keg_meta_getattr(fs->meta, ino, &a);
     if (rc < 0)
         return rc;
     if (!S_ISREG(a.mode))
@@ -1459,7 +1459,7 @@ int keg_fs_chunks(struct keg_fs *fs, uint64_t ino, keg_fs_info_cb *cb, void *arg
     for (uint64_t i = 0; i < nchunks; i++) {
         struct keg_slice *sl = NULL;
         size_t n = 0;
-        rc = KEG_META_CALL(fs->meta, read_chunk, ino, (uint32_t)i, &sl, &n);
+        rc = keg_meta_read_chunk(fs->meta, ino, (uint32_t)i, &sl, &n);
         if (rc < 0)
             return rc;
         for (size_t k = 0; k < n && rc == 0; k++)

@@ -65,7 +65,7 @@ static int alloc_id(struct keg_fs *fs, int kind, uint64_t *next, uint64_t *end, 
     pthread_mutex_lock(&fs->id_mu);
     if (*next >= *end) {
         uint64_t first = 0;
-        rc = KEG_META_CALL(fs->meta, alloc_ids, kind, batch, &first);
+        rc = keg_meta_alloc_ids(fs->meta, kind, batch, &first);
         if (rc < 0)
             goto out;
         *next = first;
@@ -178,7 +178,7 @@ int fs_drain_delq(struct keg_fs *fs, int max_batches)
     int total = 0;
 
     for (int b = 0; b < max_batches; b++) {
-        int n = KEG_META_CALL(fs->meta, delq_peek, batch, FS_DELQ_BATCH);
+        int n = keg_meta_delq_peek(fs->meta, batch, FS_DELQ_BATCH);
         uint32_t nd = 0;
         if (n < 0)
             return n == -ENOSYS ? total : n;
@@ -194,7 +194,7 @@ int fs_drain_delq(struct keg_fs *fs, int max_batches)
                     done[nd++] = batch[i];
         }
         if (nd > 0) {
-            int rc = KEG_META_CALL(fs->meta, delq_ack, done, nd);
+            int rc = keg_meta_delq_ack(fs->meta, done, nd);
             if (rc < 0)
                 return rc;
         }
@@ -207,7 +207,7 @@ int fs_drain_delq(struct keg_fs *fs, int max_batches)
 
 static int purge_one(struct keg_fs *fs, uint64_t ino)
 {
-    int rc = KEG_META_CALL(fs->meta, purge, ino);
+    int rc = keg_meta_purge(fs->meta, ino);
     if (rc < 0 && rc != -ENOENT) {
         KEG_WARN("purge inode %llu: %s", (unsigned long long)ino, strerror(-rc));
         return rc;
@@ -345,15 +345,15 @@ static void *hb_main(void *arg)
         }
         pthread_mutex_unlock(&fs->bg_mu);
         if (now >= next_hb) {
-            int rc = KEG_META_CALL0(fs->meta, session_heartbeat);
+            int rc = keg_meta_session_heartbeat(fs->meta);
             if (rc < 0)
                 KEG_WARN("session heartbeat: %s", strerror(-rc));
             next_hb = now + hb_period;
         }
         if (now >= next_stale) {
             uint32_t cleaned = 0;
-            int rc = KEG_META_CALL(fs->meta, session_clean_stale, (int64_t)fs->session_timeout,
-                                   &cleaned);
+            int rc = keg_meta_session_clean_stale(fs->meta, (int64_t)fs->session_timeout,
+                                                  &cleaned);
             if (rc < 0 && rc != -ENOSYS)
                 KEG_WARN("stale session cleanup: %s", strerror(-rc));
             else if (cleaned > 0)
@@ -542,7 +542,7 @@ int keg_fs_new(const struct keg_fs_conf *conf, struct keg_fs **out)
     rc = keg_meta_open(conf->meta_url, &fs->meta);
     if (rc < 0)
         goto fail1;
-    rc = KEG_META_CALL(fs->meta, format_load, &fs->fmt);
+    rc = keg_meta_format_load(fs->meta, &fs->fmt);
     if (rc == -ENOENT) {
         KEG_ERR("volume not formatted: run kegfs format (metadata %s)", fs->meta->url_redacted);
         goto fail2;
@@ -603,8 +603,8 @@ int keg_fs_new(const struct keg_fs_conf *conf, struct keg_fs **out)
         snprintf(info, sizeof(info), "host=%s pid=%d mountpoint=%s version=%s timeout=%u", host,
                  (int)getpid(), conf->mountpoint ? conf->mountpoint : "", KEG_VERSION,
                  fs->session_timeout);
-        KEG_META_CALL(fs->meta, session_list, check_timeout_cb, fs);
-        rc = KEG_META_CALL(fs->meta, session_begin, info, &sid);
+        keg_meta_session_list(fs->meta, check_timeout_cb, fs);
+        rc = keg_meta_session_begin(fs->meta, info, &sid);
         if (rc < 0) {
             KEG_ERR("cannot register a session with %s: %s", fs->meta->url_redacted,
                     strerror(-rc));
@@ -626,7 +626,7 @@ int keg_fs_new(const struct keg_fs_conf *conf, struct keg_fs **out)
     return 0;
 
 fail5:
-    KEG_META_CALL0(fs->meta, session_end);
+    keg_meta_session_end(fs->meta);
 fail4:
     keg_obj_close(fs->obj);
 fail3:
@@ -682,7 +682,7 @@ void keg_fs_free(struct keg_fs *fs)
     stop_threads(fs);
     run_deletions(fs, 4);
     if (fs->has_session) {
-        int rc = KEG_META_CALL0(fs->meta, session_end);
+        int rc = keg_meta_session_end(fs->meta);
         if (rc < 0)
             KEG_WARN("session end: %s", strerror(-rc));
     }
@@ -745,7 +745,7 @@ static void fs_refresh_quota(struct keg_fs *fs)
     if (last && now - last < FS_QUOTA_REFRESH_NS)
         return;
     __atomic_store_n(&fs->quota_read_ns, now, __ATOMIC_RELAXED);
-    if (KEG_META_CALL(fs->meta, format_load, &f) < 0)
+    if (keg_meta_format_load(fs->meta, &f) < 0)
         return;
     __atomic_store_n(&fs->quota_bytes, f.capacity, __ATOMIC_RELAXED);
     __atomic_store_n(&fs->quota_inodes, f.inodes, __ATOMIC_RELAXED);
@@ -766,7 +766,7 @@ static int fs_space(struct keg_fs *fs, uint64_t *used, uint64_t *iused, uint64_t
     int rc;
 
     *used = *iused = *total = *avail = 0;
-    rc = KEG_META_CALL(fs->meta, statfs, used, iused);
+    rc = keg_meta_statfs(fs->meta, used, iused);
     if (rc < 0)
         return rc;
     fs_refresh_quota(fs);

@@ -486,6 +486,8 @@ void fs_fetch_stop(struct keg_fs *fs);
  * system.  May clear S_ISGID in *mode.  Returns 0, -EPERM or -EACCES. */
 int fs_check_setattr(const struct keg_ctx *c, const struct keg_attr *cur, unsigned set,
                      const struct keg_attr *in, uint32_t *mode);
+/* A name from a caller of keg_fs_*: -ENOENT (empty), -ENAMETOOLONG, -EINVAL ('/'),
+ * checked before any work is done (an inode number spent, the trash consulted). */
 int fs_check_name(const char *name);
 /* Directory-attribute cache (ns.c): every change of a directory's attributes
  * through this mount that does not go through ns.c's namespace ops is

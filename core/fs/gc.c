@@ -307,8 +307,8 @@ static int walk_tree(struct walk *w, uint64_t root, const char *rpath, walk_file
         for (;;) {
             page->n = 0;
             page->err = 0;
-            int got = KEG_META_CALL(w->fs->meta, readdir, d.ino, after, GC_PAGE, 1,
-                                    walk_page_cb, page);
+            int got = keg_meta_readdir(w->fs->meta, d.ino, after, GC_PAGE, 1,
+                                       walk_page_cb, page);
             if (got < 0 && got != -ENOENT && got != -ENOTDIR)
                 rc = got;
             if (page->err < 0)
@@ -383,7 +383,7 @@ static int file_slices(struct keg_fs *fs, uint64_t ino, uint64_t size, slice_fn 
     for (uint64_t i = 0; i < nchunks; i++) {
         struct keg_slice *sl = NULL;
         size_t n = 0;
-        int rc = KEG_META_CALL(fs->meta, read_chunk, ino, (uint32_t)i, &sl, &n);
+        int rc = keg_meta_read_chunk(fs->meta, ino, (uint32_t)i, &sl, &n);
         if (rc == -ENOENT)
             return 0;                   /* deleted while we walked */
         if (rc < 0)
@@ -609,10 +609,10 @@ static int gc_id_limit(struct keg_fs *fs, uint64_t *limit, uint64_t *next_out, i
 
     *limit = 0;
     /* one id: the counter as of now (every id a mounter holds is below it) */
-    rc = KEG_META_CALL(fs->meta, alloc_ids, KEG_ID_SLICE, 1, &next);
+    rc = keg_meta_alloc_ids(fs->meta, KEG_ID_SLICE, 1, &next);
     if (rc < 0)
         return rc;
-    rc = KEG_META_CALL(fs->meta, session_list, live_cb, &ls);
+    rc = keg_meta_session_list(fs->meta, live_cb, &ls);
     if (rc < 0 && rc != -ENOSYS)
         return rc;
     *next_out = next;
@@ -706,7 +706,7 @@ int keg_fs_gc(struct keg_fs *fs, int do_delete, struct keg_gc_report *r, keg_pro
         rc = -ENOMEM;
         goto out;
     }
-    rc = KEG_META_CALL(fs->meta, delq_peek, dq, GC_DELQ_MAX);
+    rc = keg_meta_delq_peek(fs->meta, dq, GC_DELQ_MAX);
     if (rc == -ENOSYS)
         rc = 0;
     if (rc < 0) {
@@ -1052,7 +1052,7 @@ static int warm_file(void *arg, uint64_t ino, uint64_t size, const char *path)
         size_t n = 0, nseg = 0;
         uint64_t base = c * KEG_CHUNK_SIZE;
         uint32_t to = (uint32_t)KEG_MIN(KEG_CHUNK_SIZE, size - base);
-        int rc = KEG_META_CALL(fs->meta, read_chunk, ino, (uint32_t)c, &sl, &n);
+        int rc = keg_meta_read_chunk(fs->meta, ino, (uint32_t)c, &sl, &n);
         if (rc == -ENOENT)
             return 0;
         if (rc == 0)
@@ -1119,7 +1119,7 @@ int keg_fs_warmup(struct keg_fs *fs, uint64_t ino, keg_progress_fn *p, void *arg
     wc.fs = fs;
     atomic_init(&wc.err, 0);
     prog_init(&pg, p, arg);
-    rc = KEG_META_CALL(fs->meta, getattr, ino, &a);
+    rc = keg_meta_getattr(fs->meta, ino, &a);
     if (rc < 0)
         goto out;
     if (S_ISDIR(a.mode)) {

@@ -204,7 +204,7 @@ int fs_inode_chunk(struct keg_fs *fs, struct fs_inode *ip, uint32_t indx, struct
             return 0;
         }
     }
-    rc = KEG_META_CALL(fs->meta, read_chunk, ip->ino, indx, &sl, &n);
+    rc = keg_meta_read_chunk(fs->meta, ip->ino, indx, &sl, &n);
     if (rc < 0)
         return rc;
     c = keg_calloc(1, sizeof(*c));
@@ -349,7 +349,7 @@ int fs_getattr_merged(struct keg_fs *fs, uint64_t ino, struct keg_attr *out)
      * then shrinks the file under an mmap: SIGBUS): re-read in that case. */
     for (int tries = 0;; tries++) {
         uint64_t token = fs_attr_token(fs, ino);
-        rc = KEG_META_CALL(fs->meta, getattr, ino, out);
+        rc = keg_meta_getattr(fs->meta, ino, out);
         if (rc < 0 || !fs_attr_fixup_token(fs, out, token) || tries == FS_ATTR_TRIES)
             return rc;
     }

@@ -72,8 +72,8 @@ struct lock_req {
 static int lock_try(struct keg_fs *fs, const struct lock_req *r)
 {
     if (r->is_flock)
-        return KEG_META_CALL(fs->meta, flock, r->ino, r->owner, r->type);
-    return KEG_META_CALL(fs->meta, setlk, r->ino, r->owner, r->lk);
+        return keg_meta_flock(fs->meta, r->ino, r->owner, r->type);
+    return keg_meta_setlk(fs->meta, r->ino, r->owner, r->lk);
 }
 
 /* Try r until granted, interrupted or the volume closes. */
@@ -147,7 +147,7 @@ out:
 static void unlock_owner(struct keg_fs *fs, uint64_t ino, uint64_t owner)
 {
     struct keg_plock lk = {.type = F_UNLCK, .start = 0, .end = UINT64_MAX, .pid = 0};
-    int rc = KEG_META_CALL(fs->meta, setlk, ino, owner, &lk);
+    int rc = keg_meta_setlk(fs->meta, ino, owner, &lk);
     if (rc < 0 && rc != -ENOSYS)
         KEG_WARN("releasing byte-range locks of inode %llu: %s", (unsigned long long)ino,
                  strerror(-rc));
@@ -176,7 +176,7 @@ void fs_locks_release(struct keg_fs *fs, struct keg_fh *fh)
     struct fs_inode *ip = fh->ip;
 
     if (fh->flocked) {
-        int rc = KEG_META_CALL(fs->meta, flock, ip->ino, fh->flock_owner, F_UNLCK);
+        int rc = keg_meta_flock(fs->meta, ip->ino, fh->flock_owner, F_UNLCK);
         if (rc < 0)
             KEG_WARN("releasing flock of inode %llu: %s", (unsigned long long)ip->ino,
                      strerror(-rc));
@@ -196,7 +196,7 @@ int keg_fs_getlk(struct keg_fs *fs, struct keg_fh *fh, uint64_t owner, struct ke
         return -EINVAL;
     if (lk->start > lk->end)
         return -EINVAL;
-    return KEG_META_CALL(fs->meta, getlk, fh->ip->ino, owner, lk);
+    return keg_meta_getlk(fs->meta, fh->ip->ino, owner, lk);
 }
 
 int keg_fs_setlk(struct keg_fs *fs, struct keg_fh *fh, uint64_t owner,

@@ -150,15 +150,14 @@ static void pa_rename_end(struct keg_fs *fs, const struct fs_pattr_tok *t1,
 
 int fs_check_name(const char *name)
 {
-    size_t len;
+    /* the answers of path resolution, which differ from the metadata contract's:
+     * an empty component is ENOENT, and an over-long one ENAMETOOLONG before
+     * anything else; the rest is keg_meta_check_name's */
     if (!name || !name[0])
         return -ENOENT;
-    len = strnlen(name, KEG_NAME_MAX + 1);
-    if (len > KEG_NAME_MAX)
+    if (strnlen(name, KEG_NAME_MAX + 1) > KEG_NAME_MAX)
         return -ENAMETOOLONG;
-    if (strchr(name, '/'))
-        return -EINVAL;
-    return 0;
+    return keg_meta_check_name(name);
 }
 
 /* May c write to a file with attributes a (by its mode bits)? */
@@ -218,7 +217,7 @@ int keg_fs_lookup(struct keg_fs *fs, const struct keg_ctx *c, uint64_t parent, c
     KEG_UNUSED(c);
     if (rc < 0)
         return rc;
-    rc = KEG_META_CALL(fs->meta, lookup, parent, name, out);
+    rc = keg_meta_lookup(fs->meta, parent, name, out);
     if (rc == 0 && fs_attr_token(fs, out->ino) != UINT64_MAX)
         return keg_fs_getattr(fs, c, out->ino, out);   /* open here: merge safely */
     return rc;
@@ -264,11 +263,11 @@ static int do_truncate(struct keg_fs *fs, uint64_t ino, uint64_t size, struct ke
     int rc;
     *token = UINT64_MAX;                /* what fs_attr_token says of an inode not open here */
     if (!ip)
-        return KEG_META_CALL(fs->meta, truncate, ino, size, out);
+        return keg_meta_truncate(fs->meta, ino, size, out);
     pthread_mutex_lock(&ip->mu);
     rc = fs_commit_locked(fs, ip);
     if (rc == 0) {
-        rc = KEG_META_CALL(fs->meta, truncate, ino, size, out);
+        rc = keg_meta_truncate(fs->meta, ino, size, out);
         fs_inode_drop_chunks(ip);
         if (rc == 0)
             fs_inode_set_attr(ip, out);
@@ -309,7 +308,7 @@ int keg_fs_setattr(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, uns
     if (fs->read_only)
         return -EROFS;
     token = fs_attr_token(fs, ino);
-    rc = KEG_META_CALL(fs->meta, getattr, ino, &cur);
+    rc = keg_meta_getattr(fs->meta, ino, &cur);
     if (rc == -ENOENT)
         return fs_odir_setattr(fs, c, ino, set, in, out);  /* removed, still open here */
     if (rc < 0)
@@ -366,7 +365,7 @@ static int setattr_checked(struct keg_fs *fs, uint64_t ino, unsigned set, struct
                 return rc;
         }
         token = fs_attr_token(fs, ino);
-        rc = KEG_META_CALL(fs->meta, setattr, ino, rest, &nin, out);
+        rc = keg_meta_setattr(fs->meta, ino, rest, &nin, out);
         if (rc < 0)
             return rc;
     } else {
@@ -397,15 +396,15 @@ static int make_node(struct keg_fs *fs, const struct keg_ctx *c, uint64_t parent
     }
     struct fs_pattr_tok t;
     fs_pattr_begin(fs, parent, &t);
-    rc = KEG_META_CALL(fs->meta, mknod, parent, name, ino, mode, c->uid, c->gid, rdev, target,
-                       out);
+    rc = keg_meta_mknod(fs->meta, parent, name, ino, mode, c->uid, c->gid, rdev, target,
+                        out);
     pa_end_op(fs, &t, rc);
     if (rc == 0)
         fs_xattr_new_inode(fs, ino, acl.access != NULL, acl.def != NULL);
     if (rc == 0 && (acl.access || acl.def)) {
         rc = fs_acl_create_finish(fs, ino, &acl);
         if (rc == 0)
-            rc = KEG_META_CALL(fs->meta, getattr, ino, out);
+            rc = keg_meta_getattr(fs->meta, ino, out);
     }
     fs_acl_new_free(&acl);
     return rc;
@@ -454,7 +453,7 @@ int keg_fs_link(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, uint64
     struct fs_pattr_tok t;
     uint64_t token = fs_attr_token(fs, ino);
     fs_pattr_begin(fs, newparent, &t);
-    rc = KEG_META_CALL(fs->meta, link, ino, newparent, newname, out);
+    rc = keg_meta_link(fs->meta, ino, newparent, newname, out);
     pa_end_op(fs, &t, rc);
     if (rc == 0)
         fs_attr_merge(fs, out, token);
@@ -481,7 +480,7 @@ int keg_fs_unlink(struct keg_fs *fs, const struct keg_ctx *c, uint64_t parent, c
         }
     }
     memset(&gone, 0, sizeof(gone));
-    rc = KEG_META_CALL(fs->meta, unlink, parent, name, &gone);
+    rc = keg_meta_unlink(fs->meta, parent, name, &gone);
     pa_end_op(fs, &t, rc);
     if (rc == 0)
         fs_handle_gone(fs, &gone);
@@ -499,7 +498,7 @@ int keg_fs_rmdir(struct keg_fs *fs, const struct keg_ctx *c, uint64_t parent, co
         return rc;
     struct fs_pattr_tok t;
     fs_pattr_begin(fs, parent, &t);
-    rc = KEG_META_CALL(fs->meta, rmdir, parent, name);
+    rc = keg_meta_rmdir(fs->meta, parent, name);
     pa_end_op(fs, &t, rc);
     return rc;
 }
@@ -535,7 +534,7 @@ int keg_fs_rename(struct keg_fs *fs, const struct keg_ctx *c, uint64_t parent, c
         }
     }
     memset(&gone, 0, sizeof(gone));
-    rc = KEG_META_CALL(fs->meta, rename, parent, name, newparent, newname, flags, &moved, &gone);
+    rc = keg_meta_rename(fs->meta, parent, name, newparent, newname, flags, &moved, &gone);
     pa_rename_end(fs, &t1, &t2, rc);
     if (rc == 0)
         fs_handle_gone(fs, &gone);
@@ -559,7 +558,7 @@ ssize_t keg_fs_readlink(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino
     char tmp[KEG_SYMLINK_MAX + 1];
     ssize_t n;
     KEG_UNUSED(c);
-    n = KEG_META_CALL(fs->meta, readlink, ino, tmp, sizeof(tmp));
+    n = keg_meta_readlink(fs->meta, ino, tmp, sizeof(tmp));
     if (n < 0)
         return n;
     if ((size_t)n > KEG_SYMLINK_MAX)

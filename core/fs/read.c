@@ -685,7 +685,7 @@ ssize_t fs_read_range(struct keg_fs *fs, struct fs_inode *ip, uint64_t off, void
     if (off + size > fsize) {
         /* near EOF: the file may have grown elsewhere; refresh once */
         struct keg_attr a;
-        rc = KEG_META_CALL(fs->meta, getattr, ip->ino, &a);
+        rc = keg_meta_getattr(fs->meta, ip->ino, &a);
         if (rc < 0)
             return rc;
         pthread_mutex_lock(&ip->mu);

@@ -209,15 +209,15 @@ static int get_dir(struct keg_fs *fs, uint64_t parent, const char *name, int cre
     int rc;
 
     *out = 0;
-    rc = KEG_META_CALL(fs->meta, lookup, parent, name, &a);
+    rc = keg_meta_lookup(fs->meta, parent, name, &a);
     if (rc == -ENOENT && create) {
         rc = fs_alloc_ino(fs, &ino);
         if (rc < 0)
             return rc;
-        rc = KEG_META_CALL(fs->meta, mknod, parent, name, ino, TRASH_DIR_MODE, 0, 0, 0, NULL,
-                           &a);
+        rc = keg_meta_mknod(fs->meta, parent, name, ino, TRASH_DIR_MODE, 0, 0, 0, NULL,
+                            &a);
         if (rc == -EEXIST)          /* another mounter made it meanwhile */
-            rc = KEG_META_CALL(fs->meta, lookup, parent, name, &a);
+            rc = keg_meta_lookup(fs->meta, parent, name, &a);
     }
     if (rc < 0)
         return rc;
@@ -310,7 +310,7 @@ static int trash_inside(struct keg_fs *fs, struct fs_trash *t, uint64_t dir)
     v = atomic_load(slot);
     if ((v & ~TRASH_INSIDE) == dir)
         return (v & TRASH_INSIDE) != 0;
-    rc = KEG_META_CALL(fs->meta, getattr, dir, &a);
+    rc = keg_meta_getattr(fs->meta, dir, &a);
     if (rc < 0)
         return rc;
     inside = S_ISDIR(a.mode) && a.parent == tino;
@@ -362,8 +362,8 @@ static int trash_move(struct keg_fs *fs, struct fs_trash *t, uint64_t parent, co
         if (rc < 0)
             return rc;
         memset(&gone, 0, sizeof(gone));
-        rc = KEG_META_CALL(fs->meta, rename, parent, name, spot->hour_ino, spot->name,
-                           KEG_RENAME_NOREPLACE, &moved, &gone);
+        rc = keg_meta_rename(fs->meta, parent, name, spot->hour_ino, spot->name,
+                             KEG_RENAME_NOREPLACE, &moved, &gone);
         if (rc == 0) {
             fs_handle_gone(fs, &gone);
             KEG_DEBUG("moved %llu/%s to the trash as %s", (unsigned long long)parent, name,
@@ -389,7 +389,7 @@ int fs_trash_unlink(struct keg_fs *fs, uint64_t parent, const char *name)
 
     if (!t)
         return -ENOMEM;
-    rc = KEG_META_CALL(fs->meta, lookup, parent, name, &a);
+    rc = keg_meta_lookup(fs->meta, parent, name, &a);
     if (rc < 0)
         return rc;
     if (!S_ISREG(a.mode) || a.nlink != 1)
@@ -439,12 +439,12 @@ int fs_trash_rename(struct keg_fs *fs, uint64_t parent, const char *name, uint64
     if (flags != 0 || in_new)
         return FS_TRASH_PASS;           /* no victim, or a victim inside the trash */
 
-    rc = KEG_META_CALL(fs->meta, lookup, newparent, newname, &victim);
+    rc = keg_meta_lookup(fs->meta, newparent, newname, &victim);
     if (rc < 0 || !S_ISREG(victim.mode) || victim.nlink != 1)
         return FS_TRASH_PASS;           /* the engine reports errors as before */
     if (parent == newparent && strcmp(name, newname) == 0)
         return FS_TRASH_PASS;
-    rc = KEG_META_CALL(fs->meta, lookup, parent, name, &src);
+    rc = keg_meta_lookup(fs->meta, parent, name, &src);
     if (rc < 0 || src.ino == victim.ino || S_ISDIR(src.mode))
         return FS_TRASH_PASS;           /* fails (ENOTDIR) or is a no-op: nothing to keep */
 
@@ -455,7 +455,7 @@ int fs_trash_rename(struct keg_fs *fs, uint64_t parent, const char *name, uint64
         return rc;
     /* The window: newname is absent until this rename is done. */
     memset(&gone, 0, sizeof(gone));
-    rc = KEG_META_CALL(fs->meta, rename, parent, name, newparent, newname, 0, &moved, &gone);
+    rc = keg_meta_rename(fs->meta, parent, name, newparent, newname, 0, &moved, &gone);
     if (rc == 0) {
         fs_handle_gone(fs, &gone);
         return 0;
@@ -465,8 +465,8 @@ int fs_trash_rename(struct keg_fs *fs, uint64_t parent, const char *name, uint64
         struct keg_attr m2;
         int rc2;
         memset(&g2, 0, sizeof(g2));
-        rc2 = KEG_META_CALL(fs->meta, rename, spot.hour_ino, spot.name, newparent, newname,
-                            KEG_RENAME_NOREPLACE, &m2, &g2);
+        rc2 = keg_meta_rename(fs->meta, spot.hour_ino, spot.name, newparent, newname,
+                              KEG_RENAME_NOREPLACE, &m2, &g2);
         if (rc2 < 0)
             KEG_WARN("rename onto %llu/%s failed (%s) after its old file went to the trash; "
                      "that file stays there as %s (%s)", (unsigned long long)newparent,
@@ -510,7 +510,7 @@ static int list_batch(struct keg_fs *fs, uint64_t dir, const char *after, struct
 {
     int rc;
     batch_clear(b);
-    rc = KEG_META_CALL(fs->meta, readdir, dir, after, TRASH_BATCH, 0, collect_cb, b);
+    rc = keg_meta_readdir(fs->meta, dir, after, TRASH_BATCH, 0, collect_cb, b);
     if (rc < 0)
         return rc;
     return (int)b->n;
@@ -562,15 +562,15 @@ static int remove_tree(struct keg_fs *fs, uint64_t dir, int depth, uint64_t *fil
             const char *nm = b.names[i];
             if (b.types[i] == S_IFDIR) {
                 struct keg_attr a;
-                rc = KEG_META_CALL(fs->meta, lookup, dir, nm, &a);
+                rc = keg_meta_lookup(fs->meta, dir, nm, &a);
                 if (rc == 0)
                     rc = remove_tree(fs, a.ino, depth + 1, files);
                 if (rc == 0)
-                    rc = KEG_META_CALL(fs->meta, rmdir, dir, nm);
+                    rc = keg_meta_rmdir(fs->meta, dir, nm);
             } else {
                 struct keg_unlinked gone;
                 memset(&gone, 0, sizeof(gone));
-                rc = KEG_META_CALL(fs->meta, unlink, dir, nm, &gone);
+                rc = keg_meta_unlink(fs->meta, dir, nm, &gone);
                 if (rc == 0) {
                     fs_handle_gone(fs, &gone);
                     (*files)++;
@@ -636,11 +636,11 @@ int fs_trash_expire(struct keg_fs *fs, uint64_t *files)
             if (b.types[i] != S_IFDIR || hour_parse(nm, &start) < 0 ||
                 start + 3600 + keep > now)
                 continue;
-            rc = KEG_META_CALL(fs->meta, lookup, tino, nm, &a);
+            rc = keg_meta_lookup(fs->meta, tino, nm, &a);
             if (rc == 0)
                 rc = remove_tree(fs, a.ino, 0, &nfiles);
             if (rc == 0)
-                rc = KEG_META_CALL(fs->meta, rmdir, tino, nm);
+                rc = keg_meta_rmdir(fs->meta, tino, nm);
             *files += nfiles;
             trash_invalidate(t);
             if (rc == 0 || rc == -ENOENT)
@@ -798,12 +798,12 @@ static int restore_move(struct keg_fs *fs, uint64_t hino, const char *entry, uin
     int rc;
 
     if (flags & KEG_TRASH_DRYRUN) {
-        rc = KEG_META_CALL(fs->meta, lookup, pino, name, &a);
+        rc = keg_meta_lookup(fs->meta, pino, name, &a);
         return rc == 0 ? -EEXIST : rc == -ENOENT ? 0 : rc;
     }
     memset(&gone, 0, sizeof(gone));
-    rc = KEG_META_CALL(fs->meta, rename, hino, entry, pino, name, KEG_RENAME_NOREPLACE, &a,
-                       &gone);
+    rc = keg_meta_rename(fs->meta, hino, entry, pino, name, KEG_RENAME_NOREPLACE, &a,
+                         &gone);
     if (rc == 0)
         fs_handle_gone(fs, &gone);      /* nothing: NOREPLACE replaces nothing */
     return rc;
@@ -836,13 +836,13 @@ int keg_fs_trash_restore(struct keg_fs *fs, const char *hour, const char *entry,
         rc = -ENOENT;
     if (rc < 0)
         return rc;
-    rc = KEG_META_CALL(fs->meta, lookup, hino, entry, &a);
+    rc = keg_meta_lookup(fs->meta, hino, entry, &a);
     if (rc < 0)
         return rc;
     if (a.ino != ino)
         KEG_WARN("trash entry %s/%s is inode %llu, not the one its name says", hour, entry,
                  (unsigned long long)a.ino);
-    rc = KEG_META_CALL(fs->meta, getattr, pino, &p);
+    rc = keg_meta_getattr(fs->meta, pino, &p);
     if (rc == -ENOENT || (rc == 0 && !S_ISDIR(p.mode)))
         return -ESTALE;
     if (rc < 0)

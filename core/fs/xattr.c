@@ -97,7 +97,7 @@ ssize_t fs_xattr_get_raw(struct keg_fs *fs, uint64_t ino, const char *name, void
     int kind = xname_kind(name);
     if (kind && cap_known_absent(fs, ino, kind))
         return -ENODATA;
-    ssize_t n = KEG_META_CALL(fs->meta, getxattr, ino, name, buf, size);
+    ssize_t n = keg_meta_getxattr(fs->meta, ino, name, buf, size);
     if (kind && n == -ENODATA)
         cap_set_absent(fs, ino, kind);
     return n;
@@ -143,7 +143,7 @@ int keg_fs_setxattr(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, co
     if (fs_acl_name(name))
         rc = fs_acl_set(fs, c, ino, name, val, len, flags);    /* also the mode (acl.c) */
     else
-        rc = KEG_META_CALL(fs->meta, setxattr, ino, name, val, len, flags);
+        rc = keg_meta_setxattr(fs->meta, ino, name, val, len, flags);
     fs_pattr_end(fs, &t, NULL);
     if (kind)
         cap_forget(fs, ino, kind);
@@ -154,7 +154,7 @@ ssize_t keg_fs_listxattr(struct keg_fs *fs, const struct keg_ctx *c, uint64_t in
                          size_t size)
 {
     KEG_UNUSED(c);
-    return KEG_META_CALL(fs->meta, listxattr, ino, buf, size);
+    return keg_meta_listxattr(fs->meta, ino, buf, size);
 }
 
 int keg_fs_removexattr(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino,
@@ -169,7 +169,7 @@ int keg_fs_removexattr(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino,
     struct fs_pattr_tok t;
     int kind = xname_kind(name);
     fs_pattr_begin(fs, ino, &t);
-    rc = KEG_META_CALL(fs->meta, removexattr, ino, name);
+    rc = keg_meta_removexattr(fs->meta, ino, name);
     fs_pattr_end(fs, &t, NULL);
     if (kind)
         cap_forget(fs, ino, kind);
