@@ -418,7 +418,7 @@ static int dpage_next(struct dumper *dp, struct dlevel *l)
     }
     dpage_clear(l);
     l->cb_err = 0;
-    rc = KEG_META_CALL(dp->m, readdir, l->ino, after, DUMP_PAGE, 1, dpage_cb, l);
+    rc = keg_meta_readdir(dp->m, l->ino, after, DUMP_PAGE, 1, dpage_cb, l);
     keg_free(after);
     if (rc >= 0 && l->cb_err)
         rc = l->cb_err;
@@ -429,7 +429,7 @@ static int dpage_next(struct dumper *dp, struct dlevel *l)
     l->eof = l->n < DUMP_PAGE;
     for (uint32_t i = 0; i < l->n; i++) {
         if (!l->ent[i].has_attr) {
-            rc = KEG_META_CALL(dp->m, getattr, l->ent[i].a.ino, &l->ent[i].a);
+            rc = keg_meta_getattr(dp->m, l->ent[i].a.ino, &l->ent[i].a);
             if (rc < 0) {
                 KEG_ERR("dump: getattr of inode %" PRIu64 " failed: %s", l->ent[i].a.ino,
                         strerror(-rc));
@@ -479,7 +479,7 @@ static int dump_symlink(struct dumper *dp, uint64_t ino)
     ssize_t n;
     if (rc)
         return rc;
-    n = KEG_META_CALL(dp->m, readlink, ino, dp->buf, KEG_SYMLINK_MAX + 1);
+    n = keg_meta_readlink(dp->m, ino, dp->buf, KEG_SYMLINK_MAX + 1);
     if (n < 0) {
         KEG_ERR("dump: readlink of inode %" PRIu64 " failed: %s", ino, strerror((int)-n));
         return (int)n;
@@ -493,13 +493,13 @@ static int dump_getxattr(struct dumper *dp, uint64_t ino, const char *name, char
 {
     *val = NULL;
     for (int tries = 0; tries < 5; tries++) {
-        ssize_t n = KEG_META_CALL(dp->m, getxattr, ino, name, NULL, 0);
+        ssize_t n = keg_meta_getxattr(dp->m, ino, name, NULL, 0);
         if (n < 0)
             return (int)n;
         char *v = keg_malloc((size_t)n + 1);
         if (!v)
             return -ENOMEM;
-        ssize_t got = KEG_META_CALL(dp->m, getxattr, ino, name, v, (size_t)n + 1);
+        ssize_t got = keg_meta_getxattr(dp->m, ino, name, v, (size_t)n + 1);
         if (got >= 0) {
             *val = v;
             *len = (size_t)got;
@@ -518,13 +518,13 @@ static int dump_xattrs(struct dumper *dp, uint64_t ino)
     ssize_t n = 0;
     int rc;
     for (int tries = 0; tries < 5; tries++) {
-        n = KEG_META_CALL(dp->m, listxattr, ino, NULL, 0);
+        n = keg_meta_listxattr(dp->m, ino, NULL, 0);
         if (n <= 0)
             break;
         rc = dump_grow(dp, (size_t)n + 1);
         if (rc)
             return rc;
-        n = KEG_META_CALL(dp->m, listxattr, ino, dp->buf, (size_t)n + 1);
+        n = keg_meta_listxattr(dp->m, ino, dp->buf, (size_t)n + 1);
         if (n != -ERANGE)
             break;
     }
@@ -581,14 +581,14 @@ static int dump_chunks(struct dumper *dp, const struct keg_attr *a)
         size_t n = 0;
         uint32_t next = 0;
         /* skip the empty indices of a sparse file when the engine can */
-        int nrc = KEG_META_CALL(dp->m, next_chunk, a->ino, (uint32_t)i, &next);
+        int nrc = keg_meta_next_chunk(dp->m, a->ino, (uint32_t)i, &next);
         if (nrc == -ENOENT)
             break;
         if (nrc == 0 && next > i)
             i = next;
         if (i >= nchunks)
             break;
-        rc = KEG_META_CALL(dp->m, read_chunk, a->ino, (uint32_t)i, &s, &n);
+        rc = keg_meta_read_chunk(dp->m, a->ino, (uint32_t)i, &s, &n);
         if (rc) {
             KEG_ERR("dump: reading chunk %" PRIu64 " of inode %" PRIu64 " failed: %s", i,
                     a->ino, strerror(-rc));
@@ -692,7 +692,7 @@ static int dump_tree(struct dumper *dp)
     struct dlevel *lv = NULL;
     size_t nlv = 0, cap = 0;
     struct keg_attr root;
-    int rc = KEG_META_CALL(dp->m, getattr, KEG_ROOT_INO, &root);
+    int rc = keg_meta_getattr(dp->m, KEG_ROOT_INO, &root);
     if (rc) {
         KEG_ERR("dump: the root directory cannot be read: %s", strerror(-rc));
         return rc;
@@ -752,7 +752,7 @@ static int dump_format(struct dumper *dp, unsigned flags)
     struct dgen *d = &dp->d;
     struct keg_format f;
     int keep = (flags & KEG_DUMP_KEEP_SECRETS) != 0;
-    int rc = KEG_META_CALL(dp->m, format_load, &f);
+    int rc = keg_meta_format_load(dp->m, &f);
     if (rc) {
         if (rc == -ENOENT)
             KEG_ERR("dump: %s holds no volume (not formatted)", dp->m->url_redacted);
@@ -810,7 +810,7 @@ static int dump_totals(struct dgen *d, const char *key, const struct keg_dump_st
 static int dump_counter(struct dumper *dp, int kind, uint64_t seen_max, uint64_t *next)
 {
     uint64_t first = 0;
-    int rc = KEG_META_CALL(dp->m, alloc_ids, kind, 1, &first);
+    int rc = keg_meta_alloc_ids(dp->m, kind, 1, &first);
     if (rc) {
         KEG_ERR("dump: cannot read the %s counter: %s", kind == KEG_ID_INODE ? "inode" : "slice",
                 strerror(-rc));
@@ -840,7 +840,7 @@ int keg_meta_dump(struct keg_meta *m, FILE *out, unsigned flags, keg_dump_progre
     yajl_gen_config(dp.d.g, yajl_gen_print_callback, dg_print, &dp.d);
     if (flags & KEG_DUMP_PRETTY)
         yajl_gen_config(dp.d.g, yajl_gen_beautify, 1);
-    if (KEG_META_CALL(m, statfs, &used_bytes, &used_inodes) == 0)
+    if (keg_meta_statfs(m, &used_bytes, &used_inodes) == 0)
         dp.total = used_inodes + 1;
 
     rc = dg_rc(&dp.d, yajl_gen_map_open(dp.d.g));
@@ -1111,7 +1111,7 @@ static int ldir_close(struct loader *L)
 {
     struct keg_attr *a = &L->dirs[L->ndirs - 1].a;
     struct keg_attr out;
-    int rc = KEG_META_CALL(L->m, setattr, a->ino, SET_ALL, a, &out);
+    int rc = keg_meta_setattr(L->m, a->ino, SET_ALL, a, &out);
     if (rc)
         return lfail(L, rc, "setting the attributes of directory inode %" PRIu64 " failed: %s",
                      a->ino, strerror(-rc));
@@ -1175,8 +1175,8 @@ static int lcreate(struct loader *L)
     if (e->a.ino <= KEG_ROOT_INO)
         return lfail(L, -EINVAL, "entry '%s' has the invalid inode number %" PRIu64,
                      lname(L, nb, sizeof(nb)), e->a.ino);
-    rc = KEG_META_CALL(L->m, mknod, e->parent, e->name, e->a.ino, e->a.mode, e->a.uid, e->a.gid,
-                       e->a.rdev, e->target, &out);
+    rc = keg_meta_mknod(L->m, e->parent, e->name, e->a.ino, e->a.mode, e->a.uid, e->a.gid,
+                        e->a.rdev, e->target, &out);
     if (rc)
         return lfail(L, rc == -EEXIST ? -EINVAL : rc, "creating '%s' (inode %" PRIu64
                      ", mode 0%o) in directory %" PRIu64
@@ -1201,14 +1201,14 @@ static int llink(struct loader *L)
                      "link", lname(L, nb, sizeof(nb)));
     if (!lresolve_parent(L))
         return 0;
-    rc = KEG_META_CALL(L->m, getattr, e->link, &a0);
+    rc = keg_meta_getattr(L->m, e->link, &a0);
     if (rc)
         return lfail(L, rc == -ENOENT ? -EINVAL : rc, "hard link '%s' names inode %" PRIu64
                      " which %s", lname(L, nb, sizeof(nb)), e->link,
                      rc == -ENOENT ? "was not loaded before it" : strerror(-rc));
-    rc = KEG_META_CALL(L->m, link, e->link, e->parent, e->name, &out);
+    rc = keg_meta_link(L->m, e->link, e->parent, e->name, &out);
     if (!rc)    /* link set ctime = now: put back the dumped one */
-        rc = KEG_META_CALL(L->m, setattr, e->link, SET_ALL, &a0, &out);
+        rc = keg_meta_setattr(L->m, e->link, SET_ALL, &a0, &out);
     if (rc)
         return lfail(L, rc, "hard link '%s' to inode %" PRIu64 " failed: %s",
                      lname(L, nb, sizeof(nb)), e->link, strerror(-rc));
@@ -1239,8 +1239,8 @@ static int lflush_slices(struct loader *L)
         while (j < L->nbatch && share[j] == share[i])
             j++;
         struct keg_attr out;
-        int rc = KEG_META_CALL(L->m, write_slices, L->e.a.ino, j - i, L->batch + i, L->e.a.size,
-                               share[i] ? KEG_WS_SHARE : 0u, NULL, &out);
+        int rc = keg_meta_write_slices(L->m, L->e.a.ino, j - i, L->batch + i, L->e.a.size,
+                                       share[i] ? KEG_WS_SHARE : 0u, NULL, &out);
         if (rc) {
             char nb[64];
             return lfail(L, rc, "writing %zu slice records of '%s' (inode %" PRIu64 ") failed: "
@@ -1285,12 +1285,12 @@ static int lentry_end(struct loader *L)
         goto done;
     }
     if (S_ISREG(e->a.mode) && !e->wrote_chunks && e->a.size) {
-        rc = KEG_META_CALL(L->m, truncate, e->a.ino, e->a.size, &out);
+        rc = keg_meta_truncate(L->m, e->a.ino, e->a.size, &out);
         if (rc)
             return lfail(L, rc, "setting the size of '%s' (inode %" PRIu64 ") failed: %s",
                          lname(L, nb, sizeof(nb)), e->a.ino, strerror(-rc));
     }
-    rc = KEG_META_CALL(L->m, setattr, e->a.ino, SET_ALL, &e->a, &out);
+    rc = keg_meta_setattr(L->m, e->a.ino, SET_ALL, &e->a, &out);
     if (rc)
         return lfail(L, rc, "setting the attributes of '%s' (inode %" PRIu64 ") failed: %s",
                      lname(L, nb, sizeof(nb)), e->a.ino, strerror(-rc));
@@ -1318,7 +1318,7 @@ static int lxattr_end(struct loader *L)
     if (!L->has_xname || !L->has_xval)
         return lfail(L, -EINVAL, "an xattr of '%s' lacks its name or value",
                      lname(L, nb, sizeof(nb)));
-    rc = KEG_META_CALL(L->m, setxattr, L->e.a.ino, L->xname, L->xval, L->xlen, 0);
+    rc = keg_meta_setxattr(L->m, L->e.a.ino, L->xname, L->xval, L->xlen, 0);
     if (rc)
         return lfail(L, rc, "setting xattr '%s' of '%s' failed: %s", L->xname,
                      lname(L, nb, sizeof(nb)), strerror(-rc));
@@ -1364,12 +1364,12 @@ static int lformat_end(struct loader *L)
     f = L->f;
     f.capacity = 0;     /* quotas are restored after the load */
     f.inodes = 0;
-    rc = KEG_META_CALL(L->m, format_init, &f, 0755, 0, 0, 0);
+    rc = keg_meta_format_init(L->m, &f, 0755, 0, 0, 0);
     memset(&f, 0, sizeof(f));
     if (rc == -EEXIST) {
         struct keg_format old;
         const char *name = "?";
-        if (KEG_META_CALL(L->m, format_load, &old) == 0)
+        if (keg_meta_format_load(L->m, &old) == 0)
             name = old.name;
         rc = lfail(L, -EEXIST, "%s already holds a volume ('%s'); load only writes into an "
                    "empty metadata engine", L->m->url_redacted, name);
@@ -1391,7 +1391,7 @@ static int ladvance(struct loader *L, int kind, uint64_t start, uint64_t next)
     while (next > start) {
         uint64_t first = 0;
         uint32_t n = (uint32_t)KEG_MIN(next - start, (uint64_t)1 << 30);
-        int rc = KEG_META_CALL(L->m, alloc_ids, kind, n, &first);
+        int rc = keg_meta_alloc_ids(L->m, kind, n, &first);
         if (rc)
             return lfail(L, rc, "advancing the %s counter failed: %s",
                          kind == KEG_ID_INODE ? "inode" : "slice", strerror(-rc));
@@ -1420,10 +1420,10 @@ static int ltop_end(struct loader *L)
     if (!ladvance(L, KEG_ID_INODE, KEG_ROOT_INO + 1, KEG_MAX(L->next_inode, L->max_ino + 1)) ||
         !ladvance(L, KEG_ID_SLICE, 1, KEG_MAX(L->next_slice, L->max_slice + 1)))
         return 0;
-    rc = KEG_META_CALL(L->m, format_init, &L->f, 0755, 0, 0, 1);
+    rc = keg_meta_format_init(L->m, &L->f, 0755, 0, 0, 1);
     if (rc)
         return lfail(L, rc, "restoring the volume settings (quotas) failed: %s", strerror(-rc));
-    rc = KEG_META_CALL0(L->m, sync);
+    rc = keg_meta_sync(L->m);
     if (rc && rc != -ENOSYS)
         return lfail(L, rc, "syncing the metadata engine failed: %s", strerror(-rc));
     L->done = 1;
@@ -1870,7 +1870,7 @@ int keg_meta_load(struct keg_meta *m, FILE *in, unsigned flags, keg_dump_progres
     if (rc) {
         KEG_ERR("load: %s (at byte %" PRIu64 " of the input)", L.msg, errpos);
         if (L.formatted && !(flags & KEG_LOAD_KEEP_PARTIAL)) {
-            int drc = KEG_META_CALL0(m, destroy);
+            int drc = keg_meta_destroy(m);
             if (drc)
                 KEG_ERR("load: removing the partially loaded volume from %s failed (%s): "
                         "remove it before using the target", m->url_redacted, strerror(-drc));
