@@ -137,7 +137,7 @@ int cmd_dump(int argc, char **argv)
 
     if (mnt_open_meta(url, &m))
         return 1;
-    rc = KEG_META_CALL(m, format_load, &f);
+    rc = keg_meta_format_load(m, &f);
     if (rc) {
         if (rc == -ENOENT)
             mnt_error("%s holds no volume (not formatted)", m->url_redacted);
@@ -152,7 +152,7 @@ int cmd_dump(int argc, char **argv)
                  "'kegfs format --force --access-key ... --secret-key ... META_URL %s'",
                  f.name, f.name);
     memset(&f, 0, sizeof(f));
-    if (KEG_META_CALL(m, session_list, count_session, &nsess) == 0 && nsess > 0)
+    if (keg_meta_session_list(m, count_session, &nsess) == 0 && nsess > 0)
         mnt_warn("the volume has %d active session(s) (mounted?): files changed during the "
                  "dump may be dumped inconsistently; unmount it first for an exact copy",
                  nsess);

@@ -525,7 +525,7 @@ int mnt_cmd_format(int argc, char **argv)
     if (rc)
         return 1;
     memset(&f, 0, sizeof(f));
-    rc = KEG_META_CALL(m, format_load, &f);
+    rc = keg_meta_format_load(m, &f);
     if (rc == 0) {
         exists = 1;
         if (!a.force) {
@@ -557,7 +557,7 @@ int mnt_cmd_format(int argc, char **argv)
     }
     /* The root belongs to the user who formats and only they may write to it (a
      * 0777 root would let every local user write into a mount; chmod it to share). */
-    rc = KEG_META_CALL(m, format_init, &f, 0755, geteuid(), getegid(), exists);
+    rc = keg_meta_format_init(m, &f, 0755, geteuid(), getegid(), exists);
     if (rc) {
         mnt_error("cannot write the format at %s: %s", red, strerror(-rc));
         if (claimed && !exists) {
@@ -570,7 +570,7 @@ int mnt_cmd_format(int argc, char **argv)
         goto out;
     }
     /* Show what the engine stored (meta_version etc.). */
-    if (KEG_META_CALL(m, format_load, &f) != 0)
+    if (keg_meta_format_load(m, &f) != 0)
         mnt_warn("format written but could not be read back");
     printf("%s volume %s at %s\n", exists ? "Updated" : "Formatted", f.name, red);
     mnt_print_format(stdout, &f);

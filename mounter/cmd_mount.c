@@ -1023,7 +1023,7 @@ static int check_volume(const char *url, char *name, size_t size)
     if (rc)
         return rc;
     memset(&f, 0, sizeof(f));
-    rc = KEG_META_CALL(m, format_load, &f);
+    rc = keg_meta_format_load(m, &f);
     if (rc == -ENOENT)
         mnt_error("no volume is formatted at %s (run 'kegfs format' first)", red);
     else if (rc)

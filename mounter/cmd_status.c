@@ -336,7 +336,7 @@ int mnt_cmd_status(int argc, char **argv)
     if (mnt_open_meta(url, &m))
         return 1;
     memset(&f, 0, sizeof(f));
-    rc = KEG_META_CALL(m, format_load, &f);
+    rc = keg_meta_format_load(m, &f);
     if (rc == -ENOENT) {
         char mounts[1024];
         if (local_mounters(url, mounts, sizeof(mounts)) > 0)
@@ -358,7 +358,7 @@ int mnt_cmd_status(int argc, char **argv)
 
     printf("Sessions:\n");
     struct sess_ctx sc = {.out = stdout, .n = 0};
-    rc = KEG_META_CALL(m, session_list, print_session, &sc);
+    rc = keg_meta_session_list(m, print_session, &sc);
     if (rc < 0)
         printf("  (cannot list sessions: %s)\n", strerror(-rc));
     else if (sc.n == 0)
@@ -369,7 +369,7 @@ int mnt_cmd_status(int argc, char **argv)
                "has passed, and frees what it held.\n", STATUS_STALE_SEC);
 
     uint64_t used_bytes = 0, used_inodes = 0;
-    rc = KEG_META_CALL(m, statfs, &used_bytes, &used_inodes);
+    rc = keg_meta_statfs(m, &used_bytes, &used_inodes);
     printf("Usage:\n");
     if (rc < 0) {
         printf("  (cannot read usage: %s)\n", strerror(-rc));

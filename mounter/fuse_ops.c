@@ -807,7 +807,7 @@ static void mnt_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fu
 {
     struct keg_meta *meta = keg_fs_meta(mnt(req)->fs);
     MNT_DBG("fsyncdir(ino=%" PRIu64 ", datasync=%d)", (uint64_t)ino, datasync);
-    int rc = KEG_META_CALL0(meta, sync);
+    int rc = keg_meta_sync(meta);
     fuse_reply_err(req, rc == -ENOSYS ? 0 : -rc);
 }
 

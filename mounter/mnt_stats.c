@@ -238,7 +238,7 @@ static void collect(struct mnt_live *l)
     l->mem_read_floor = m.read_floor;
     l->mem_read_cap = m.read_cap;
     struct keg_meta_name_cache nc;
-    if (KEG_META_CALL(keg_fs_meta(w.fs), name_cache_stats, &nc) == 0) {
+    if (keg_meta_name_cache_stats(keg_fs_meta(w.fs), &nc) == 0) {
         l->has_names = 1;
         l->names_up = (uint64_t)nc.up;
         l->names_cached = nc.names;
