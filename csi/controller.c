@@ -469,7 +469,7 @@ int csi_controller_create_volume(struct csi_ctx *ctx, const Csi__V1__CreateVolum
     /* idempotency */
     if (ctl_open_meta(base, id, &m, &url, st) < 0)
         goto out;
-    rc = KEG_META_CALL(m, format_load, &old);
+    rc = keg_meta_format_load(m, &old);
     if (rc == 0) {
         if (ctl_existing(&old, req->name, cap, st) == 0)
             ctl_fill_volume(out, id, old.capacity, url, st);
@@ -533,10 +533,10 @@ int csi_controller_create_volume(struct csi_ctx *ctx, const Csi__V1__CreateVolum
                  strerror(-rc));
         goto out;
     }
-    rc = KEG_META_CALL(m, format_init, &f, 0777, 0, 0, 0);
+    rc = keg_meta_format_init(m, &f, 0777, 0, 0, 0);
     if (rc == -EEXIST) {
         /* formatted concurrently by another controller replica */
-        rc = KEG_META_CALL(m, format_load, &old);
+        rc = keg_meta_format_load(m, &old);
         if (rc == 0) {
             if (ctl_existing(&old, req->name, cap, st) == 0)
                 ctl_fill_volume(out, id, old.capacity, url, st);
@@ -647,7 +647,7 @@ int csi_controller_delete_volume(struct csi_ctx *ctx, const Csi__V1__DeleteVolum
         /* a sqlite3 volume whose database is gone: nothing left to delete */
         goto out;
     }
-    rc = KEG_META_CALL(m, format_load, &f);
+    rc = keg_meta_format_load(m, &f);
     if (rc == -ENOENT) {
         KEG_INFO("volume_id=%s: not found, nothing to delete", req->volume_id);
         if (ctl_is_sqlite(url)) {
@@ -728,7 +728,7 @@ int csi_controller_delete_volume(struct csi_ctx *ctx, const Csi__V1__DeleteVolum
             goto out;
         }
     }
-    rc = KEG_META_CALL0(m, destroy);
+    rc = keg_meta_destroy(m);
     if (rc < 0) {
         csi_fail(st, csi_code_from_errno(rc), "destroying the namespace of volume %s: %s",
                  req->volume_id, strerror(-rc));
@@ -787,7 +787,7 @@ int csi_controller_expand_volume(struct csi_ctx *ctx,
 
     if (ctl_open_meta(base, req->volume_id, &m, NULL, st) < 0)
         goto out;
-    rc = KEG_META_CALL(m, format_load, &f);
+    rc = keg_meta_format_load(m, &f);
     if (rc < 0) {
         csi_fail(st, csi_code_from_errno(rc),
                  rc == -ENOENT ? "volume %s does not exist" : "reading volume %s: %s",
@@ -800,7 +800,7 @@ int csi_controller_expand_volume(struct csi_ctx *ctx,
     }
     uint64_t old = f.capacity;
     f.capacity = (uint64_t)want;
-    rc = KEG_META_CALL(m, format_init, &f, 0777, 0, 0, 1);
+    rc = keg_meta_format_init(m, &f, 0777, 0, 0, 1);
     if (rc < 0) {
         csi_fail(st, csi_code_from_errno(rc), "raising the quota of volume %s: %s",
                  req->volume_id, strerror(-rc));
@@ -861,7 +861,7 @@ int csi_controller_validate_volume_capabilities(
     } else if (ctl_open_meta(base, req->volume_id, &m, NULL, st) < 0) {
         return -1;
     }
-    int rc = KEG_META_CALL(m, format_load, &f);
+    int rc = keg_meta_format_load(m, &f);
     memset(&f, 0, sizeof(f));
     keg_meta_close(m);
     if (rc == -ENOENT)
