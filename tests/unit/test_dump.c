@@ -138,8 +138,8 @@ static void build_tree(struct tvol *v)
     assert_int_equal(keg_fs_setxattr(v->fs, &root_ctx, small, "user.text", "hello", 5, 0), 0);
     assert_int_equal(keg_fs_setxattr(v->fs, &root_ctx, small, "user.bin", xbin, sizeof(xbin),
                                      0), 0);
-    assert_int_equal(KEG_META_CALL(m, setxattr, small, "user.\xe9t\xe9", "v", 1, 0), 0);
-    assert_int_equal(KEG_META_CALL(m, setxattr, d, "user.empty", "", 0, 0), 0);
+    assert_int_equal(keg_meta_setxattr(m, small, "user.\xe9t\xe9", "v", 1, 0), 0);
+    assert_int_equal(keg_meta_setxattr(m, d, "user.empty", "", 0, 0), 0);
     assert_int_equal(keg_fs_setxattr(v->fs, &root_ctx, KEG_ROOT_INO, "user.root", "r", 1, 0),
                      0);
     /* special files */
@@ -235,7 +235,7 @@ static int formatted(const char *url)
     struct keg_meta *m = NULL;
     struct keg_format f;
     assert_int_equal(keg_meta_open(url, &m), 0);
-    int rc = KEG_META_CALL(m, format_load, &f);
+    int rc = keg_meta_format_load(m, &f);
     keg_meta_close(m);
     assert_true(rc == 0 || rc == -ENOENT);
     return rc == 0;
@@ -301,14 +301,14 @@ static void compare_content(struct keg_fs *fa, struct keg_fs *fb, uint64_t ino, 
 static void compare_xattrs(struct keg_meta *ma, struct keg_meta *mb, uint64_t ino)
 {
     char la[4096], lb[4096], va[512], vb[512];
-    ssize_t na = KEG_META_CALL(ma, listxattr, ino, la, sizeof(la));
-    ssize_t nb = KEG_META_CALL(mb, listxattr, ino, lb, sizeof(lb));
+    ssize_t na = keg_meta_listxattr(ma, ino, la, sizeof(la));
+    ssize_t nb = keg_meta_listxattr(mb, ino, lb, sizeof(lb));
     assert_true(na >= 0);
     assert_int_equal(na, nb);
     assert_memory_equal(la, lb, (size_t)na);
     for (ssize_t o = 0; o < na; o += (ssize_t)strlen(la + o) + 1) {
-        ssize_t xa = KEG_META_CALL(ma, getxattr, ino, la + o, va, sizeof(va));
-        ssize_t xb = KEG_META_CALL(mb, getxattr, ino, la + o, vb, sizeof(vb));
+        ssize_t xa = keg_meta_getxattr(ma, ino, la + o, va, sizeof(va));
+        ssize_t xb = keg_meta_getxattr(mb, ino, la + o, vb, sizeof(vb));
         assert_true(xa >= 0);
         assert_int_equal(xa, xb);
         assert_memory_equal(va, vb, (size_t)xa);
@@ -341,14 +341,14 @@ static uint64_t compare_tree(struct keg_fs *fa, struct keg_fs *fb, uint64_t dir)
     struct names na = {0}, nb = {0};
     struct keg_attr x, y;
     uint64_t count = 1;
-    assert_true(KEG_META_CALL(ma, readdir, dir, NULL, 0, 0, names_cb, &na) >= 0);
-    assert_true(KEG_META_CALL(mb, readdir, dir, NULL, 0, 0, names_cb, &nb) >= 0);
+    assert_true(keg_meta_readdir(ma, dir, NULL, 0, 0, names_cb, &na) >= 0);
+    assert_true(keg_meta_readdir(mb, dir, NULL, 0, 0, names_cb, &nb) >= 0);
     assert_int_equal(na.n, nb.n);
     for (size_t i = 0; i < na.n; i++) {
         assert_string_equal(na.v[i], nb.v[i]);
         assert_int_equal(na.ino[i], nb.ino[i]);
-        assert_int_equal(KEG_META_CALL(ma, getattr, na.ino[i], &x), 0);
-        assert_int_equal(KEG_META_CALL(mb, getattr, na.ino[i], &y), 0);
+        assert_int_equal(keg_meta_getattr(ma, na.ino[i], &x), 0);
+        assert_int_equal(keg_meta_getattr(mb, na.ino[i], &y), 0);
         compare_attr(&x, &y);
         compare_xattrs(ma, mb, x.ino);
         if (S_ISDIR(x.mode)) {
@@ -358,8 +358,8 @@ static uint64_t compare_tree(struct keg_fs *fa, struct keg_fs *fb, uint64_t dir)
         count++;
         if (S_ISLNK(x.mode)) {
             char ta[4096], tb[4096];
-            ssize_t la = KEG_META_CALL(ma, readlink, x.ino, ta, sizeof(ta));
-            ssize_t lb = KEG_META_CALL(mb, readlink, x.ino, tb, sizeof(tb));
+            ssize_t la = keg_meta_readlink(ma, x.ino, ta, sizeof(ta));
+            ssize_t lb = keg_meta_readlink(mb, x.ino, tb, sizeof(tb));
             assert_true(la > 0);
             assert_int_equal(la, lb);
             assert_memory_equal(ta, tb, (size_t)la);
@@ -368,8 +368,8 @@ static uint64_t compare_tree(struct keg_fs *fa, struct keg_fs *fb, uint64_t dir)
             for (uint32_t c = 0; c * KEG_CHUNK_SIZE < x.size; c++) {
                 struct keg_slice *sa = NULL, *sb = NULL;
                 size_t ca = 0, cb = 0;
-                assert_int_equal(KEG_META_CALL(ma, read_chunk, x.ino, c, &sa, &ca), 0);
-                assert_int_equal(KEG_META_CALL(mb, read_chunk, x.ino, c, &sb, &cb), 0);
+                assert_int_equal(keg_meta_read_chunk(ma, x.ino, c, &sa, &ca), 0);
+                assert_int_equal(keg_meta_read_chunk(mb, x.ino, c, &sb, &cb), 0);
                 assert_int_equal(ca, cb);
                 if (ca)
                     assert_memory_equal(sa, sb, ca * sizeof(*sa));
@@ -433,16 +433,16 @@ static void test_roundtrip(void **state)
     conf.no_session = 1;
     conf.read_only = 1;
     assert_int_equal(keg_fs_new(&conf, &fb), 0);
-    assert_int_equal(KEG_META_CALL(keg_fs_meta(v.fs), getattr, KEG_ROOT_INO, &ra), 0);
-    assert_int_equal(KEG_META_CALL(keg_fs_meta(fb), getattr, KEG_ROOT_INO, &rb), 0);
+    assert_int_equal(keg_meta_getattr(keg_fs_meta(v.fs), KEG_ROOT_INO, &ra), 0);
+    assert_int_equal(keg_meta_getattr(keg_fs_meta(fb), KEG_ROOT_INO, &rb), 0);
     compare_attr(&ra, &rb);
     compare_xattrs(keg_fs_meta(v.fs), keg_fs_meta(fb), KEG_ROOT_INO);
     assert_int_equal(compare_tree(v.fs, fb, KEG_ROOT_INO), s1.entries);   /* names */
     /* used space and inodes are recharged */
     {
         uint64_t ua, ia, ub, ib;
-        assert_int_equal(KEG_META_CALL(keg_fs_meta(v.fs), statfs, &ua, &ia), 0);
-        assert_int_equal(KEG_META_CALL(keg_fs_meta(fb), statfs, &ub, &ib), 0);
+        assert_int_equal(keg_meta_statfs(keg_fs_meta(v.fs), &ua, &ia), 0);
+        assert_int_equal(keg_meta_statfs(keg_fs_meta(fb), &ub, &ib), 0);
         assert_int_equal(ua, ub);
         assert_int_equal(ia, ib);
     }
@@ -455,9 +455,9 @@ static void test_roundtrip(void **state)
         struct keg_meta *m = NULL;
         uint64_t first;
         assert_int_equal(keg_meta_open(w.url, &m), 0);
-        assert_int_equal(KEG_META_CALL(m, alloc_ids, KEG_ID_INODE, 1, &first), 0);
+        assert_int_equal(keg_meta_alloc_ids(m, KEG_ID_INODE, 1, &first), 0);
         assert_int_equal(first, json_u64(j1, "next_inode") + 1);
-        assert_int_equal(KEG_META_CALL(m, alloc_ids, KEG_ID_SLICE, 1, &first), 0);
+        assert_int_equal(keg_meta_alloc_ids(m, KEG_ID_SLICE, 1, &first), 0);
         assert_int_equal(first, json_u64(j1, "next_slice") + 1);
         keg_meta_close(m);
     }
@@ -480,12 +480,12 @@ static void test_pretty_and_secrets(void **state)
     tvol_init(&v, BS, "none");
     /* credentials in the format */
     assert_int_equal(keg_meta_open(v.url, &m), 0);
-    assert_int_equal(KEG_META_CALL(m, format_load, &f), 0);
+    assert_int_equal(keg_meta_format_load(m, &f), 0);
     snprintf(f.access_key, sizeof(f.access_key), "AKIAEXAMPLE");
     snprintf(f.secret_key, sizeof(f.secret_key), "s3cr3t/with\"quote");
     f.capacity = 1ull << 40;
     f.inodes = 1000;
-    assert_int_equal(KEG_META_CALL(m, format_init, &f, 0755, 0, 0, 1), 0);
+    assert_int_equal(keg_meta_format_init(m, &f, 0755, 0, 0, 1), 0);
     keg_meta_close(m);
 
     assert_int_equal(dump_url(v.url, 0, &j, &l, NULL), 0);
@@ -499,7 +499,7 @@ static void test_pretty_and_secrets(void **state)
     vol2_init(&w);
     assert_int_equal(load_buf(w.url, j, l, 0, NULL), 0);
     assert_int_equal(keg_meta_open(w.url, &m), 0);
-    assert_int_equal(KEG_META_CALL(m, format_load, &f), 0);
+    assert_int_equal(keg_meta_format_load(m, &f), 0);
     assert_string_equal(f.secret_key, "s3cr3t/with\"quote");
     assert_string_equal(f.access_key, "AKIAEXAMPLE");
     assert_int_equal(f.capacity, 1ull << 40);       /* quotas restored */
@@ -537,8 +537,8 @@ static void test_refuse_nonempty(void **state)
     tvol_umount(&t);
     assert_int_equal(load_buf(t.url, j, l, 0, NULL), -EEXIST);
     assert_int_equal(keg_meta_open(t.url, &m), 0);
-    assert_int_equal(KEG_META_CALL(m, lookup, KEG_ROOT_INO, "keep", &a), 0);
-    assert_int_equal(KEG_META_CALL(m, lookup, KEG_ROOT_INO, "a", &a), -ENOENT);
+    assert_int_equal(keg_meta_lookup(m, KEG_ROOT_INO, "keep", &a), 0);
+    assert_int_equal(keg_meta_lookup(m, KEG_ROOT_INO, "a", &a), -ENOENT);
     keg_meta_close(m);
     /* loading twice into the same engine: the second is refused */
     struct vol2 w;
@@ -663,13 +663,13 @@ static void test_doc_example(void **state)
     vol2_init(&w);
     assert_int_equal(load_buf(w.url, doc, sizeof(doc) - 1, 0, NULL), 0);
     assert_int_equal(keg_meta_open(w.url, &m), 0);
-    assert_int_equal(KEG_META_CALL(m, lookup, 2, name_latin1, &a), 0);
+    assert_int_equal(keg_meta_lookup(m, 2, name_latin1, &a), 0);
     assert_int_equal(a.ino, 3);
     assert_int_equal(a.nlink, 2);
     assert_int_equal(a.mtime, 1700000010);
-    assert_int_equal(KEG_META_CALL(m, getxattr, 3, "user.tag", val, sizeof(val)), 3);
+    assert_int_equal(keg_meta_getxattr(m, 3, "user.tag", val, sizeof(val)), 3);
     assert_memory_equal(val, "\x00\x01\xff", 3);
-    assert_int_equal(KEG_META_CALL(m, getattr, 1, &a), 0);
+    assert_int_equal(keg_meta_getattr(m, 1, &a), 0);
     assert_int_equal(a.nlink, 3);
     assert_int_equal(a.mtime, 1700000100);
     assert_int_equal(a.mtimensec, 5);

@@ -311,9 +311,9 @@ static void set_block_version(struct tvol *v, uint32_t bv)
     struct keg_meta *m = NULL;
     struct keg_format f;
     assert_int_equal(keg_meta_open(v->url, &m), 0);
-    assert_int_equal(KEG_META_CALL(m, format_load, &f), 0);
+    assert_int_equal(keg_meta_format_load(m, &f), 0);
     f.block_version = bv;
-    assert_int_equal(KEG_META_CALL(m, format_init, &f, 0777, 0, 0, 1), 0);
+    assert_int_equal(keg_meta_format_init(m, &f, 0777, 0, 0, 1), 0);
     keg_meta_close(m);
 }
 
@@ -443,9 +443,9 @@ static void test_admin_warmup_mem(void **state)
     /* a volume on the mem store (one process: the same fs instance throughout) */
     tvol_init(&v, BS, "none");
     assert_int_equal(keg_meta_open(v.url, &m), 0);
-    assert_int_equal(KEG_META_CALL(m, format_load, &fmt), 0);
+    assert_int_equal(keg_meta_format_load(m, &fmt), 0);
     snprintf(fmt.storage, sizeof(fmt.storage), "mem");
-    assert_int_equal(KEG_META_CALL(m, format_init, &fmt, 0777, 0, 0, 1), 0);
+    assert_int_equal(keg_meta_format_init(m, &fmt, 0777, 0, 0, 1), 0);
     keg_meta_close(m);
     snprintf(cache, sizeof(cache), "%s/cache", v.dir);
     memset(&sc, 0, sizeof(sc));

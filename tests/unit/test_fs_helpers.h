@@ -43,7 +43,7 @@ static inline void tvol_init(struct tvol *v, uint32_t bs, const char *compress)
     snprintf(f.bucket, sizeof(f.bucket), "%s", v->objdir);
     snprintf(f.compress, sizeof(f.compress), "%s", compress);
     f.block_size = bs;
-    assert_int_equal(KEG_META_CALL(m, format_init, &f, 0777, 0, 0, 0), 0);
+    assert_int_equal(keg_meta_format_init(m, &f, 0777, 0, 0, 0), 0);
     keg_meta_close(m);
 }
 

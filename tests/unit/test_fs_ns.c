@@ -457,7 +457,7 @@ static void test_ns_parent_attr_cache(void **state)
     struct keg_meta *m = keg_fs_meta(v.fs);
     memset(&in, 0, sizeof(in));
     in.mode = 0700;
-    assert_int_equal(KEG_META_CALL(m, setattr, d.ino, KEG_SET_MODE, &in, &a), 0);
+    assert_int_equal(keg_meta_setattr(m, d.ino, KEG_SET_MODE, &in, &a), 0);
     assert_int_equal(keg_fs_getattr_cached(v.fs, &tv_root, d.ino, 1000000000LL, &c1), 0);
     assert_int_equal(c1.mode & 07777, 0755);
     /* max_age 0 (attribute cache off): always fresh */

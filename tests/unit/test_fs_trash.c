@@ -30,9 +30,9 @@ static void trash_vol(struct tvol *v, uint32_t days)
 
     tvol_init(v, 65536, "none");
     assert_int_equal(keg_meta_open(v->url, &m), 0);
-    assert_int_equal(KEG_META_CALL(m, format_load, &f), 0);
+    assert_int_equal(keg_meta_format_load(m, &f), 0);
     f.trash_days = days;
-    assert_int_equal(KEG_META_CALL(m, format_init, &f, 0777, 0, 0, 1), 0);
+    assert_int_equal(keg_meta_format_init(m, &f, 0777, 0, 0, 1), 0);
     keg_meta_close(m);
     tvol_mount(v);
     assert_int_equal(keg_fs_format(v->fs)->trash_days, days);
@@ -99,7 +99,7 @@ static int count_cb(void *arg, const struct keg_dirent *de)
 static int count_entries(struct tvol *v, uint64_t dir)
 {
     int n = 0;
-    assert_true(KEG_META_CALL(keg_fs_meta(v->fs), readdir, dir, NULL, 0, 0, count_cb, &n) >= 0);
+    assert_true(keg_meta_readdir(keg_fs_meta(v->fs), dir, NULL, 0, 0, count_cb, &n) >= 0);
     return n;
 }
 

@@ -88,7 +88,7 @@ static int setup_q(void **state, uint64_t capacity, uint64_t inodes)
         return -1;
     }
     fill_format(&f, capacity, inodes);
-    if (KEG_META_CALL(t->m, format_init, &f, 0755, 0, 0, 0) != 0) {
+    if (keg_meta_format_init(t->m, &f, 0755, 0, 0, 0) != 0) {
         keg_meta_close(t->m);
         free(t);
         return -1;
@@ -111,11 +111,11 @@ static int teardown(void **state)
 {
     struct t *t = *state;
     if (t->m2) {
-        KEG_META_CALL0(t->m2, session_end);
+        keg_meta_session_end(t->m2);
         keg_meta_close(t->m2);
     }
-    KEG_META_CALL0(t->m, session_end);
-    assert_int_equal(KEG_META_CALL0(t->m, destroy), 0);
+    keg_meta_session_end(t->m);
+    assert_int_equal(keg_meta_destroy(t->m), 0);
     keg_meta_close(t->m);
     free(t);
     return 0;
@@ -135,14 +135,14 @@ static struct keg_meta *second(struct t *t)
 static uint64_t new_ino(struct keg_meta *m)
 {
     uint64_t ino = 0;
-    assert_int_equal(KEG_META_CALL(m, alloc_ids, KEG_ID_INODE, 1, &ino), 0);
+    assert_int_equal(keg_meta_alloc_ids(m, KEG_ID_INODE, 1, &ino), 0);
     return ino;
 }
 
 static uint64_t new_slice(struct keg_meta *m)
 {
     uint64_t id = 0;
-    assert_int_equal(KEG_META_CALL(m, alloc_ids, KEG_ID_SLICE, 1, &id), 0);
+    assert_int_equal(keg_meta_alloc_ids(m, KEG_ID_SLICE, 1, &id), 0);
     return id;
 }
 
@@ -150,7 +150,7 @@ static uint64_t mk(struct keg_meta *m, uint64_t parent, const char *name, uint32
 {
     struct keg_attr a;
     uint64_t ino = new_ino(m);
-    assert_int_equal(KEG_META_CALL(m, mknod, parent, name, ino, mode, 1000, 1000, 0, NULL, &a), 0);
+    assert_int_equal(keg_meta_mknod(m, parent, name, ino, mode, 1000, 1000, 0, NULL, &a), 0);
     assert_int_equal(a.ino, ino);
     return ino;
 }
@@ -169,14 +169,14 @@ static struct keg_attr attr(struct keg_meta *m, uint64_t ino)
 {
     struct keg_attr a;
     memset(&a, 0, sizeof(a));
-    assert_int_equal(KEG_META_CALL(m, getattr, ino, &a), 0);
+    assert_int_equal(keg_meta_getattr(m, ino, &a), 0);
     return a;
 }
 
 static uint64_t lookup_ino(struct keg_meta *m, uint64_t parent, const char *name)
 {
     struct keg_attr a;
-    int rc = KEG_META_CALL(m, lookup, parent, name, &a);
+    int rc = keg_meta_lookup(m, parent, name, &a);
     if (rc == -ENOENT)
         return 0;
     assert_int_equal(rc, 0);
@@ -196,7 +196,7 @@ static uint64_t write_at(struct keg_meta *m, uint64_t ino, uint64_t off, uint32_
         .s = {.id = new_slice(m), .size = len, .off = 0, .len = len, .pos = (uint32_t)(off % CHUNK)},
     };
     struct keg_attr a;
-    assert_int_equal(KEG_META_CALL(m, write_slices, ino, 1, &cs, off + len, 0, NULL, &a), 0);
+    assert_int_equal(keg_meta_write_slices(m, ino, 1, &cs, off + len, 0, NULL, &a), 0);
     return cs.s.id;
 }
 
@@ -208,14 +208,14 @@ static int delq_drain(struct keg_meta *m, uint64_t id, int *seen)
     if (seen)
         *seen = 0;
     for (;;) {
-        int n = KEG_META_CALL(m, delq_peek, d, 64);
+        int n = keg_meta_delq_peek(m, d, 64);
         assert_true(n >= 0);
         if (n == 0)
             break;
         for (int i = 0; i < n; i++)
             if (seen && d[i].id == id)
                 *seen = 1;
-        assert_int_equal(KEG_META_CALL(m, delq_ack, d, (uint32_t)n), 0);
+        assert_int_equal(keg_meta_delq_ack(m, d, (uint32_t)n), 0);
         total += n;
     }
     return total;
@@ -254,7 +254,7 @@ static int count_entries(struct keg_meta *m, uint64_t dir)
     char after[300] = "";
     for (;;) {
         memset(&nm, 0, sizeof(nm));
-        int n = KEG_META_CALL(m, readdir, dir, total ? after : NULL, 50, 0, names_cb, &nm);
+        int n = keg_meta_readdir(m, dir, total ? after : NULL, 50, 0, names_cb, &nm);
         assert_true(n >= 0);
         if (n == 0)
             break;
@@ -274,7 +274,7 @@ static void test_format_roundtrip(void **state)
     struct keg_format want, got;
     fill_format(&want, 0, 0);
     memset(&got, 0x5a, sizeof(got));
-    assert_int_equal(KEG_META_CALL(t->m, format_load, &got), 0);
+    assert_int_equal(keg_meta_format_load(t->m, &got), 0);
     assert_string_equal(got.name, want.name);
     assert_string_equal(got.uuid, want.uuid);
     assert_string_equal(got.storage, want.storage);
@@ -293,11 +293,11 @@ static void test_format_roundtrip(void **state)
 
     /* formatted already: -EEXIST unless forced; force replaces settings only */
     uint64_t f1 = mkfile(t->m, KEG_ROOT_INO, "keep");
-    assert_int_equal(KEG_META_CALL(t->m, format_init, &want, 0700, 5, 5, 0), -EEXIST);
+    assert_int_equal(keg_meta_format_init(t->m, &want, 0700, 5, 5, 0), -EEXIST);
     want.capacity = 1ULL << 40;
     snprintf(want.secret_key, sizeof(want.secret_key), "rotated");
-    assert_int_equal(KEG_META_CALL(t->m, format_init, &want, 0700, 5, 5, 1), 0);
-    assert_int_equal(KEG_META_CALL(t->m, format_load, &got), 0);
+    assert_int_equal(keg_meta_format_init(t->m, &want, 0700, 5, 5, 1), 0);
+    assert_int_equal(keg_meta_format_load(t->m, &got), 0);
     assert_int_equal(got.capacity, 1ULL << 40);
     assert_string_equal(got.secret_key, "rotated");
     assert_int_equal(lookup_ino(t->m, KEG_ROOT_INO, "keep"), f1);
@@ -306,13 +306,13 @@ static void test_format_roundtrip(void **state)
     assert_int_equal(r.uid, 0);
 
     /* sync is optional; what was committed survives closing and reopening */
-    int rc = KEG_META_CALL0(t->m, sync);
+    int rc = keg_meta_sync(t->m);
     assert_true(rc == 0 || rc == -ENOSYS);
     keg_meta_close(t->m);
     t->m = NULL;
     assert_int_equal(keg_meta_open(t->url, &t->m), 0);
     assert_int_equal(lookup_ino(t->m, KEG_ROOT_INO, "keep"), f1);
-    assert_int_equal(KEG_META_CALL(t->m, format_load, &got), 0);
+    assert_int_equal(keg_meta_format_load(t->m, &got), 0);
     assert_string_equal(got.secret_key, "rotated");
     assert_int_equal(new_ino(t->m), f1 + 1);
 }
@@ -325,22 +325,22 @@ static void test_format_missing(void **state)
     (void)state;
     make_url(url, sizeof(url));
     assert_int_equal(keg_meta_open(url, &m), 0);
-    assert_int_equal(KEG_META_CALL(m, format_load, &f), -ENOENT);
-    assert_int_equal(KEG_META_CALL0(m, destroy), 0);          /* idempotent */
+    assert_int_equal(keg_meta_format_load(m, &f), -ENOENT);
+    assert_int_equal(keg_meta_destroy(m), 0);          /* idempotent */
     if (strncmp(url, "sqlite3://", 10) == 0) {
         struct stat sb;
         assert_int_equal(stat(url + 10, &sb), -1);          /* nothing created */
     }
     fill_format(&f, 0, 0);
-    assert_int_equal(KEG_META_CALL(m, format_init, &f, 0777, 0, 0, 0), 0);
-    assert_int_equal(KEG_META_CALL(m, format_load, &f), 0);
-    assert_int_equal(KEG_META_CALL0(m, destroy), 0);
-    assert_int_equal(KEG_META_CALL(m, format_load, &f), -ENOENT);
-    assert_int_equal(KEG_META_CALL0(m, destroy), 0);
+    assert_int_equal(keg_meta_format_init(m, &f, 0777, 0, 0, 0), 0);
+    assert_int_equal(keg_meta_format_load(m, &f), 0);
+    assert_int_equal(keg_meta_destroy(m), 0);
+    assert_int_equal(keg_meta_format_load(m, &f), -ENOENT);
+    assert_int_equal(keg_meta_destroy(m), 0);
     /* a destroyed volume can be formatted again, from scratch */
-    assert_int_equal(KEG_META_CALL(m, format_init, &f, 0777, 0, 0, 0), 0);
+    assert_int_equal(keg_meta_format_init(m, &f, 0777, 0, 0, 0), 0);
     assert_int_equal(new_ino(m), 2);
-    assert_int_equal(KEG_META_CALL0(m, destroy), 0);
+    assert_int_equal(keg_meta_destroy(m), 0);
     keg_meta_close(m);
 }
 
@@ -391,18 +391,18 @@ static void test_alloc_ids(void **state)
 {
     struct t *t = *state;
     uint64_t a, b;
-    assert_int_equal(KEG_META_CALL(t->m, alloc_ids, KEG_ID_INODE, 10, &a), 0);
+    assert_int_equal(keg_meta_alloc_ids(t->m, KEG_ID_INODE, 10, &a), 0);
     assert_int_equal(a, 2);
-    assert_int_equal(KEG_META_CALL(t->m, alloc_ids, KEG_ID_INODE, 1, &b), 0);
+    assert_int_equal(keg_meta_alloc_ids(t->m, KEG_ID_INODE, 1, &b), 0);
     assert_int_equal(b, 12);
-    assert_int_equal(KEG_META_CALL(t->m, alloc_ids, KEG_ID_SLICE, 5, &a), 0);
+    assert_int_equal(keg_meta_alloc_ids(t->m, KEG_ID_SLICE, 5, &a), 0);
     assert_int_equal(a, 1);
-    assert_int_equal(KEG_META_CALL(t->m, alloc_ids, KEG_ID_SLICE, 1, &a), 0);
+    assert_int_equal(keg_meta_alloc_ids(t->m, KEG_ID_SLICE, 1, &a), 0);
     assert_int_equal(a, 6);
-    assert_int_equal(KEG_META_CALL(t->m, alloc_ids, 7, 1, &a), -EINVAL);
-    assert_int_equal(KEG_META_CALL(t->m, alloc_ids, KEG_ID_SLICE, 0, &a), -EINVAL);
+    assert_int_equal(keg_meta_alloc_ids(t->m, 7, 1, &a), -EINVAL);
+    assert_int_equal(keg_meta_alloc_ids(t->m, KEG_ID_SLICE, 0, &a), -EINVAL);
     /* a second instance sees the same counters */
-    assert_int_equal(KEG_META_CALL(second(t), alloc_ids, KEG_ID_SLICE, 1, &a), 0);
+    assert_int_equal(keg_meta_alloc_ids(second(t), KEG_ID_SLICE, 1, &a), 0);
     assert_int_equal(a, 7);
 }
 
@@ -421,12 +421,12 @@ static void test_root_lookup_getattr(void **state)
     assert_int_equal(a.parent, KEG_ROOT_INO);
     assert_int_equal(a.uid, 0);
     assert_int_equal(a.size, 4096);
-    assert_int_equal(KEG_META_CALL(t->m, getattr, 999, &a), -ENOENT);
-    assert_int_equal(KEG_META_CALL(t->m, lookup, KEG_ROOT_INO, "nope", &a), -ENOENT);
-    assert_int_equal(KEG_META_CALL(t->m, lookup, 999, "nope", &a), -ENOENT);
+    assert_int_equal(keg_meta_getattr(t->m, 999, &a), -ENOENT);
+    assert_int_equal(keg_meta_lookup(t->m, KEG_ROOT_INO, "nope", &a), -ENOENT);
+    assert_int_equal(keg_meta_lookup(t->m, 999, "nope", &a), -ENOENT);
     uint64_t f = mkfile(t->m, KEG_ROOT_INO, "f");
-    assert_int_equal(KEG_META_CALL(t->m, lookup, f, "x", &a), -ENOTDIR);
-    assert_int_equal(KEG_META_CALL(t->m, lookup, KEG_ROOT_INO, "f", &a), 0);
+    assert_int_equal(keg_meta_lookup(t->m, f, "x", &a), -ENOTDIR);
+    assert_int_equal(keg_meta_lookup(t->m, KEG_ROOT_INO, "f", &a), 0);
     assert_int_equal(a.ino, f);
     assert_int_equal(a.mode, S_IFREG | 0644);
     assert_int_equal(a.uid, 1000);
@@ -456,23 +456,23 @@ static void test_mknod_types(void **state)
     assert_true(ns_of(p1.ctime, p1.ctimensec) >= t0);
 
     uint64_t ino = new_ino(t->m);
-    assert_int_equal(KEG_META_CALL(t->m, mknod, d, "ln", ino, S_IFLNK | 0777, 7, 8, 0,
-                                   "../target/path", &a), 0);
+    assert_int_equal(keg_meta_mknod(t->m, d, "ln", ino, S_IFLNK | 0777, 7, 8, 0,
+                                    "../target/path", &a), 0);
     assert_int_equal(a.size, strlen("../target/path"));
     assert_int_equal(a.mode, S_IFLNK | 0777);
     assert_int_equal(a.uid, 7);
     assert_int_equal(a.gid, 8);
-    assert_int_equal(KEG_META_CALL(t->m, readlink, ino, buf, sizeof(buf)), 14);
+    assert_int_equal(keg_meta_readlink(t->m, ino, buf, sizeof(buf)), 14);
     assert_memory_equal(buf, "../target/path", 14);
-    assert_int_equal(KEG_META_CALL(t->m, readlink, ino, buf, 0), 14);
-    assert_int_equal(KEG_META_CALL(t->m, readlink, ino, buf, 4), -ERANGE);
+    assert_int_equal(keg_meta_readlink(t->m, ino, buf, 0), 14);
+    assert_int_equal(keg_meta_readlink(t->m, ino, buf, 4), -ERANGE);
 
     ino = new_ino(t->m);
-    assert_int_equal(KEG_META_CALL(t->m, mknod, d, "chr", ino, S_IFCHR | 0600, 0, 0,
-                                   (uint64_t)makedev(1, 3), NULL, &a), 0);
+    assert_int_equal(keg_meta_mknod(t->m, d, "chr", ino, S_IFCHR | 0600, 0, 0,
+                                    (uint64_t)makedev(1, 3), NULL, &a), 0);
     assert_int_equal(attr(t->m, ino).rdev, makedev(1, 3));
     assert_int_equal(attr(t->m, ino).mode, S_IFCHR | 0600);
-    assert_int_equal(KEG_META_CALL(t->m, readlink, ino, buf, sizeof(buf)), -EINVAL);
+    assert_int_equal(keg_meta_readlink(t->m, ino, buf, sizeof(buf)), -EINVAL);
     uint64_t fifo = mk(t->m, d, "fifo", S_IFIFO | 0644);
     uint64_t sock = mk(t->m, d, "sock", S_IFSOCK | 0644);
     uint64_t blk = mk(t->m, d, "blk", S_IFBLK | 0644);
@@ -484,17 +484,17 @@ static void test_mknod_types(void **state)
     /* errors */
     uint64_t f = mkfile(t->m, d, "file");
     ino = new_ino(t->m);
-    assert_int_equal(KEG_META_CALL(t->m, mknod, d, "file", ino, S_IFREG | 0644, 0, 0, 0, NULL, &a),
+    assert_int_equal(keg_meta_mknod(t->m, d, "file", ino, S_IFREG | 0644, 0, 0, 0, NULL, &a),
                      -EEXIST);
-    assert_int_equal(KEG_META_CALL(t->m, mknod, d, "chr", ino, S_IFDIR | 0755, 0, 0, 0, NULL, &a),
+    assert_int_equal(keg_meta_mknod(t->m, d, "chr", ino, S_IFDIR | 0755, 0, 0, 0, NULL, &a),
                      -EEXIST);
-    assert_int_equal(KEG_META_CALL(t->m, mknod, f, "x", ino, S_IFREG | 0644, 0, 0, 0, NULL, &a),
+    assert_int_equal(keg_meta_mknod(t->m, f, "x", ino, S_IFREG | 0644, 0, 0, 0, NULL, &a),
                      -ENOTDIR);
-    assert_int_equal(KEG_META_CALL(t->m, mknod, 12345, "x", ino, S_IFREG | 0644, 0, 0, 0, NULL,
-                                   &a), -ENOENT);
+    assert_int_equal(keg_meta_mknod(t->m, 12345, "x", ino, S_IFREG | 0644, 0, 0, 0, NULL,
+                                    &a), -ENOENT);
     /* the failed creates left nothing behind */
-    assert_int_equal(KEG_META_CALL(t->m, getattr, ino, &a), -ENOENT);
-    assert_int_equal(KEG_META_CALL(t->m, mknod, d, "x", ino, S_IFREG | 0644, 0, 0, 0, NULL, &a),
+    assert_int_equal(keg_meta_getattr(t->m, ino, &a), -ENOENT);
+    assert_int_equal(keg_meta_mknod(t->m, d, "x", ino, S_IFREG | 0644, 0, 0, 0, NULL, &a),
                      0);
 }
 
@@ -506,25 +506,25 @@ static void test_setgid_inherit(void **state)
     memset(&in, 0, sizeof(in));
     in.mode = 02775;
     in.gid = 50;
-    assert_int_equal(KEG_META_CALL(t->m, setattr, g, KEG_SET_MODE | KEG_SET_GID, &in, &a), 0);
+    assert_int_equal(keg_meta_setattr(t->m, g, KEG_SET_MODE | KEG_SET_GID, &in, &a), 0);
     assert_int_equal(a.mode, S_IFDIR | 02775);
     assert_int_equal(a.gid, 50);
 
     uint64_t ino = new_ino(t->m);
-    assert_int_equal(KEG_META_CALL(t->m, mknod, g, "f", ino, S_IFREG | 0644, 10, 10, 0, NULL, &a),
+    assert_int_equal(keg_meta_mknod(t->m, g, "f", ino, S_IFREG | 0644, 10, 10, 0, NULL, &a),
                      0);
     assert_int_equal(a.gid, 50);
     assert_int_equal(a.mode, S_IFREG | 0644);    /* files do not get S_ISGID */
     ino = new_ino(t->m);
-    assert_int_equal(KEG_META_CALL(t->m, mknod, g, "sub", ino, S_IFDIR | 0755, 10, 10, 0, NULL,
-                                   &a), 0);
+    assert_int_equal(keg_meta_mknod(t->m, g, "sub", ino, S_IFDIR | 0755, 10, 10, 0, NULL,
+                                    &a), 0);
     assert_int_equal(a.gid, 50);
     assert_int_equal(a.mode, S_IFDIR | 02755);
     assert_int_equal(attr(t->m, ino).mode, S_IFDIR | 02755);
     /* without S_ISGID the caller's gid is kept */
     ino = new_ino(t->m);
-    assert_int_equal(KEG_META_CALL(t->m, mknod, KEG_ROOT_INO, "plain", ino, S_IFDIR | 0755, 10, 10,
-                                   0, NULL, &a), 0);
+    assert_int_equal(keg_meta_mknod(t->m, KEG_ROOT_INO, "plain", ino, S_IFDIR | 0755, 10, 10,
+                                    0, NULL, &a), 0);
     assert_int_equal(a.gid, 10);
     assert_int_equal(a.mode, S_IFDIR | 0755);
 }
@@ -545,8 +545,8 @@ static void test_setattr(void **state)
     in.mtimensec = 8;
     in.size = 12345;                /* setattr never changes size */
     int64_t t0 = keg_now_ns();
-    assert_int_equal(KEG_META_CALL(t->m, setattr, f, KEG_SET_MODE | KEG_SET_UID | KEG_SET_GID |
-                                   KEG_SET_ATIME | KEG_SET_MTIME, &in, &a), 0);
+    assert_int_equal(keg_meta_setattr(t->m, f, KEG_SET_MODE | KEG_SET_UID | KEG_SET_GID |
+                                      KEG_SET_ATIME | KEG_SET_MTIME, &in, &a), 0);
     assert_int_equal(a.mode, S_IFREG | 04711);
     assert_int_equal(a.uid, 5);
     assert_int_equal(a.gid, 6);
@@ -561,19 +561,19 @@ static void test_setattr(void **state)
     assert_int_equal(a.mtime, 2000);
     assert_int_equal(a.nlink, before.nlink);
 
-    assert_int_equal(KEG_META_CALL(t->m, setattr, f, KEG_SET_ATIME_NOW | KEG_SET_MTIME_NOW, &in,
-                                   &a), 0);
+    assert_int_equal(keg_meta_setattr(t->m, f, KEG_SET_ATIME_NOW | KEG_SET_MTIME_NOW, &in,
+                                      &a), 0);
     assert_true(ns_of(a.atime, a.atimensec) >= t0);
     assert_true(ns_of(a.mtime, a.mtimensec) >= t0);
     in.ctime = 42;
     in.ctimensec = 1;
-    assert_int_equal(KEG_META_CALL(t->m, setattr, f, KEG_SET_CTIME, &in, &a), 0);
+    assert_int_equal(keg_meta_setattr(t->m, f, KEG_SET_CTIME, &in, &a), 0);
     assert_int_equal(a.ctime, 42);
     assert_int_equal(a.ctimensec, 1);
     /* no fields: attributes unchanged */
-    assert_int_equal(KEG_META_CALL(t->m, setattr, f, 0, &in, &a), 0);
+    assert_int_equal(keg_meta_setattr(t->m, f, 0, &in, &a), 0);
     assert_int_equal(a.ctime, 42);
-    assert_int_equal(KEG_META_CALL(t->m, setattr, 999, KEG_SET_UID, &in, &a), -ENOENT);
+    assert_int_equal(keg_meta_setattr(t->m, 999, KEG_SET_UID, &in, &a), -ENOENT);
 }
 
 static void test_link(void **state)
@@ -583,7 +583,7 @@ static void test_link(void **state)
     uint64_t d = mkdir_(t->m, KEG_ROOT_INO, "d");
     uint64_t f = mkfile(t->m, KEG_ROOT_INO, "f");
     int64_t t0 = keg_now_ns();
-    assert_int_equal(KEG_META_CALL(t->m, link, f, d, "f2", &a), 0);
+    assert_int_equal(keg_meta_link(t->m, f, d, "f2", &a), 0);
     assert_int_equal(a.ino, f);
     assert_int_equal(a.nlink, 2);
     assert_true(ns_of(a.ctime, a.ctimensec) >= t0);
@@ -591,15 +591,15 @@ static void test_link(void **state)
     assert_true(ns_of(da.mtime, da.mtimensec) >= t0);
     assert_int_equal(da.nlink, 2);
     assert_int_equal(lookup_ino(t->m, d, "f2"), f);
-    assert_int_equal(KEG_META_CALL(t->m, link, f, d, "f2", &a), -EEXIST);
-    assert_int_equal(KEG_META_CALL(t->m, link, d, KEG_ROOT_INO, "d2", &a), -EPERM);
-    assert_int_equal(KEG_META_CALL(t->m, link, 999, KEG_ROOT_INO, "x", &a), -ENOENT);
-    assert_int_equal(KEG_META_CALL(t->m, link, f, f, "x", &a), -ENOTDIR);
-    assert_int_equal(KEG_META_CALL(t->m, link, f, 999, "x", &a), -ENOENT);
+    assert_int_equal(keg_meta_link(t->m, f, d, "f2", &a), -EEXIST);
+    assert_int_equal(keg_meta_link(t->m, d, KEG_ROOT_INO, "d2", &a), -EPERM);
+    assert_int_equal(keg_meta_link(t->m, 999, KEG_ROOT_INO, "x", &a), -ENOENT);
+    assert_int_equal(keg_meta_link(t->m, f, f, "x", &a), -ENOTDIR);
+    assert_int_equal(keg_meta_link(t->m, f, 999, "x", &a), -ENOENT);
     assert_int_equal(attr(t->m, f).nlink, 2);
     /* unlinking one name keeps the inode */
     struct keg_unlinked g;
-    assert_int_equal(KEG_META_CALL(t->m, unlink, KEG_ROOT_INO, "f", &g), 0);
+    assert_int_equal(keg_meta_unlink(t->m, KEG_ROOT_INO, "f", &g), 0);
     assert_int_equal(g.ino, 0);
     assert_int_equal(attr(t->m, f).nlink, 1);
     assert_int_equal(lookup_ino(t->m, d, "f2"), f);
@@ -614,13 +614,13 @@ static void test_link_max(void **state)
     uint64_t f = mkfile(t->m, d, "l0");
     for (uint32_t i = 1; i < 65000; i++) {
         snprintf(name, sizeof(name), "l%u", i);
-        int rc = KEG_META_CALL(t->m, link, f, d, name, &a);
+        int rc = keg_meta_link(t->m, f, d, name, &a);
         if (rc != 0)
             fail_msg("link #%u: %d", i, rc);
     }
     assert_int_equal(attr(t->m, f).nlink, 65000);
-    assert_int_equal(KEG_META_CALL(t->m, link, f, d, "one-too-many", &a), -EMLINK);
-    assert_int_equal(KEG_META_CALL(t->m, lookup, d, "one-too-many", &a), -ENOENT);
+    assert_int_equal(keg_meta_link(t->m, f, d, "one-too-many", &a), -EMLINK);
+    assert_int_equal(keg_meta_lookup(t->m, d, "one-too-many", &a), -ENOENT);
 }
 
 static void test_unlink_pending_purge(void **state)
@@ -630,14 +630,14 @@ static void test_unlink_pending_purge(void **state)
     struct keg_attr a;
     uint64_t sid = 0, used_b, used_i, used_i0;
     int seen;
-    assert_int_equal(KEG_META_CALL(t->m, session_begin, "host=test pid=1", &sid), 0);
+    assert_int_equal(keg_meta_session_begin(t->m, "host=test pid=1", &sid), 0);
     assert_true(sid > 0);
     uint64_t f = mkfile(t->m, KEG_ROOT_INO, "f");
     uint64_t s1 = write_at(t->m, f, 0, 5000);
-    assert_int_equal(KEG_META_CALL(t->m, statfs, &used_b, &used_i0), 0);
+    assert_int_equal(keg_meta_statfs(t->m, &used_b, &used_i0), 0);
     assert_int_equal(used_b, 8192);
     int64_t t0 = keg_now_ns();
-    assert_int_equal(KEG_META_CALL(t->m, unlink, KEG_ROOT_INO, "f", &g), 0);
+    assert_int_equal(keg_meta_unlink(t->m, KEG_ROOT_INO, "f", &g), 0);
     assert_int_equal(g.ino, f);
     assert_int_equal(g.mode, S_IFREG | 0644);
     assert_int_equal(g.size, 5000);
@@ -650,34 +650,34 @@ static void test_unlink_pending_purge(void **state)
     assert_true(ns_of(r.mtime, r.mtimensec) >= t0);
     struct keg_slice *sl = NULL;
     size_t n = 0;
-    assert_int_equal(KEG_META_CALL(t->m, read_chunk, f, 0, &sl, &n), 0);
+    assert_int_equal(keg_meta_read_chunk(t->m, f, 0, &sl, &n), 0);
     assert_int_equal(n, 1);
     keg_free(sl);
-    assert_int_equal(KEG_META_CALL(t->m, statfs, &used_b, &used_i), 0);
+    assert_int_equal(keg_meta_statfs(t->m, &used_b, &used_i), 0);
     assert_int_equal(used_i, used_i0);
     assert_int_equal(used_b, 8192);
     assert_int_equal(delq_drain(t->m, s1, &seen), 0);
     /* a pending inode cannot get a new name */
-    assert_int_equal(KEG_META_CALL(t->m, link, f, KEG_ROOT_INO, "again", &a), -ENOENT);
+    assert_int_equal(keg_meta_link(t->m, f, KEG_ROOT_INO, "again", &a), -ENOENT);
 
-    assert_int_equal(KEG_META_CALL(t->m, purge, f), 0);
-    assert_int_equal(KEG_META_CALL(t->m, getattr, f, &a), -ENOENT);
-    assert_int_equal(KEG_META_CALL(t->m, purge, f), 0);     /* idempotent */
-    assert_int_equal(KEG_META_CALL(t->m, statfs, &used_b, &used_i), 0);
+    assert_int_equal(keg_meta_purge(t->m, f), 0);
+    assert_int_equal(keg_meta_getattr(t->m, f, &a), -ENOENT);
+    assert_int_equal(keg_meta_purge(t->m, f), 0);     /* idempotent */
+    assert_int_equal(keg_meta_statfs(t->m, &used_b, &used_i), 0);
     assert_int_equal(used_i, used_i0 - 1);
     assert_int_equal(used_b, 0);
     assert_int_equal(delq_drain(t->m, s1, &seen), 1);
     assert_true(seen);
     /* purge of a linked inode does nothing */
     uint64_t f2 = mkfile(t->m, KEG_ROOT_INO, "f2");
-    assert_int_equal(KEG_META_CALL(t->m, purge, f2), 0);
+    assert_int_equal(keg_meta_purge(t->m, f2), 0);
     assert_int_equal(attr(t->m, f2).nlink, 1);
     /* session_end purges what is still pending */
     uint64_t s2 = write_at(t->m, f2, 0, 10);
-    assert_int_equal(KEG_META_CALL(t->m, unlink, KEG_ROOT_INO, "f2", &g), 0);
+    assert_int_equal(keg_meta_unlink(t->m, KEG_ROOT_INO, "f2", &g), 0);
     assert_int_equal(g.ino, f2);
-    assert_int_equal(KEG_META_CALL0(t->m, session_end), 0);
-    assert_int_equal(KEG_META_CALL(t->m, getattr, f2, &a), -ENOENT);
+    assert_int_equal(keg_meta_session_end(t->m), 0);
+    assert_int_equal(keg_meta_getattr(t->m, f2, &a), -ENOENT);
     assert_int_equal(delq_drain(t->m, s2, &seen), 1);
     assert_true(seen);
 }
@@ -692,26 +692,26 @@ static void test_unlink_no_session(void **state)
     uint64_t f = mkfile(t->m, d, "f");
     uint64_t s1 = write_at(t->m, f, 0, 100);
     uint64_t s2 = write_at(t->m, f, CHUNK + 5, 100);
-    assert_int_equal(KEG_META_CALL(t->m, unlink, d, "f", &g), 0);
+    assert_int_equal(keg_meta_unlink(t->m, d, "f", &g), 0);
     assert_int_equal(g.ino, f);                  /* reported, and already purged */
-    assert_int_equal(KEG_META_CALL(t->m, getattr, f, &a), -ENOENT);
+    assert_int_equal(keg_meta_getattr(t->m, f, &a), -ENOENT);
     assert_int_equal(delq_drain(t->m, s1, &seen), 2);
-    assert_int_equal(KEG_META_CALL(t->m, purge, f), 0);
+    assert_int_equal(keg_meta_purge(t->m, f), 0);
     (void)s2;
     /* errors */
-    assert_int_equal(KEG_META_CALL(t->m, unlink, d, "f", &g), -ENOENT);
-    assert_int_equal(KEG_META_CALL(t->m, unlink, KEG_ROOT_INO, "d", &g), -EISDIR);
-    assert_int_equal(KEG_META_CALL(t->m, unlink, 999, "x", &g), -ENOENT);
+    assert_int_equal(keg_meta_unlink(t->m, d, "f", &g), -ENOENT);
+    assert_int_equal(keg_meta_unlink(t->m, KEG_ROOT_INO, "d", &g), -EISDIR);
+    assert_int_equal(keg_meta_unlink(t->m, 999, "x", &g), -ENOENT);
     uint64_t f2 = mkfile(t->m, d, "f2");
-    assert_int_equal(KEG_META_CALL(t->m, unlink, f2, "x", &g), -ENOTDIR);
+    assert_int_equal(keg_meta_unlink(t->m, f2, "x", &g), -ENOTDIR);
     /* symlinks and other non-regular inodes are purged at once even with a session */
     uint64_t sid;
-    assert_int_equal(KEG_META_CALL(t->m, session_begin, "x", &sid), 0);
+    assert_int_equal(keg_meta_session_begin(t->m, "x", &sid), 0);
     uint64_t ino = new_ino(t->m);
-    assert_int_equal(KEG_META_CALL(t->m, mknod, d, "ln", ino, S_IFLNK | 0777, 0, 0, 0, "t", &a), 0);
-    assert_int_equal(KEG_META_CALL(t->m, unlink, d, "ln", &g), 0);
+    assert_int_equal(keg_meta_mknod(t->m, d, "ln", ino, S_IFLNK | 0777, 0, 0, 0, "t", &a), 0);
+    assert_int_equal(keg_meta_unlink(t->m, d, "ln", &g), 0);
     assert_int_equal(g.ino, ino);
-    assert_int_equal(KEG_META_CALL(t->m, getattr, ino, &a), -ENOENT);
+    assert_int_equal(keg_meta_getattr(t->m, ino, &a), -ENOENT);
 }
 
 /* The owner's open-inode hook of test_unlink_inline_purge. */
@@ -738,7 +738,7 @@ static void test_unlink_inline_purge(void **state)
     struct open_set os = {.n = 0};
     uint64_t sid;
     int seen;
-    assert_int_equal(KEG_META_CALL(t->m, session_begin, "x", &sid), 0);
+    assert_int_equal(keg_meta_session_begin(t->m, "x", &sid), 0);
     t->m->open_inodes = open_set_cb;
     t->m->open_inodes_arg = &os;
     uint64_t f1 = mkfile(t->m, KEG_ROOT_INO, "f1");
@@ -750,24 +750,24 @@ static void test_unlink_inline_purge(void **state)
     os.inos[0] = f2;
     os.n = 1;
     /* not open: purged inside unlink */
-    assert_int_equal(KEG_META_CALL(t->m, unlink, KEG_ROOT_INO, "f1", &g), 0);
+    assert_int_equal(keg_meta_unlink(t->m, KEG_ROOT_INO, "f1", &g), 0);
     assert_int_equal(g.ino, f1);
     assert_int_equal(g.purged, 1);
     assert_int_equal(g.queued, 2);
-    assert_int_equal(KEG_META_CALL(t->m, getattr, f1, &a), -ENOENT);
+    assert_int_equal(keg_meta_getattr(t->m, f1, &a), -ENOENT);
     assert_int_equal(delq_drain(t->m, s1, &seen), 2);
     assert_true(seen);
     /* open: pending, nothing queued */
-    assert_int_equal(KEG_META_CALL(t->m, unlink, KEG_ROOT_INO, "f2", &g), 0);
+    assert_int_equal(keg_meta_unlink(t->m, KEG_ROOT_INO, "f2", &g), 0);
     assert_int_equal(g.ino, f2);
     assert_int_equal(g.purged, 0);
     assert_int_equal(g.queued, 0);
-    assert_int_equal(KEG_META_CALL(t->m, getattr, f2, &a), 0);
+    assert_int_equal(keg_meta_getattr(t->m, f2, &a), 0);
     assert_int_equal(a.nlink, 0);
-    assert_int_equal(KEG_META_CALL(t->m, purge, f2), 0);
+    assert_int_equal(keg_meta_purge(t->m, f2), 0);
     assert_int_equal(delq_drain(t->m, 0, NULL), 1);
     /* an empty file: purged, nothing queued */
-    assert_int_equal(KEG_META_CALL(t->m, unlink, KEG_ROOT_INO, "f3", &g), 0);
+    assert_int_equal(keg_meta_unlink(t->m, KEG_ROOT_INO, "f3", &g), 0);
     assert_int_equal(g.ino, f3);
     assert_int_equal(g.purged, 1);
     assert_int_equal(g.queued, 0);
@@ -775,19 +775,19 @@ static void test_unlink_inline_purge(void **state)
     uint64_t f4 = mkfile(t->m, KEG_ROOT_INO, "f4");
     write_at(t->m, f4, 0, 10);
     mkfile(t->m, KEG_ROOT_INO, "f5");
-    assert_int_equal(KEG_META_CALL(t->m, rename, KEG_ROOT_INO, "f5", KEG_ROOT_INO, "f4", 0, &a,
-                                   &g), 0);
+    assert_int_equal(keg_meta_rename(t->m, KEG_ROOT_INO, "f5", KEG_ROOT_INO, "f4", 0, &a,
+                                     &g), 0);
     assert_int_equal(g.ino, f4);
     assert_int_equal(g.purged, 1);
     assert_int_equal(g.queued, 1);
-    assert_int_equal(KEG_META_CALL(t->m, getattr, f4, &a), -ENOENT);
+    assert_int_equal(keg_meta_getattr(t->m, f4, &a), -ENOENT);
     /* too many open inodes to list: pending, as without the hook */
     uint64_t f6 = mkfile(t->m, KEG_ROOT_INO, "f6");
     os.n = KEG_META_OPEN_MAX + 1;
-    assert_int_equal(KEG_META_CALL(t->m, unlink, KEG_ROOT_INO, "f6", &g), 0);
+    assert_int_equal(keg_meta_unlink(t->m, KEG_ROOT_INO, "f6", &g), 0);
     assert_int_equal(g.ino, f6);
     assert_int_equal(g.purged, 0);
-    assert_int_equal(KEG_META_CALL(t->m, getattr, f6, &a), 0);
+    assert_int_equal(keg_meta_getattr(t->m, f6, &a), 0);
     t->m->open_inodes = NULL;
 }
 
@@ -825,42 +825,42 @@ static void test_parent_attrs(void **state)
     uint64_t d2 = mkdir_(t->m, KEG_ROOT_INO, "d2");
     uint64_t f = mkfile(t->m, d1, "f");
     check_parents(t->m, 1, d1, 0);
-    assert_int_equal(KEG_META_CALL(t->m, link, f, d2, "hard", &a), 0);
+    assert_int_equal(keg_meta_link(t->m, f, d2, "hard", &a), 0);
     check_parents(t->m, 1, d2, 0);
-    assert_int_equal(KEG_META_CALL(t->m, unlink, d2, "hard", &g), 0);
+    assert_int_equal(keg_meta_unlink(t->m, d2, "hard", &g), 0);
     check_parents(t->m, 1, d2, 0);
     /* rename in one directory, across directories, of a directory, exchange, replace */
-    assert_int_equal(KEG_META_CALL(t->m, rename, d1, "f", d1, "f2", 0, &a, &g), 0);
+    assert_int_equal(keg_meta_rename(t->m, d1, "f", d1, "f2", 0, &a, &g), 0);
     check_parents(t->m, 1, d1, 0);
-    assert_int_equal(KEG_META_CALL(t->m, rename, d1, "f2", d2, "f", 0, &a, &g), 0);
+    assert_int_equal(keg_meta_rename(t->m, d1, "f2", d2, "f", 0, &a, &g), 0);
     check_parents(t->m, 2, d1, d2);
     mkdir_(t->m, d1, "sub");
-    assert_int_equal(KEG_META_CALL(t->m, rename, d1, "sub", d2, "sub", 0, &a, &g), 0);
+    assert_int_equal(keg_meta_rename(t->m, d1, "sub", d2, "sub", 0, &a, &g), 0);
     check_parents(t->m, 2, d1, d2);
     assert_int_equal(attr(t->m, d2).nlink, 3);
     mkfile(t->m, d1, "x");
-    assert_int_equal(KEG_META_CALL(t->m, rename, d1, "x", d2, "sub", KEG_RENAME_EXCHANGE, &a,
-                                   &g), 0);
+    assert_int_equal(keg_meta_rename(t->m, d1, "x", d2, "sub", KEG_RENAME_EXCHANGE, &a,
+                                     &g), 0);
     check_parents(t->m, 2, d1, d2);
     mkfile(t->m, d1, "y");
-    assert_int_equal(KEG_META_CALL(t->m, rename, d1, "y", d2, "f", 0, &a, &g), 0);
+    assert_int_equal(keg_meta_rename(t->m, d1, "y", d2, "f", 0, &a, &g), 0);
     check_parents(t->m, 2, d1, d2);
-    assert_int_equal(KEG_META_CALL(t->m, rmdir, d1, "x"), 0);
+    assert_int_equal(keg_meta_rmdir(t->m, d1, "x"), 0);
     check_parents(t->m, 1, d1, 0);
     assert_int_equal(attr(t->m, d1).nlink, 2);
     /* symlink */
     uint64_t ino = new_ino(t->m);
-    assert_int_equal(KEG_META_CALL(t->m, mknod, d2, "ln", ino, S_IFLNK | 0777, 0, 0, 0, "t", &a),
+    assert_int_equal(keg_meta_mknod(t->m, d2, "ln", ino, S_IFLNK | 0777, 0, 0, 0, "t", &a),
                      0);
     check_parents(t->m, 1, d2, 0);
     /* a failed op and a same-inode rename record nothing */
-    assert_int_equal(KEG_META_CALL(t->m, rmdir, d2, "nope"), -ENOENT);
+    assert_int_equal(keg_meta_rmdir(t->m, d2, "nope"), -ENOENT);
     check_parents(t->m, 0, 0, 0);
-    assert_int_equal(KEG_META_CALL(t->m, link, ino, d2, "ln2", &a), 0);
-    assert_int_equal(KEG_META_CALL(t->m, rename, d2, "ln", d2, "ln2", 0, &a, &g), 0);
+    assert_int_equal(keg_meta_link(t->m, ino, d2, "ln2", &a), 0);
+    assert_int_equal(keg_meta_rename(t->m, d2, "ln", d2, "ln2", 0, &a, &g), 0);
     check_parents(t->m, 0, 0, 0);
-    assert_int_equal(KEG_META_CALL(t->m, mknod, d2, "ln", new_ino(t->m), S_IFREG | 0644, 0, 0, 0,
-                                   NULL, &a), -EEXIST);
+    assert_int_equal(keg_meta_mknod(t->m, d2, "ln", new_ino(t->m), S_IFREG | 0644, 0, 0, 0,
+                                    NULL, &a), -EEXIST);
     check_parents(t->m, 0, 0, 0);
 }
 
@@ -874,26 +874,26 @@ static void test_rmdir(void **state)
     mkfile(t->m, d, "f");
     assert_int_equal(attr(t->m, d).nlink, 3);
     assert_int_equal(attr(t->m, KEG_ROOT_INO).nlink, 3);
-    assert_int_equal(KEG_META_CALL(t->m, rmdir, KEG_ROOT_INO, "d"), -ENOTEMPTY);
-    assert_int_equal(KEG_META_CALL(t->m, rmdir, d, "f"), -ENOTDIR);
-    assert_int_equal(KEG_META_CALL(t->m, rmdir, d, "nope"), -ENOENT);
-    assert_int_equal(KEG_META_CALL(t->m, rmdir, 999, "nope"), -ENOENT);
-    assert_int_equal(KEG_META_CALL(t->m, statfs, &used_b, &used_i0), 0);
+    assert_int_equal(keg_meta_rmdir(t->m, KEG_ROOT_INO, "d"), -ENOTEMPTY);
+    assert_int_equal(keg_meta_rmdir(t->m, d, "f"), -ENOTDIR);
+    assert_int_equal(keg_meta_rmdir(t->m, d, "nope"), -ENOENT);
+    assert_int_equal(keg_meta_rmdir(t->m, 999, "nope"), -ENOENT);
+    assert_int_equal(keg_meta_statfs(t->m, &used_b, &used_i0), 0);
     int64_t t0 = keg_now_ns();
-    assert_int_equal(KEG_META_CALL(t->m, rmdir, d, "sub"), 0);
-    assert_int_equal(KEG_META_CALL(t->m, getattr, sub, &a), -ENOENT);
+    assert_int_equal(keg_meta_rmdir(t->m, d, "sub"), 0);
+    assert_int_equal(keg_meta_getattr(t->m, sub, &a), -ENOENT);
     a = attr(t->m, d);
     assert_int_equal(a.nlink, 2);
     assert_true(ns_of(a.mtime, a.mtimensec) >= t0);
-    assert_int_equal(KEG_META_CALL(t->m, statfs, &used_b, &used_i), 0);
+    assert_int_equal(keg_meta_statfs(t->m, &used_b, &used_i), 0);
     assert_int_equal(used_i, used_i0 - 1);
     struct keg_unlinked g;
-    assert_int_equal(KEG_META_CALL(t->m, unlink, d, "f", &g), 0);
-    assert_int_equal(KEG_META_CALL(t->m, rmdir, KEG_ROOT_INO, "d"), 0);
+    assert_int_equal(keg_meta_unlink(t->m, d, "f", &g), 0);
+    assert_int_equal(keg_meta_rmdir(t->m, KEG_ROOT_INO, "d"), 0);
     assert_int_equal(attr(t->m, KEG_ROOT_INO).nlink, 2);
     /* a removed directory cannot get children */
     uint64_t ino = new_ino(t->m);
-    assert_int_equal(KEG_META_CALL(t->m, mknod, d, "x", ino, S_IFREG | 0644, 0, 0, 0, NULL, &a),
+    assert_int_equal(keg_meta_mknod(t->m, d, "x", ino, S_IFREG | 0644, 0, 0, 0, NULL, &a),
                      -ENOENT);
 }
 
@@ -911,7 +911,7 @@ static void test_rename_basic(void **state)
     uint64_t f = mkfile(t->m, a, "f");
     int64_t t0 = keg_now_ns();
     /* same directory */
-    assert_int_equal(KEG_META_CALL(t->m, rename, a, "f", a, "g", 0, &mv, &g), 0);
+    assert_int_equal(keg_meta_rename(t->m, a, "f", a, "g", 0, &mv, &g), 0);
     assert_int_equal(mv.ino, f);
     assert_int_equal(g.ino, 0);
     assert_true(ns_of(mv.ctime, mv.ctimensec) >= t0);
@@ -920,7 +920,7 @@ static void test_rename_basic(void **state)
     assert_int_equal(attr(t->m, a).nlink, 2);
     /* across directories: both parents touched */
     t0 = keg_now_ns();
-    assert_int_equal(KEG_META_CALL(t->m, rename, a, "g", b, "h", 0, &mv, &g), 0);
+    assert_int_equal(keg_meta_rename(t->m, a, "g", b, "h", 0, &mv, &g), 0);
     assert_int_equal(lookup_ino(t->m, b, "h"), f);
     struct keg_attr aa = attr(t->m, a), ba = attr(t->m, b);
     assert_true(ns_of(aa.mtime, aa.mtimensec) >= t0);
@@ -930,12 +930,12 @@ static void test_rename_basic(void **state)
     assert_true(ns_of(attr(t->m, f).ctime, attr(t->m, f).ctimensec) >= t0);
     assert_int_equal(attr(t->m, f).parent, 0);
     /* errors */
-    assert_int_equal(KEG_META_CALL(t->m, rename, a, "nope", b, "x", 0, &mv, &g), -ENOENT);
-    assert_int_equal(KEG_META_CALL(t->m, rename, 999, "x", b, "x", 0, &mv, &g), -ENOENT);
-    assert_int_equal(KEG_META_CALL(t->m, rename, b, "h", 999, "x", 0, &mv, &g), -ENOENT);
-    assert_int_equal(KEG_META_CALL(t->m, rename, b, "h", f, "x", 0, &mv, &g), -ENOTDIR);
-    assert_int_equal(KEG_META_CALL(t->m, rename, b, "h", a, "x",
-                                   KEG_RENAME_NOREPLACE | KEG_RENAME_EXCHANGE, &mv, &g), -EINVAL);
+    assert_int_equal(keg_meta_rename(t->m, a, "nope", b, "x", 0, &mv, &g), -ENOENT);
+    assert_int_equal(keg_meta_rename(t->m, 999, "x", b, "x", 0, &mv, &g), -ENOENT);
+    assert_int_equal(keg_meta_rename(t->m, b, "h", 999, "x", 0, &mv, &g), -ENOENT);
+    assert_int_equal(keg_meta_rename(t->m, b, "h", f, "x", 0, &mv, &g), -ENOTDIR);
+    assert_int_equal(keg_meta_rename(t->m, b, "h", a, "x",
+                                     KEG_RENAME_NOREPLACE | KEG_RENAME_EXCHANGE, &mv, &g), -EINVAL);
     assert_int_equal(lookup_ino(t->m, b, "h"), f);
 }
 
@@ -951,7 +951,7 @@ static void test_rename_dirs(void **state)
     assert_int_equal(attr(t->m, a).nlink, 3);
     assert_int_equal(attr(t->m, KEG_ROOT_INO).nlink, 4);
     /* move a dir across parents: ".." counts and parent pointer follow */
-    assert_int_equal(KEG_META_CALL(t->m, rename, a, "d", b, "d", 0, &mv, &g), 0);
+    assert_int_equal(keg_meta_rename(t->m, a, "d", b, "d", 0, &mv, &g), 0);
     assert_int_equal(mv.ino, d);
     assert_int_equal(mv.parent, b);
     assert_int_equal(attr(t->m, d).parent, b);
@@ -960,28 +960,28 @@ static void test_rename_dirs(void **state)
     assert_int_equal(attr(t->m, d).nlink, 3);
     assert_int_equal(attr(t->m, dd).parent, d);
     /* rename within one dir keeps counts */
-    assert_int_equal(KEG_META_CALL(t->m, rename, b, "d", b, "e", 0, &mv, &g), 0);
+    assert_int_equal(keg_meta_rename(t->m, b, "d", b, "e", 0, &mv, &g), 0);
     assert_int_equal(attr(t->m, b).nlink, 3);
     assert_int_equal(attr(t->m, d).parent, b);
     /* into itself or its own subtree: -EINVAL */
-    assert_int_equal(KEG_META_CALL(t->m, rename, b, "e", d, "x", 0, &mv, &g), -EINVAL);
-    assert_int_equal(KEG_META_CALL(t->m, rename, b, "e", dd, "x", 0, &mv, &g), -EINVAL);
-    assert_int_equal(KEG_META_CALL(t->m, rename, KEG_ROOT_INO, "b", dd, "x", 0, &mv, &g), -EINVAL);
+    assert_int_equal(keg_meta_rename(t->m, b, "e", d, "x", 0, &mv, &g), -EINVAL);
+    assert_int_equal(keg_meta_rename(t->m, b, "e", dd, "x", 0, &mv, &g), -EINVAL);
+    assert_int_equal(keg_meta_rename(t->m, KEG_ROOT_INO, "b", dd, "x", 0, &mv, &g), -EINVAL);
     /* dir over file -> ENOTDIR; file over dir -> EISDIR */
     uint64_t f = mkfile(t->m, a, "f");
-    assert_int_equal(KEG_META_CALL(t->m, rename, b, "e", a, "f", 0, &mv, &g), -ENOTDIR);
-    assert_int_equal(KEG_META_CALL(t->m, rename, a, "f", b, "e", 0, &mv, &g), -EISDIR);
+    assert_int_equal(keg_meta_rename(t->m, b, "e", a, "f", 0, &mv, &g), -ENOTDIR);
+    assert_int_equal(keg_meta_rename(t->m, a, "f", b, "e", 0, &mv, &g), -EISDIR);
     /* dir over non-empty dir -> ENOTEMPTY */
     uint64_t full = mkdir_(t->m, a, "full");
     mkfile(t->m, full, "x");
-    assert_int_equal(KEG_META_CALL(t->m, rename, b, "e", a, "full", 0, &mv, &g), -ENOTEMPTY);
+    assert_int_equal(keg_meta_rename(t->m, b, "e", a, "full", 0, &mv, &g), -ENOTEMPTY);
     /* dir over empty dir across parents: replaced dir is gone, counts right */
     uint64_t empty = mkdir_(t->m, a, "empty");
     assert_int_equal(attr(t->m, a).nlink, 4);
-    assert_int_equal(KEG_META_CALL(t->m, rename, b, "e", a, "empty", 0, &mv, &g), 0);
+    assert_int_equal(keg_meta_rename(t->m, b, "e", a, "empty", 0, &mv, &g), 0);
     assert_int_equal(g.ino, empty);
     assert_true(S_ISDIR(g.mode));
-    assert_int_equal(KEG_META_CALL(t->m, getattr, empty, &mv), -ENOENT);
+    assert_int_equal(keg_meta_getattr(t->m, empty, &mv), -ENOENT);
     assert_int_equal(attr(t->m, a).nlink, 4);    /* lost "empty", gained d */
     assert_int_equal(attr(t->m, b).nlink, 2);
     assert_int_equal(attr(t->m, d).parent, a);
@@ -989,8 +989,8 @@ static void test_rename_dirs(void **state)
     /* dir over empty dir in the same parent */
     uint64_t e2 = mkdir_(t->m, a, "e2");
     assert_int_equal(attr(t->m, a).nlink, 5);
-    assert_int_equal(KEG_META_CALL(t->m, rename, a, "e2", a, "empty", 0, &mv, &g), -ENOTEMPTY);
-    assert_int_equal(KEG_META_CALL(t->m, rename, a, "empty", a, "e2", 0, &mv, &g), 0);
+    assert_int_equal(keg_meta_rename(t->m, a, "e2", a, "empty", 0, &mv, &g), -ENOTEMPTY);
+    assert_int_equal(keg_meta_rename(t->m, a, "empty", a, "e2", 0, &mv, &g), 0);
     assert_int_equal(g.ino, e2);
     assert_int_equal(attr(t->m, a).nlink, 4);
     assert_int_equal(attr(t->m, d).parent, a);
@@ -1004,21 +1004,21 @@ static void test_rename_replace_file(void **state)
     struct keg_unlinked g;
     uint64_t sid;
     int seen;
-    assert_int_equal(KEG_META_CALL(t->m, session_begin, "x", &sid), 0);
+    assert_int_equal(keg_meta_session_begin(t->m, "x", &sid), 0);
     uint64_t f1 = mkfile(t->m, KEG_ROOT_INO, "f1");
     uint64_t f2 = mkfile(t->m, KEG_ROOT_INO, "f2");
     uint64_t s2 = write_at(t->m, f2, 0, 100);
     /* NOREPLACE -> EEXIST, nothing changed */
-    assert_int_equal(KEG_META_CALL(t->m, rename, KEG_ROOT_INO, "f1", KEG_ROOT_INO, "f2",
-                                   KEG_RENAME_NOREPLACE, &mv, &g), -EEXIST);
+    assert_int_equal(keg_meta_rename(t->m, KEG_ROOT_INO, "f1", KEG_ROOT_INO, "f2",
+                                     KEG_RENAME_NOREPLACE, &mv, &g), -EEXIST);
     assert_int_equal(lookup_ino(t->m, KEG_ROOT_INO, "f2"), f2);
     /* NOREPLACE to a free name works */
-    assert_int_equal(KEG_META_CALL(t->m, rename, KEG_ROOT_INO, "f1", KEG_ROOT_INO, "f3",
-                                   KEG_RENAME_NOREPLACE, &mv, &g), 0);
+    assert_int_equal(keg_meta_rename(t->m, KEG_ROOT_INO, "f1", KEG_ROOT_INO, "f3",
+                                     KEG_RENAME_NOREPLACE, &mv, &g), 0);
     /* replacing the last link of f2: pending under the session */
     int64_t t0 = keg_now_ns();
-    assert_int_equal(KEG_META_CALL(t->m, rename, KEG_ROOT_INO, "f3", KEG_ROOT_INO, "f2", 0, &mv,
-                                   &g), 0);
+    assert_int_equal(keg_meta_rename(t->m, KEG_ROOT_INO, "f3", KEG_ROOT_INO, "f2", 0, &mv,
+                                     &g), 0);
     assert_int_equal(mv.ino, f1);
     assert_int_equal(g.ino, f2);
     assert_int_equal(g.size, 100);
@@ -1027,31 +1027,31 @@ static void test_rename_replace_file(void **state)
     assert_true(ns_of(a.ctime, a.ctimensec) >= t0);
     assert_int_equal(lookup_ino(t->m, KEG_ROOT_INO, "f2"), f1);
     assert_int_equal(lookup_ino(t->m, KEG_ROOT_INO, "f3"), 0);
-    assert_int_equal(KEG_META_CALL(t->m, purge, f2), 0);
+    assert_int_equal(keg_meta_purge(t->m, f2), 0);
     assert_int_equal(delq_drain(t->m, s2, &seen), 1);
     assert_true(seen);
     /* replacing a name of a file with more links: just one link less */
     uint64_t h = mkfile(t->m, KEG_ROOT_INO, "h");
-    assert_int_equal(KEG_META_CALL(t->m, link, h, KEG_ROOT_INO, "h2", &a), 0);
-    assert_int_equal(KEG_META_CALL(t->m, rename, KEG_ROOT_INO, "f2", KEG_ROOT_INO, "h", 0, &mv, &g),
+    assert_int_equal(keg_meta_link(t->m, h, KEG_ROOT_INO, "h2", &a), 0);
+    assert_int_equal(keg_meta_rename(t->m, KEG_ROOT_INO, "f2", KEG_ROOT_INO, "h", 0, &mv, &g),
                      0);
     assert_int_equal(g.ino, 0);
     assert_int_equal(attr(t->m, h).nlink, 1);
     /* two hard links of one inode: successful no-op, both names stay */
-    assert_int_equal(KEG_META_CALL(t->m, link, f1, KEG_ROOT_INO, "f1b", &a), 0);
-    assert_int_equal(KEG_META_CALL(t->m, rename, KEG_ROOT_INO, "h", KEG_ROOT_INO, "f1b", 0, &mv,
-                                   &g), 0);
+    assert_int_equal(keg_meta_link(t->m, f1, KEG_ROOT_INO, "f1b", &a), 0);
+    assert_int_equal(keg_meta_rename(t->m, KEG_ROOT_INO, "h", KEG_ROOT_INO, "f1b", 0, &mv,
+                                     &g), 0);
     assert_int_equal(g.ino, 0);
     assert_int_equal(lookup_ino(t->m, KEG_ROOT_INO, "h"), f1);
     assert_int_equal(lookup_ino(t->m, KEG_ROOT_INO, "f1b"), f1);
     assert_int_equal(attr(t->m, f1).nlink, 2);
     /* same name onto itself */
-    assert_int_equal(KEG_META_CALL(t->m, rename, KEG_ROOT_INO, "h", KEG_ROOT_INO, "h", 0, &mv, &g),
+    assert_int_equal(keg_meta_rename(t->m, KEG_ROOT_INO, "h", KEG_ROOT_INO, "h", 0, &mv, &g),
                      0);
     assert_int_equal(lookup_ino(t->m, KEG_ROOT_INO, "h"), f1);
     /* NOREPLACE onto another link of the same inode is still EEXIST (as Linux) */
-    assert_int_equal(KEG_META_CALL(t->m, rename, KEG_ROOT_INO, "h", KEG_ROOT_INO, "f1b",
-                                   KEG_RENAME_NOREPLACE, &mv, &g), -EEXIST);
+    assert_int_equal(keg_meta_rename(t->m, KEG_ROOT_INO, "h", KEG_ROOT_INO, "f1b",
+                                     KEG_RENAME_NOREPLACE, &mv, &g), -EEXIST);
 }
 
 static void test_rename_exchange(void **state)
@@ -1067,11 +1067,11 @@ static void test_rename_exchange(void **state)
     assert_int_equal(attr(t->m, a).nlink, 2);
     assert_int_equal(attr(t->m, b).nlink, 3);
     /* missing target */
-    assert_int_equal(KEG_META_CALL(t->m, rename, a, "f", b, "none", KEG_RENAME_EXCHANGE, &mv, &g),
+    assert_int_equal(keg_meta_rename(t->m, a, "f", b, "none", KEG_RENAME_EXCHANGE, &mv, &g),
                      -ENOENT);
     /* file <-> dir across parents */
     int64_t t0 = keg_now_ns();
-    assert_int_equal(KEG_META_CALL(t->m, rename, a, "f", b, "d", KEG_RENAME_EXCHANGE, &mv, &g), 0);
+    assert_int_equal(keg_meta_rename(t->m, a, "f", b, "d", KEG_RENAME_EXCHANGE, &mv, &g), 0);
     assert_int_equal(g.ino, 0);
     assert_int_equal(mv.ino, f);
     assert_int_equal(lookup_ino(t->m, a, "f"), d);
@@ -1084,33 +1084,33 @@ static void test_rename_exchange(void **state)
     assert_true(ns_of(fa.ctime, fa.ctimensec) >= t0);
     struct names nm;
     memset(&nm, 0, sizeof(nm));
-    assert_int_equal(KEG_META_CALL(t->m, readdir, a, NULL, 0, 1, names_cb, &nm), 1);
+    assert_int_equal(keg_meta_readdir(t->m, a, NULL, 0, 1, names_cb, &nm), 1);
     assert_string_equal(nm.names[0], "f");
     assert_int_equal(nm.attrs[0].ino, d);      /* entry type follows the inode */
     /* file <-> file in one dir */
     uint64_t x = mkfile(t->m, b, "x");
-    assert_int_equal(KEG_META_CALL(t->m, rename, b, "x", b, "d", KEG_RENAME_EXCHANGE, &mv, &g), 0);
+    assert_int_equal(keg_meta_rename(t->m, b, "x", b, "d", KEG_RENAME_EXCHANGE, &mv, &g), 0);
     assert_int_equal(lookup_ino(t->m, b, "x"), f);
     assert_int_equal(lookup_ino(t->m, b, "d"), x);
     assert_int_equal(attr(t->m, b).nlink, 2);
     /* dir <-> dir across parents: counts unchanged, pointers swapped */
     uint64_t e = mkdir_(t->m, b, "e");
-    assert_int_equal(KEG_META_CALL(t->m, rename, a, "f", b, "e", KEG_RENAME_EXCHANGE, &mv, &g), 0);
+    assert_int_equal(keg_meta_rename(t->m, a, "f", b, "e", KEG_RENAME_EXCHANGE, &mv, &g), 0);
     assert_int_equal(attr(t->m, d).parent, b);
     assert_int_equal(attr(t->m, e).parent, a);
     assert_int_equal(attr(t->m, a).nlink, 3);
     assert_int_equal(attr(t->m, b).nlink, 3);
     /* exchanging a dir with something inside it: -EINVAL */
     uint64_t in = mkfile(t->m, dd, "in");
-    assert_int_equal(KEG_META_CALL(t->m, rename, b, "e", dd, "in", KEG_RENAME_EXCHANGE, &mv, &g),
+    assert_int_equal(keg_meta_rename(t->m, b, "e", dd, "in", KEG_RENAME_EXCHANGE, &mv, &g),
                      -EINVAL);
-    assert_int_equal(KEG_META_CALL(t->m, rename, dd, "in", b, "e", KEG_RENAME_EXCHANGE, &mv, &g),
+    assert_int_equal(keg_meta_rename(t->m, dd, "in", b, "e", KEG_RENAME_EXCHANGE, &mv, &g),
                      -EINVAL);
     assert_int_equal(lookup_ino(t->m, dd, "in"), in);
     /* exchanging with itself (hard link) is a no-op */
-    assert_int_equal(KEG_META_CALL(t->m, link, in, dd, "in2", &mv), 0);
-    assert_int_equal(KEG_META_CALL(t->m, rename, dd, "in", dd, "in2", KEG_RENAME_EXCHANGE, &mv,
-                                   &g), 0);
+    assert_int_equal(keg_meta_link(t->m, in, dd, "in2", &mv), 0);
+    assert_int_equal(keg_meta_rename(t->m, dd, "in", dd, "in2", KEG_RENAME_EXCHANGE, &mv,
+                                     &g), 0);
     assert_int_equal(lookup_ino(t->m, dd, "in2"), in);
 }
 
@@ -1129,29 +1129,29 @@ static void test_readdir(void **state)
     for (int i = 0; i < 8; i++)
         mk(t->m, d, in[i], i == 2 ? (S_IFDIR | 0700) : (S_IFREG | 0600));
     memset(&nm, 0, sizeof(nm));
-    assert_int_equal(KEG_META_CALL(t->m, readdir, d, NULL, 100, 0, names_cb, &nm), 8);
+    assert_int_equal(keg_meta_readdir(t->m, d, NULL, 100, 0, names_cb, &nm), 8);
     for (int i = 0; i < 8; i++)
         assert_string_equal(nm.names[i], sorted[i]);
     assert_int_equal(nm.plus_seen, 0);
     /* paging */
     memset(&nm, 0, sizeof(nm));
-    assert_int_equal(KEG_META_CALL(t->m, readdir, d, NULL, 3, 0, names_cb, &nm), 3);
+    assert_int_equal(keg_meta_readdir(t->m, d, NULL, 3, 0, names_cb, &nm), 3);
     assert_string_equal(nm.names[2], "a");
     memset(&nm, 0, sizeof(nm));
-    assert_int_equal(KEG_META_CALL(t->m, readdir, d, "a", 3, 0, names_cb, &nm), 3);
+    assert_int_equal(keg_meta_readdir(t->m, d, "a", 3, 0, names_cb, &nm), 3);
     assert_string_equal(nm.names[0], "a b");
     assert_string_equal(nm.names[2], "a\xff");
     memset(&nm, 0, sizeof(nm));
-    assert_int_equal(KEG_META_CALL(t->m, readdir, d, "a\xff", 3, 0, names_cb, &nm), 2);
+    assert_int_equal(keg_meta_readdir(t->m, d, "a\xff", 3, 0, names_cb, &nm), 2);
     memset(&nm, 0, sizeof(nm));
-    assert_int_equal(KEG_META_CALL(t->m, readdir, d, "\xc3\xa9t\xc3\xa9", 3, 0, names_cb, &nm), 0);
+    assert_int_equal(keg_meta_readdir(t->m, d, "\xc3\xa9t\xc3\xa9", 3, 0, names_cb, &nm), 0);
     /* `after` need not exist */
     memset(&nm, 0, sizeof(nm));
-    assert_int_equal(KEG_META_CALL(t->m, readdir, d, "a0", 100, 0, names_cb, &nm), 3);
+    assert_int_equal(keg_meta_readdir(t->m, d, "a0", 100, 0, names_cb, &nm), 3);
     assert_string_equal(nm.names[0], "a\xff");
     /* plus: attributes */
     memset(&nm, 0, sizeof(nm));
-    assert_int_equal(KEG_META_CALL(t->m, readdir, d, NULL, 0, 1, names_cb, &nm), 8);
+    assert_int_equal(keg_meta_readdir(t->m, d, NULL, 0, 1, names_cb, &nm), 8);
     assert_int_equal(nm.plus_seen, 8);
     assert_int_equal(nm.attrs[1].mode, S_IFDIR | 0700);     /* "B" */
     assert_int_equal(nm.attrs[1].nlink, 2);
@@ -1159,15 +1159,15 @@ static void test_readdir(void **state)
     /* early stop: the refused entry is not counted */
     memset(&nm, 0, sizeof(nm));
     nm.stop_after = 2;
-    assert_int_equal(KEG_META_CALL(t->m, readdir, d, NULL, 0, 0, names_cb, &nm), 2);
+    assert_int_equal(keg_meta_readdir(t->m, d, NULL, 0, 0, names_cb, &nm), 2);
     assert_int_equal(nm.n, 2);
     /* empty dir, errors */
     uint64_t e = mkdir_(t->m, KEG_ROOT_INO, "e");
     memset(&nm, 0, sizeof(nm));
-    assert_int_equal(KEG_META_CALL(t->m, readdir, e, NULL, 10, 1, names_cb, &nm), 0);
+    assert_int_equal(keg_meta_readdir(t->m, e, NULL, 10, 1, names_cb, &nm), 0);
     uint64_t f = lookup_ino(t->m, d, "a");
-    assert_int_equal(KEG_META_CALL(t->m, readdir, f, NULL, 10, 0, names_cb, &nm), -ENOTDIR);
-    assert_int_equal(KEG_META_CALL(t->m, readdir, 999, NULL, 10, 0, names_cb, &nm), -ENOENT);
+    assert_int_equal(keg_meta_readdir(t->m, f, NULL, 10, 0, names_cb, &nm), -ENOTDIR);
+    assert_int_equal(keg_meta_readdir(t->m, 999, NULL, 10, 0, names_cb, &nm), -ENOENT);
 }
 
 /*----------------------------------------------------------------------------
@@ -1182,7 +1182,7 @@ static void test_write_read_chunks(void **state)
     size_t n = 99;
     uint32_t ns = 0;
     uint64_t f = mkfile(t->m, KEG_ROOT_INO, "f");
-    assert_int_equal(KEG_META_CALL(t->m, read_chunk, f, 0, &sl, &n), 0);
+    assert_int_equal(keg_meta_read_chunk(t->m, f, 0, &sl, &n), 0);
     assert_int_equal(n, 0);
     assert_null(sl);
     uint64_t id1 = new_slice(t->m), id2 = new_slice(t->m), id3 = new_slice(t->m);
@@ -1192,12 +1192,12 @@ static void test_write_read_chunks(void **state)
         {.indx = 2, .s = {.id = id3, .size = 10, .off = 0, .len = 10, .pos = 7}},
     };
     int64_t t0 = keg_now_ns();
-    assert_int_equal(KEG_META_CALL(t->m, write_slices, f, 3, cs, 2 * CHUNK + 17, 0, &ns, &a), 0);
+    assert_int_equal(keg_meta_write_slices(t->m, f, 3, cs, 2 * CHUNK + 17, 0, &ns, &a), 0);
     assert_int_equal(ns, 2);
     assert_int_equal(a.size, 2 * CHUNK + 17);
     assert_true(ns_of(a.mtime, a.mtimensec) >= t0);
     assert_int_equal(attr(t->m, f).size, 2 * CHUNK + 17);
-    assert_int_equal(KEG_META_CALL(t->m, read_chunk, f, 0, &sl, &n), 0);
+    assert_int_equal(keg_meta_read_chunk(t->m, f, 0, &sl, &n), 0);
     assert_int_equal(n, 2);
     assert_int_equal(sl[0].id, id1);
     assert_int_equal(sl[0].size, 1000);
@@ -1207,33 +1207,33 @@ static void test_write_read_chunks(void **state)
     assert_int_equal(sl[1].len, 400);
     assert_int_equal(sl[1].pos, 200);
     keg_free(sl);
-    assert_int_equal(KEG_META_CALL(t->m, read_chunk, f, 1, &sl, &n), 0);
+    assert_int_equal(keg_meta_read_chunk(t->m, f, 1, &sl, &n), 0);
     assert_int_equal(n, 0);
-    assert_int_equal(KEG_META_CALL(t->m, read_chunk, f, 2, &sl, &n), 0);
+    assert_int_equal(keg_meta_read_chunk(t->m, f, 2, &sl, &n), 0);
     assert_int_equal(n, 1);
     assert_int_equal(sl[0].pos, 7);
     keg_free(sl);
     /* min_size below the size does not shrink; hole slices are stored */
     struct keg_chunk_slice hole = {.indx = 0, .s = {.id = 0, .size = 50, .off = 0, .len = 50,
                                                     .pos = 10}};
-    assert_int_equal(KEG_META_CALL(t->m, write_slices, f, 1, &hole, 5, 0, &ns, &a), 0);
+    assert_int_equal(keg_meta_write_slices(t->m, f, 1, &hole, 5, 0, &ns, &a), 0);
     assert_int_equal(ns, 3);
     assert_int_equal(a.size, 2 * CHUNK + 17);
     /* NOMTIME */
     struct keg_attr in = {0};
     in.mtime = 77;
-    assert_int_equal(KEG_META_CALL(t->m, setattr, f, KEG_SET_MTIME, &in, &a), 0);
-    assert_int_equal(KEG_META_CALL(t->m, write_slices, f, 1, &hole, 0, KEG_WS_NOMTIME, NULL, &a), 0);
+    assert_int_equal(keg_meta_setattr(t->m, f, KEG_SET_MTIME, &in, &a), 0);
+    assert_int_equal(keg_meta_write_slices(t->m, f, 1, &hole, 0, KEG_WS_NOMTIME, NULL, &a), 0);
     assert_int_equal(a.mtime, 77);
     assert_int_equal(attr(t->m, f).mtime, 77);
     /* errors */
     uint64_t d = mkdir_(t->m, KEG_ROOT_INO, "d");
     uint64_t ln = new_ino(t->m);
-    assert_int_equal(KEG_META_CALL(t->m, mknod, KEG_ROOT_INO, "ln", ln, S_IFLNK | 0777, 0, 0, 0,
-                                   "f", &a), 0);
-    assert_int_equal(KEG_META_CALL(t->m, write_slices, d, 1, &hole, 0, 0, NULL, &a), -EISDIR);
-    assert_int_equal(KEG_META_CALL(t->m, write_slices, ln, 1, &hole, 0, 0, NULL, &a), -EPERM);
-    assert_int_equal(KEG_META_CALL(t->m, write_slices, 999, 1, &hole, 0, 0, NULL, &a), -ENOENT);
+    assert_int_equal(keg_meta_mknod(t->m, KEG_ROOT_INO, "ln", ln, S_IFLNK | 0777, 0, 0, 0,
+                                    "f", &a), 0);
+    assert_int_equal(keg_meta_write_slices(t->m, d, 1, &hole, 0, 0, NULL, &a), -EISDIR);
+    assert_int_equal(keg_meta_write_slices(t->m, ln, 1, &hole, 0, 0, NULL, &a), -EPERM);
+    assert_int_equal(keg_meta_write_slices(t->m, 999, 1, &hole, 0, 0, NULL, &a), -ENOENT);
 }
 
 static void test_write_share(void **state)
@@ -1247,13 +1247,13 @@ static void test_write_share(void **state)
     uint64_t id = write_at(t->m, f1, 0, 4096);
     struct keg_chunk_slice cs = {.indx = 1, .s = {.id = id, .size = 4096, .off = 96, .len = 4000,
                                                   .pos = 0}};
-    assert_int_equal(KEG_META_CALL(t->m, write_slices, f2, 1, &cs, CHUNK + 4000, KEG_WS_SHARE,
-                                   NULL, &a), 0);
+    assert_int_equal(keg_meta_write_slices(t->m, f2, 1, &cs, CHUNK + 4000, KEG_WS_SHARE,
+                                           NULL, &a), 0);
     assert_int_equal(a.size, CHUNK + 4000);
     /* the shared slice survives the first file */
-    assert_int_equal(KEG_META_CALL(t->m, unlink, KEG_ROOT_INO, "f1", &g), 0);
+    assert_int_equal(keg_meta_unlink(t->m, KEG_ROOT_INO, "f1", &g), 0);
     assert_int_equal(delq_drain(t->m, id, &seen), 0);
-    assert_int_equal(KEG_META_CALL(t->m, unlink, KEG_ROOT_INO, "f2", &g), 0);
+    assert_int_equal(keg_meta_unlink(t->m, KEG_ROOT_INO, "f2", &g), 0);
     assert_int_equal(delq_drain(t->m, id, &seen), 1);
     assert_true(seen);
     /* sharing a slice that no longer exists: -EAGAIN, nothing written */
@@ -1262,11 +1262,11 @@ static void test_write_share(void **state)
         {.indx = 0, .s = {.id = 0, .size = 10, .off = 0, .len = 10, .pos = 0}},
         {.indx = 0, .s = {.id = id, .size = 4096, .off = 0, .len = 10, .pos = 0}},
     };
-    assert_int_equal(KEG_META_CALL(t->m, write_slices, f3, 2, two, 10, KEG_WS_SHARE, NULL, &a),
+    assert_int_equal(keg_meta_write_slices(t->m, f3, 2, two, 10, KEG_WS_SHARE, NULL, &a),
                      -EAGAIN);
     struct keg_slice *sl;
     size_t n = 7;
-    assert_int_equal(KEG_META_CALL(t->m, read_chunk, f3, 0, &sl, &n), 0);
+    assert_int_equal(keg_meta_read_chunk(t->m, f3, 0, &sl, &n), 0);
     assert_int_equal(n, 0);
     assert_int_equal(attr(t->m, f3).size, 0);
 }
@@ -1293,9 +1293,9 @@ static void test_write_append(void **state)
     /* an append lands at the end, whatever min_size says */
     write_at(t->m, f, 0, 1000);
     struct keg_chunk_slice x = app_slice(t->m, 300);
-    assert_int_equal(KEG_META_CALL(t->m, write_slices, f, 1, &x, 0, 0, NULL, &a), 0);
+    assert_int_equal(keg_meta_write_slices(t->m, f, 1, &x, 0, 0, NULL, &a), 0);
     assert_int_equal(a.size, 1300);
-    assert_int_equal(KEG_META_CALL(t->m, read_chunk, f, 0, &sl, &n), 0);
+    assert_int_equal(keg_meta_read_chunk(t->m, f, 0, &sl, &n), 0);
     assert_int_equal(n, 2);
     assert_int_equal(sl[1].id, x.s.id);
     assert_int_equal(sl[1].pos, 1000);
@@ -1309,10 +1309,10 @@ static void test_write_append(void **state)
         app_slice(t->m, 50),
         app_slice(t->m, 70),
     };
-    assert_int_equal(KEG_META_CALL(t->m, write_slices, f, 3, mix, 5100, 0, NULL, &a), 0);
+    assert_int_equal(keg_meta_write_slices(t->m, f, 3, mix, 5100, 0, NULL, &a), 0);
     assert_int_equal(a.size, 5220);
     assert_int_equal(attr(t->m, f).size, 5220);
-    assert_int_equal(KEG_META_CALL(t->m, read_chunk, f, 0, &sl, &n), 0);
+    assert_int_equal(keg_meta_read_chunk(t->m, f, 0, &sl, &n), 0);
     assert_int_equal(n, 5);
     assert_int_equal(sl[2].pos, 5000);
     assert_int_equal(sl[3].id, mix[1].s.id);
@@ -1322,18 +1322,18 @@ static void test_write_append(void **state)
     keg_free(sl);
 
     /* across a chunk boundary: two references to consecutive ranges of one slice */
-    assert_int_equal(KEG_META_CALL(t->m, truncate, f, CHUNK - 100, &a), 0);
+    assert_int_equal(keg_meta_truncate(t->m, f, CHUNK - 100, &a), 0);
     struct keg_chunk_slice y = app_slice(t->m, 300);
-    assert_int_equal(KEG_META_CALL(t->m, write_slices, f, 1, &y, 0, 0, NULL, &a), 0);
+    assert_int_equal(keg_meta_write_slices(t->m, f, 1, &y, 0, 0, NULL, &a), 0);
     assert_int_equal(a.size, CHUNK + 200);
-    assert_int_equal(KEG_META_CALL(t->m, read_chunk, f, 0, &sl, &n), 0);
+    assert_int_equal(keg_meta_read_chunk(t->m, f, 0, &sl, &n), 0);
     assert_int_equal(sl[n - 1].id, y.s.id);
     assert_int_equal(sl[n - 1].pos, CHUNK - 100);
     assert_int_equal(sl[n - 1].off, 0);
     assert_int_equal(sl[n - 1].len, 100);
     assert_int_equal(sl[n - 1].size, 300);
     keg_free(sl);
-    assert_int_equal(KEG_META_CALL(t->m, read_chunk, f, 1, &sl, &n), 0);
+    assert_int_equal(keg_meta_read_chunk(t->m, f, 1, &sl, &n), 0);
     assert_int_equal(n, 1);
     assert_int_equal(sl[0].id, y.s.id);
     assert_int_equal(sl[0].pos, 0);
@@ -1341,10 +1341,10 @@ static void test_write_append(void **state)
     assert_int_equal(sl[0].len, 200);
     keg_free(sl);
     /* both references count: the slice is queued for deletion once, when both go */
-    assert_int_equal(KEG_META_CALL(t->m, truncate, f, CHUNK, &a), 0);
+    assert_int_equal(keg_meta_truncate(t->m, f, CHUNK, &a), 0);
     delq_drain(t->m, y.s.id, &seen);
     assert_false(seen);
-    assert_int_equal(KEG_META_CALL(t->m, truncate, f, 0, &a), 0);
+    assert_int_equal(keg_meta_truncate(t->m, f, 0, &a), 0);
     delq_drain(t->m, y.s.id, &seen);
     assert_true(seen);
 
@@ -1353,9 +1353,9 @@ static void test_write_append(void **state)
         app_slice(t->m, 10),
         {.indx = 0, .s = {.id = new_slice(t->m), .size = 10, .off = 0, .len = 10, .pos = 0}},
     };
-    assert_int_equal(KEG_META_CALL(t->m, write_slices, f, 2, bad, 10, 0, NULL, &a), -EINVAL);
+    assert_int_equal(keg_meta_write_slices(t->m, f, 2, bad, 10, 0, NULL, &a), -EINVAL);
     bad[0].s.pos = 5;
-    assert_int_equal(KEG_META_CALL(t->m, write_slices, f, 1, bad, 0, 0, NULL, &a), -EINVAL);
+    assert_int_equal(keg_meta_write_slices(t->m, f, 1, bad, 0, 0, NULL, &a), -EINVAL);
     assert_int_equal(attr(t->m, f).size, 0);
 }
 
@@ -1375,12 +1375,12 @@ static void *ap_run(void *arg)
     for (int i = 0; i < AP_EACH; i++) {
         struct keg_attr a;
         struct keg_chunk_slice cs = {.indx = KEG_INDX_APPEND};
-        if (KEG_META_CALL(p->m, alloc_ids, KEG_ID_SLICE, 1, &cs.s.id) != 0) {
+        if (keg_meta_alloc_ids(p->m, KEG_ID_SLICE, 1, &cs.s.id) != 0) {
             p->errors++;
             continue;
         }
         cs.s.size = cs.s.len = 10 + (uint32_t)(i % 7);
-        if (KEG_META_CALL(p->m, write_slices, p->ino, 1, &cs, 0, 0, NULL, &a) != 0)
+        if (keg_meta_write_slices(p->m, p->ino, 1, &cs, 0, 0, NULL, &a) != 0)
             p->errors++;
         p->ids[i] = cs.s.id;
     }
@@ -1413,7 +1413,7 @@ static void test_write_append_concurrent(void **state)
         total += 10 + (uint64_t)(i % 7);
     total *= AP_THREADS;
     assert_int_equal(attr(m2, f).size, total);
-    assert_int_equal(KEG_META_CALL(t->m, read_chunk, f, 0, &sl, &n), 0);
+    assert_int_equal(keg_meta_read_chunk(t->m, f, 0, &sl, &n), 0);
     assert_int_equal(n, AP_THREADS * AP_EACH);
     /* in list order, each starts where the previous ended: no gap, no overlap */
     uint64_t end = 0;
@@ -1445,15 +1445,15 @@ static void test_truncate(void **state)
     assert_int_equal(attr(t->m, f).size, 2 * CHUNK + 1010);
     /* shrink into chunk 1: chunk 2 dropped, hole over the tail of chunk 1 */
     int64_t t0 = keg_now_ns();
-    assert_int_equal(KEG_META_CALL(t->m, truncate, f, CHUNK + 100, &a), 0);
+    assert_int_equal(keg_meta_truncate(t->m, f, CHUNK + 100, &a), 0);
     assert_int_equal(a.size, CHUNK + 100);
     assert_true(ns_of(a.mtime, a.mtimensec) >= t0);
     assert_true(ns_of(a.ctime, a.ctimensec) >= t0);
-    assert_int_equal(KEG_META_CALL(t->m, read_chunk, f, 2, &sl, &n), 0);
+    assert_int_equal(keg_meta_read_chunk(t->m, f, 2, &sl, &n), 0);
     assert_int_equal(n, 0);
     assert_int_equal(delq_drain(t->m, s2, &seen), 1);
     assert_true(seen);
-    assert_int_equal(KEG_META_CALL(t->m, read_chunk, f, 1, &sl, &n), 0);
+    assert_int_equal(keg_meta_read_chunk(t->m, f, 1, &sl, &n), 0);
     assert_int_equal(n, 2);
     assert_int_equal(sl[0].id, s1);
     assert_int_equal(sl[1].id, 0);
@@ -1463,34 +1463,34 @@ static void test_truncate(void **state)
     assert_int_equal(sl[1].size, CHUNK - 100);
     keg_free(sl);
     /* grow: size only, no slices */
-    assert_int_equal(KEG_META_CALL(t->m, truncate, f, 3 * CHUNK, &a), 0);
+    assert_int_equal(keg_meta_truncate(t->m, f, 3 * CHUNK, &a), 0);
     assert_int_equal(a.size, 3 * CHUNK);
-    assert_int_equal(KEG_META_CALL(t->m, read_chunk, f, 1, &sl, &n), 0);
+    assert_int_equal(keg_meta_read_chunk(t->m, f, 1, &sl, &n), 0);
     assert_int_equal(n, 2);
     keg_free(sl);
     /* shrink to a chunk boundary: whole chunk 1 dropped, no hole in chunk 0 */
-    assert_int_equal(KEG_META_CALL(t->m, truncate, f, CHUNK, &a), 0);
-    assert_int_equal(KEG_META_CALL(t->m, read_chunk, f, 1, &sl, &n), 0);
+    assert_int_equal(keg_meta_truncate(t->m, f, CHUNK, &a), 0);
+    assert_int_equal(keg_meta_read_chunk(t->m, f, 1, &sl, &n), 0);
     assert_int_equal(n, 0);
-    assert_int_equal(KEG_META_CALL(t->m, read_chunk, f, 0, &sl, &n), 0);
+    assert_int_equal(keg_meta_read_chunk(t->m, f, 0, &sl, &n), 0);
     assert_int_equal(n, 1);
     keg_free(sl);
     assert_int_equal(delq_drain(t->m, s1, &seen), 1);
     assert_true(seen);
     /* shrink to 0: everything goes */
-    assert_int_equal(KEG_META_CALL(t->m, truncate, f, 0, &a), 0);
+    assert_int_equal(keg_meta_truncate(t->m, f, 0, &a), 0);
     assert_int_equal(a.size, 0);
-    assert_int_equal(KEG_META_CALL(t->m, read_chunk, f, 0, &sl, &n), 0);
+    assert_int_equal(keg_meta_read_chunk(t->m, f, 0, &sl, &n), 0);
     assert_int_equal(n, 0);
     assert_int_equal(delq_drain(t->m, s0, &seen), 1);
     assert_true(seen);
     uint64_t used_b, used_i;
-    assert_int_equal(KEG_META_CALL(t->m, statfs, &used_b, &used_i), 0);
+    assert_int_equal(keg_meta_statfs(t->m, &used_b, &used_i), 0);
     assert_int_equal(used_b, 0);
     /* errors */
     uint64_t d = mkdir_(t->m, KEG_ROOT_INO, "d");
-    assert_int_equal(KEG_META_CALL(t->m, truncate, d, 0, &a), -EISDIR);
-    assert_int_equal(KEG_META_CALL(t->m, truncate, 999, 0, &a), -ENOENT);
+    assert_int_equal(keg_meta_truncate(t->m, d, 0, &a), -EISDIR);
+    assert_int_equal(keg_meta_truncate(t->m, 999, 0, &a), -ENOENT);
 }
 
 /* Truncating and deleting a huge sparse file costs work in proportion to the
@@ -1510,7 +1510,7 @@ static void test_alloc_bytes(void **state)
         return;
     }
     assert_int_equal(a.alloc, 0);
-    assert_int_equal(KEG_META_CALL(t->m, truncate, f, 1600 * 1024, &a), 0);
+    assert_int_equal(keg_meta_truncate(t->m, f, 1600 * 1024, &a), 0);
     assert_int_equal(a.alloc, 0);                   /* all hole */
     write_at(t->m, f, 800 * 1024, 50 * 1024);
     a = attr(t->m, f);
@@ -1518,12 +1518,12 @@ static void test_alloc_bytes(void **state)
     assert_int_equal(a.alloc, 50 * 1024);
     /* a hole slice (fallocate, punch) adds nothing */
     struct keg_chunk_slice hole = {.indx = 0, .s = {.id = 0, .size = 4096, .len = 4096}};
-    assert_int_equal(KEG_META_CALL(t->m, write_slices, f, 1, &hole, 0, 0, NULL, &a), 0);
+    assert_int_equal(keg_meta_write_slices(t->m, f, 1, &hole, 0, 0, NULL, &a), 0);
     assert_int_equal(a.alloc, 50 * 1024);
     /* a second chunk, then truncating below: never above the size */
     write_at(t->m, f, CHUNK + 10, 1000);
     assert_int_equal(attr(t->m, f).alloc, 50 * 1024 + 1000);
-    assert_int_equal(KEG_META_CALL(t->m, truncate, f, 4096, &a), 0);
+    assert_int_equal(keg_meta_truncate(t->m, f, 4096, &a), 0);
     assert_true(a.alloc <= 4096);
     /* other kinds of inode report nothing tracked */
     uint64_t d = mkdir_(t->m, KEG_ROOT_INO, "d");
@@ -1542,25 +1542,25 @@ static void test_truncate_huge_sparse(void **state)
     uint64_t f = mkfile(t->m, KEG_ROOT_INO, "huge");
     uint64_t s0 = write_at(t->m, f, 0, 1000);
     uint64_t s1 = write_at(t->m, f, 100000000000000ull, 1000);    /* 10^14 */
-    assert_int_equal(KEG_META_CALL(t->m, truncate, f, 1000000000000000ull, &a), 0);
+    assert_int_equal(keg_meta_truncate(t->m, f, 1000000000000000ull, &a), 0);
     assert_int_equal(a.size, 1000000000000000ull);
-    assert_int_equal(KEG_META_CALL(t->m, truncate, f, 1, &a), 0);
+    assert_int_equal(keg_meta_truncate(t->m, f, 1, &a), 0);
     assert_int_equal(a.size, 1);
-    assert_int_equal(KEG_META_CALL(t->m, read_chunk, f, (uint32_t)(100000000000000ull / CHUNK),
-                                   &sl, &n), 0);
+    assert_int_equal(keg_meta_read_chunk(t->m, f, (uint32_t)(100000000000000ull / CHUNK),
+                                         &sl, &n), 0);
     assert_int_equal(n, 0);
     assert_int_equal(delq_drain(t->m, s1, &seen), 1);
     assert_true(seen);
     /* grow again, then delete: purge must not walk the size either */
-    assert_int_equal(KEG_META_CALL(t->m, truncate, f, 1000000000000000ull, &a), 0);
-    assert_int_equal(KEG_META_CALL(t->m, session_begin, "host=t pid=1", &(uint64_t){0}), 0);
-    assert_int_equal(KEG_META_CALL(t->m, unlink, KEG_ROOT_INO, "huge", &g), 0);
+    assert_int_equal(keg_meta_truncate(t->m, f, 1000000000000000ull, &a), 0);
+    assert_int_equal(keg_meta_session_begin(t->m, "host=t pid=1", &(uint64_t){0}), 0);
+    assert_int_equal(keg_meta_unlink(t->m, KEG_ROOT_INO, "huge", &g), 0);
     assert_int_equal(g.ino, f);
-    assert_int_equal(KEG_META_CALL(t->m, purge, f), 0);
+    assert_int_equal(keg_meta_purge(t->m, f), 0);
     assert_int_equal(delq_drain(t->m, s0, &seen), 1);
     assert_true(seen);
     uint64_t used_b, used_i;
-    assert_int_equal(KEG_META_CALL(t->m, statfs, &used_b, &used_i), 0);
+    assert_int_equal(keg_meta_statfs(t->m, &used_b, &used_i), 0);
     assert_int_equal(used_b, 0);
     /* milliseconds in practice; before the fix this took minutes on Redis */
     assert_true(keg_now_ns() - t0 < 1000000000LL);
@@ -1579,16 +1579,16 @@ static void test_next_chunk(void **state)
     write_at(t->m, f, 0, 100);
     write_at(t->m, f, 5 * CHUNK + 7, 100);
     write_at(t->m, f, 1000000 * CHUNK, 100);
-    assert_int_equal(KEG_META_CALL(t->m, next_chunk, f, 0, &ix), 0);
+    assert_int_equal(keg_meta_next_chunk(t->m, f, 0, &ix), 0);
     assert_int_equal(ix, 0);
-    assert_int_equal(KEG_META_CALL(t->m, next_chunk, f, 1, &ix), 0);
+    assert_int_equal(keg_meta_next_chunk(t->m, f, 1, &ix), 0);
     assert_int_equal(ix, 5);
-    assert_int_equal(KEG_META_CALL(t->m, next_chunk, f, 6, &ix), 0);
+    assert_int_equal(keg_meta_next_chunk(t->m, f, 6, &ix), 0);
     assert_int_equal(ix, 1000000);
-    assert_int_equal(KEG_META_CALL(t->m, next_chunk, f, 1000001, &ix), -ENOENT);
-    assert_int_equal(KEG_META_CALL(t->m, truncate, f, 6 * CHUNK, &a), 0);
-    assert_int_equal(KEG_META_CALL(t->m, next_chunk, f, 6, &ix), -ENOENT);
-    assert_int_equal(KEG_META_CALL(t->m, next_chunk, 999999, 0, &ix), -ENOENT);
+    assert_int_equal(keg_meta_next_chunk(t->m, f, 1000001, &ix), -ENOENT);
+    assert_int_equal(keg_meta_truncate(t->m, f, 6 * CHUNK, &a), 0);
+    assert_int_equal(keg_meta_next_chunk(t->m, f, 6, &ix), -ENOENT);
+    assert_int_equal(keg_meta_next_chunk(t->m, 999999, 0, &ix), -ENOENT);
 }
 
 /* A file with many real chunks: after purge every slice reaches the deletion
@@ -1603,20 +1603,20 @@ static void test_purge_many_chunks(void **state)
     uint64_t first = 0;
     assert_non_null(cs);
     uint64_t f = mkfile(t->m, KEG_ROOT_INO, "many");
-    assert_int_equal(KEG_META_CALL(t->m, alloc_ids, KEG_ID_SLICE, NCH, &first), 0);
+    assert_int_equal(keg_meta_alloc_ids(t->m, KEG_ID_SLICE, NCH, &first), 0);
     for (uint32_t i = 0; i < NCH; i++) {
         cs[i].indx = i * 7;
         cs[i].s = (struct keg_slice){.id = first + i, .size = 10, .off = 0, .len = 10, .pos = 0};
     }
-    assert_int_equal(KEG_META_CALL(t->m, write_slices, f, NCH, cs,
-                                   (uint64_t)(NCH - 1) * 7 * CHUNK + 10, 0, NULL, &a), 0);
+    assert_int_equal(keg_meta_write_slices(t->m, f, NCH, cs,
+                                           (uint64_t)(NCH - 1) * 7 * CHUNK + 10, 0, NULL, &a), 0);
     free(cs);
     /* truncate drops the chunks past the new end */
-    assert_int_equal(KEG_META_CALL(t->m, truncate, f, (uint64_t)1500 * 7 * CHUNK, &a), 0);
+    assert_int_equal(keg_meta_truncate(t->m, f, (uint64_t)1500 * 7 * CHUNK, &a), 0);
     assert_int_equal(delq_drain(t->m, 0, NULL), NCH - 1500);
-    assert_int_equal(KEG_META_CALL(t->m, unlink, KEG_ROOT_INO, "many", &g), 0);
+    assert_int_equal(keg_meta_unlink(t->m, KEG_ROOT_INO, "many", &g), 0);
     assert_int_equal(g.ino, f);
-    assert_int_equal(KEG_META_CALL(t->m, getattr, f, &a), -ENOENT);
+    assert_int_equal(keg_meta_getattr(t->m, f, &a), -ENOENT);
     assert_int_equal(delq_drain(t->m, 0, NULL), 1500);
     assert_int_equal(delq_drain(t->m, 0, NULL), 0);
 }
@@ -1630,23 +1630,23 @@ static void test_compact(void **state)
     uint64_t f = mkfile(t->m, KEG_ROOT_INO, "f");
     uint64_t s1 = write_at(t->m, f, 0, 100);
     uint64_t s2 = write_at(t->m, f, 50, 100);
-    assert_int_equal(KEG_META_CALL(t->m, read_chunk, f, 0, &sl, &n), 0);
+    assert_int_equal(keg_meta_read_chunk(t->m, f, 0, &sl, &n), 0);
     assert_int_equal(n, 2);
     uint64_t s3 = write_at(t->m, f, 300, 10);     /* appended after the snapshot */
     struct keg_slice repl = {.id = new_slice(t->m), .size = 150, .off = 0, .len = 150, .pos = 0};
     /* stale view: -EAGAIN, nothing changes */
     struct keg_slice bad[2] = {sl[0], sl[1]};
     bad[1].len = 99;
-    assert_int_equal(KEG_META_CALL(t->m, compact_chunk, f, 0, bad, 2, 0, &repl), -EAGAIN);
-    assert_int_equal(KEG_META_CALL(t->m, compact_chunk, f, 1, sl, 2, 0, &repl), -EAGAIN);
+    assert_int_equal(keg_meta_compact_chunk(t->m, f, 0, bad, 2, 0, &repl), -EAGAIN);
+    assert_int_equal(keg_meta_compact_chunk(t->m, f, 1, sl, 2, 0, &repl), -EAGAIN);
     struct keg_slice *cur;
     size_t cn;
-    assert_int_equal(KEG_META_CALL(t->m, read_chunk, f, 0, &cur, &cn), 0);
+    assert_int_equal(keg_meta_read_chunk(t->m, f, 0, &cur, &cn), 0);
     assert_int_equal(cn, 3);
     keg_free(cur);
     /* success: the first two replaced, the newer one kept after */
-    assert_int_equal(KEG_META_CALL(t->m, compact_chunk, f, 0, sl, 2, 0, &repl), 0);
-    assert_int_equal(KEG_META_CALL(t->m, read_chunk, f, 0, &cur, &cn), 0);
+    assert_int_equal(keg_meta_compact_chunk(t->m, f, 0, sl, 2, 0, &repl), 0);
+    assert_int_equal(keg_meta_read_chunk(t->m, f, 0, &cur, &cn), 0);
     assert_int_equal(cn, 2);
     assert_int_equal(cur[0].id, repl.id);
     assert_int_equal(cur[0].len, 150);
@@ -1656,12 +1656,12 @@ static void test_compact(void **state)
     assert_int_equal(total, 2);
     assert_true(seen);
     /* the same old list again is stale now */
-    assert_int_equal(KEG_META_CALL(t->m, compact_chunk, f, 0, sl, 2, 0, &repl), -EAGAIN);
+    assert_int_equal(keg_meta_compact_chunk(t->m, f, 0, sl, 2, 0, &repl), -EAGAIN);
     keg_free(sl);
     (void)s2;
     /* the replacement is referenced: deleting the file queues it */
     struct keg_unlinked g;
-    assert_int_equal(KEG_META_CALL(t->m, unlink, KEG_ROOT_INO, "f", &g), 0);
+    assert_int_equal(keg_meta_unlink(t->m, KEG_ROOT_INO, "f", &g), 0);
     assert_int_equal(delq_drain(t->m, repl.id, &seen), 2);
     assert_true(seen);
 }
@@ -1678,17 +1678,17 @@ static void test_compact_keep(void **state)
     uint64_t s0 = write_at(t->m, f, 0, 100);
     uint64_t s1 = write_at(t->m, f, 100, 50);
     uint64_t s2 = write_at(t->m, f, 150, 50);
-    assert_int_equal(KEG_META_CALL(t->m, read_chunk, f, 0, &sl, &n), 0);
+    assert_int_equal(keg_meta_read_chunk(t->m, f, 0, &sl, &n), 0);
     assert_int_equal(n, 3);
     uint64_t s3 = write_at(t->m, f, 200, 10);     /* appended after the snapshot */
     struct keg_slice repl = {.id = new_slice(t->m), .size = 100, .off = 0, .len = 100, .pos = 100};
-    assert_int_equal(KEG_META_CALL(t->m, compact_chunk, f, 0, sl, 3, 3, &repl), -EINVAL);
+    assert_int_equal(keg_meta_compact_chunk(t->m, f, 0, sl, 3, 3, &repl), -EINVAL);
     struct keg_slice bad[3] = {sl[0], sl[1], sl[2]};
     bad[0].len = 99;                              /* a kept slice must match too */
-    assert_int_equal(KEG_META_CALL(t->m, compact_chunk, f, 0, bad, 3, 1, &repl), -EAGAIN);
-    assert_int_equal(KEG_META_CALL(t->m, compact_chunk, f, 0, sl, 3, 1, &repl), 0);
+    assert_int_equal(keg_meta_compact_chunk(t->m, f, 0, bad, 3, 1, &repl), -EAGAIN);
+    assert_int_equal(keg_meta_compact_chunk(t->m, f, 0, sl, 3, 1, &repl), 0);
     keg_free(sl);
-    assert_int_equal(KEG_META_CALL(t->m, read_chunk, f, 0, &cur, &cn), 0);
+    assert_int_equal(keg_meta_read_chunk(t->m, f, 0, &cur, &cn), 0);
     assert_int_equal(cn, 3);
     assert_int_equal(cur[0].id, s0);
     assert_int_equal(cur[0].len, 100);
@@ -1701,7 +1701,7 @@ static void test_compact_keep(void **state)
     assert_int_equal(delq_drain(t->m, s1, &seen), 2);
     assert_true(seen);
     (void)s2;
-    assert_int_equal(KEG_META_CALL(t->m, unlink, KEG_ROOT_INO, "f", &g), 0);
+    assert_int_equal(keg_meta_unlink(t->m, KEG_ROOT_INO, "f", &g), 0);
     assert_int_equal(delq_drain(t->m, s0, &seen), 3);
     assert_true(seen);
 }
@@ -1725,24 +1725,24 @@ static void test_compact_refs(void **state)
         {.indx = 0, .s = {.id = shared, .size = 4096, .off = 0, .len = 4096, .pos = 0}},
         {.indx = 0, .s = {.id = shared, .size = 4096, .off = 0, .len = 4096, .pos = 8192}},
     };
-    assert_int_equal(KEG_META_CALL(t->m, write_slices, f2, 2, twice, 12288, KEG_WS_SHARE, NULL,
-                                   &a), 0);
+    assert_int_equal(keg_meta_write_slices(t->m, f2, 2, twice, 12288, KEG_WS_SHARE, NULL,
+                                           &a), 0);
     for (int i = 0; i < many; i++)
         write_at(t->m, f, 4096 + (uint64_t)(i % 16) * 512, 512);
-    assert_int_equal(KEG_META_CALL(t->m, read_chunk, f, 0, &sl, &n), 0);
+    assert_int_equal(keg_meta_read_chunk(t->m, f, 0, &sl, &n), 0);
     assert_int_equal(n, (size_t)many + 1);
     struct keg_slice repl = {.id = new_slice(t->m), .size = 12288, .off = 0, .len = 12288,
                              .pos = 0};
-    assert_int_equal(KEG_META_CALL(t->m, compact_chunk, f, 0, sl, n, 0, &repl), 0);
+    assert_int_equal(keg_meta_compact_chunk(t->m, f, 0, sl, n, 0, &repl), 0);
     keg_free(sl);
     /* every written slice is gone but the shared one, still listed twice in f2 */
     assert_int_equal(delq_drain(t->m, shared, &seen), many);
     assert_false(seen);
     /* f2's purge drops both of its references at once */
-    assert_int_equal(KEG_META_CALL(t->m, unlink, KEG_ROOT_INO, "f2", &g), 0);
+    assert_int_equal(keg_meta_unlink(t->m, KEG_ROOT_INO, "f2", &g), 0);
     assert_int_equal(delq_drain(t->m, shared, &seen), 1);
     assert_true(seen);
-    assert_int_equal(KEG_META_CALL(t->m, unlink, KEG_ROOT_INO, "f", &g), 0);
+    assert_int_equal(keg_meta_unlink(t->m, KEG_ROOT_INO, "f", &g), 0);
     assert_int_equal(delq_drain(t->m, repl.id, &seen), 1);
     assert_true(seen);
 }
@@ -1756,22 +1756,22 @@ static void test_delq(void **state)
     uint64_t ids[5];
     for (int i = 0; i < 5; i++)
         ids[i] = write_at(t->m, f, (uint64_t)i * 1000, 1000 + (uint32_t)i);
-    assert_int_equal(KEG_META_CALL(t->m, delq_peek, d, 8), 0);
-    assert_int_equal(KEG_META_CALL(t->m, unlink, KEG_ROOT_INO, "f", &g), 0);
-    assert_int_equal(KEG_META_CALL(t->m, delq_peek, d, 3), 3);
+    assert_int_equal(keg_meta_delq_peek(t->m, d, 8), 0);
+    assert_int_equal(keg_meta_unlink(t->m, KEG_ROOT_INO, "f", &g), 0);
+    assert_int_equal(keg_meta_delq_peek(t->m, d, 3), 3);
     /* peek does not consume */
-    assert_int_equal(KEG_META_CALL(t->m, delq_peek, d, 8), 5);
+    assert_int_equal(keg_meta_delq_peek(t->m, d, 8), 5);
     int found = 0;
     for (int i = 0; i < 5; i++)
         for (int j = 0; j < 5; j++)
             if (d[j].id == ids[i] && d[j].size == 1000 + (uint32_t)i)
                 found++;
     assert_int_equal(found, 5);
-    assert_int_equal(KEG_META_CALL(t->m, delq_ack, d, 2), 0);
-    assert_int_equal(KEG_META_CALL(t->m, delq_peek, d, 8), 3);
-    assert_int_equal(KEG_META_CALL(t->m, delq_ack, d, 3), 0);
-    assert_int_equal(KEG_META_CALL(t->m, delq_peek, d, 8), 0);
-    assert_int_equal(KEG_META_CALL(t->m, delq_ack, d, 3), 0);     /* acking twice is fine */
+    assert_int_equal(keg_meta_delq_ack(t->m, d, 2), 0);
+    assert_int_equal(keg_meta_delq_peek(t->m, d, 8), 3);
+    assert_int_equal(keg_meta_delq_ack(t->m, d, 3), 0);
+    assert_int_equal(keg_meta_delq_peek(t->m, d, 8), 0);
+    assert_int_equal(keg_meta_delq_ack(t->m, d, 3), 0);     /* acking twice is fine */
 }
 
 static void test_quota(void **state)
@@ -1779,43 +1779,43 @@ static void test_quota(void **state)
     struct t *t = *state;       /* capacity 8192 bytes, 3 inodes */
     struct keg_attr a;
     uint64_t used_b, used_i;
-    assert_int_equal(KEG_META_CALL(t->m, statfs, &used_b, &used_i), 0);
+    assert_int_equal(keg_meta_statfs(t->m, &used_b, &used_i), 0);
     assert_int_equal(used_b, 0);
     assert_int_equal(used_i, 0);
     uint64_t f = mkfile(t->m, KEG_ROOT_INO, "f");
     uint64_t d = mkdir_(t->m, KEG_ROOT_INO, "d");
     write_at(t->m, f, 0, 5000);
-    assert_int_equal(KEG_META_CALL(t->m, statfs, &used_b, &used_i), 0);
+    assert_int_equal(keg_meta_statfs(t->m, &used_b, &used_i), 0);
     assert_int_equal(used_b, 8192);
     assert_int_equal(used_i, 2);
     /* growth past capacity */
     struct keg_chunk_slice cs = {.indx = 0, .s = {.id = new_slice(t->m), .size = 4000, .off = 0,
                                                   .len = 4000, .pos = 5000}};
-    assert_int_equal(KEG_META_CALL(t->m, write_slices, f, 1, &cs, 9000, 0, NULL, &a), -ENOSPC);
+    assert_int_equal(keg_meta_write_slices(t->m, f, 1, &cs, 9000, 0, NULL, &a), -ENOSPC);
     assert_int_equal(attr(t->m, f).size, 5000);
-    assert_int_equal(KEG_META_CALL(t->m, write_slices, f, 1, &cs, 8192, 0, NULL, &a), 0);
-    assert_int_equal(KEG_META_CALL(t->m, truncate, f, 8193, &a), -ENOSPC);
-    assert_int_equal(KEG_META_CALL(t->m, truncate, f, 4096, &a), 0);
-    assert_int_equal(KEG_META_CALL(t->m, statfs, &used_b, &used_i), 0);
+    assert_int_equal(keg_meta_write_slices(t->m, f, 1, &cs, 8192, 0, NULL, &a), 0);
+    assert_int_equal(keg_meta_truncate(t->m, f, 8193, &a), -ENOSPC);
+    assert_int_equal(keg_meta_truncate(t->m, f, 4096, &a), 0);
+    assert_int_equal(keg_meta_statfs(t->m, &used_b, &used_i), 0);
     assert_int_equal(used_b, 4096);
     /* inodes: the third fits, the fourth does not */
     mk(t->m, d, "fifo", S_IFIFO | 0644);
     uint64_t ino = new_ino(t->m);
-    assert_int_equal(KEG_META_CALL(t->m, mknod, d, "x", ino, S_IFREG | 0644, 0, 0, 0, NULL, &a),
+    assert_int_equal(keg_meta_mknod(t->m, d, "x", ino, S_IFREG | 0644, 0, 0, 0, NULL, &a),
                      -ENOSPC);
-    assert_int_equal(KEG_META_CALL(t->m, lookup, d, "x", &a), -ENOENT);
+    assert_int_equal(keg_meta_lookup(t->m, d, "x", &a), -ENOENT);
     struct keg_unlinked g;
-    assert_int_equal(KEG_META_CALL(t->m, unlink, d, "fifo", &g), 0);
-    assert_int_equal(KEG_META_CALL(t->m, mknod, d, "x", ino, S_IFREG | 0644, 0, 0, 0, NULL, &a), 0);
+    assert_int_equal(keg_meta_unlink(t->m, d, "fifo", &g), 0);
+    assert_int_equal(keg_meta_mknod(t->m, d, "x", ino, S_IFREG | 0644, 0, 0, 0, NULL, &a), 0);
     /* raising the quota with a forced format lifts the limit */
     struct keg_format fm;
-    assert_int_equal(KEG_META_CALL(t->m, format_load, &fm), 0);
+    assert_int_equal(keg_meta_format_load(t->m, &fm), 0);
     fm.capacity = 0;
     fm.inodes = 0;
-    assert_int_equal(KEG_META_CALL(t->m, format_init, &fm, 0755, 0, 0, 1), 0);
-    assert_int_equal(KEG_META_CALL(t->m, truncate, f, 1ULL << 40, &a), 0);
+    assert_int_equal(keg_meta_format_init(t->m, &fm, 0755, 0, 0, 1), 0);
+    assert_int_equal(keg_meta_truncate(t->m, f, 1ULL << 40, &a), 0);
     mkfile(t->m, d, "y");
-    assert_int_equal(KEG_META_CALL(t->m, statfs, &used_b, &used_i), 0);
+    assert_int_equal(keg_meta_statfs(t->m, &used_b, &used_i), 0);
     assert_int_equal(used_b, 1ULL << 40);
     assert_int_equal(used_i, 4);
 }
@@ -1830,47 +1830,47 @@ static void test_xattr(void **state)
     char buf[128];
     uint64_t f = mkfile(t->m, KEG_ROOT_INO, "f");
     const char bin[] = {'v', 0, 1, (char)0xff};
-    assert_int_equal(KEG_META_CALL(t->m, getxattr, f, "user.a", buf, sizeof(buf)), -ENODATA);
-    assert_int_equal(KEG_META_CALL(t->m, listxattr, f, buf, sizeof(buf)), 0);
+    assert_int_equal(keg_meta_getxattr(t->m, f, "user.a", buf, sizeof(buf)), -ENODATA);
+    assert_int_equal(keg_meta_listxattr(t->m, f, buf, sizeof(buf)), 0);
     int64_t t0 = keg_now_ns();
-    assert_int_equal(KEG_META_CALL(t->m, setxattr, f, "user.a", bin, sizeof(bin), 0), 0);
+    assert_int_equal(keg_meta_setxattr(t->m, f, "user.a", bin, sizeof(bin), 0), 0);
     struct keg_attr a = attr(t->m, f);
     assert_true(ns_of(a.ctime, a.ctimensec) >= t0);
-    assert_int_equal(KEG_META_CALL(t->m, getxattr, f, "user.a", buf, sizeof(buf)), 4);
+    assert_int_equal(keg_meta_getxattr(t->m, f, "user.a", buf, sizeof(buf)), 4);
     assert_memory_equal(buf, bin, 4);
-    assert_int_equal(KEG_META_CALL(t->m, getxattr, f, "user.a", buf, 0), 4);
-    assert_int_equal(KEG_META_CALL(t->m, getxattr, f, "user.a", buf, 3), -ERANGE);
-    assert_int_equal(KEG_META_CALL(t->m, setxattr, f, "user.a", "x", 1, XATTR_CREATE), -EEXIST);
-    assert_int_equal(KEG_META_CALL(t->m, setxattr, f, "user.b", "x", 1, XATTR_REPLACE), -ENODATA);
-    assert_int_equal(KEG_META_CALL(t->m, setxattr, f, "user.a", "xyz", 3, XATTR_REPLACE), 0);
-    assert_int_equal(KEG_META_CALL(t->m, getxattr, f, "user.a", buf, sizeof(buf)), 3);
+    assert_int_equal(keg_meta_getxattr(t->m, f, "user.a", buf, 0), 4);
+    assert_int_equal(keg_meta_getxattr(t->m, f, "user.a", buf, 3), -ERANGE);
+    assert_int_equal(keg_meta_setxattr(t->m, f, "user.a", "x", 1, XATTR_CREATE), -EEXIST);
+    assert_int_equal(keg_meta_setxattr(t->m, f, "user.b", "x", 1, XATTR_REPLACE), -ENODATA);
+    assert_int_equal(keg_meta_setxattr(t->m, f, "user.a", "xyz", 3, XATTR_REPLACE), 0);
+    assert_int_equal(keg_meta_getxattr(t->m, f, "user.a", buf, sizeof(buf)), 3);
     assert_memory_equal(buf, "xyz", 3);
-    assert_int_equal(KEG_META_CALL(t->m, setxattr, f, "security.c", "", 0, XATTR_CREATE), 0);
-    assert_int_equal(KEG_META_CALL(t->m, getxattr, f, "security.c", buf, sizeof(buf)), 0);
-    assert_int_equal(KEG_META_CALL(t->m, setxattr, f, "trusted.b", "1", 1, 0), 0);
+    assert_int_equal(keg_meta_setxattr(t->m, f, "security.c", "", 0, XATTR_CREATE), 0);
+    assert_int_equal(keg_meta_getxattr(t->m, f, "security.c", buf, sizeof(buf)), 0);
+    assert_int_equal(keg_meta_setxattr(t->m, f, "trusted.b", "1", 1, 0), 0);
     /* list: NUL-separated, sorted by name */
     const char want[] = "security.c\0trusted.b\0user.a";
-    assert_int_equal(KEG_META_CALL(t->m, listxattr, f, buf, 0), sizeof(want));
-    assert_int_equal(KEG_META_CALL(t->m, listxattr, f, buf, sizeof(want) - 1), -ERANGE);
-    assert_int_equal(KEG_META_CALL(t->m, listxattr, f, buf, sizeof(buf)), sizeof(want));
+    assert_int_equal(keg_meta_listxattr(t->m, f, buf, 0), sizeof(want));
+    assert_int_equal(keg_meta_listxattr(t->m, f, buf, sizeof(want) - 1), -ERANGE);
+    assert_int_equal(keg_meta_listxattr(t->m, f, buf, sizeof(buf)), sizeof(want));
     assert_memory_equal(buf, want, sizeof(want));
     /* remove */
-    assert_int_equal(KEG_META_CALL(t->m, removexattr, f, "user.a"), 0);
-    assert_int_equal(KEG_META_CALL(t->m, removexattr, f, "user.a"), -ENODATA);
-    assert_int_equal(KEG_META_CALL(t->m, getxattr, f, "user.a", buf, sizeof(buf)), -ENODATA);
-    assert_int_equal(KEG_META_CALL(t->m, listxattr, f, buf, sizeof(buf)),
+    assert_int_equal(keg_meta_removexattr(t->m, f, "user.a"), 0);
+    assert_int_equal(keg_meta_removexattr(t->m, f, "user.a"), -ENODATA);
+    assert_int_equal(keg_meta_getxattr(t->m, f, "user.a", buf, sizeof(buf)), -ENODATA);
+    assert_int_equal(keg_meta_listxattr(t->m, f, buf, sizeof(buf)),
                      sizeof("security.c\0trusted.b"));
     /* missing inode, xattrs on directories */
-    assert_int_equal(KEG_META_CALL(t->m, getxattr, 999, "user.a", buf, sizeof(buf)), -ENOENT);
-    assert_int_equal(KEG_META_CALL(t->m, setxattr, 999, "user.a", "x", 1, 0), -ENOENT);
-    assert_int_equal(KEG_META_CALL(t->m, listxattr, 999, buf, sizeof(buf)), -ENOENT);
-    assert_int_equal(KEG_META_CALL(t->m, removexattr, 999, "user.a"), -ENOENT);
-    assert_int_equal(KEG_META_CALL(t->m, setxattr, KEG_ROOT_INO, "user.d", "dir", 3, 0), 0);
-    assert_int_equal(KEG_META_CALL(t->m, getxattr, KEG_ROOT_INO, "user.d", buf, sizeof(buf)), 3);
+    assert_int_equal(keg_meta_getxattr(t->m, 999, "user.a", buf, sizeof(buf)), -ENOENT);
+    assert_int_equal(keg_meta_setxattr(t->m, 999, "user.a", "x", 1, 0), -ENOENT);
+    assert_int_equal(keg_meta_listxattr(t->m, 999, buf, sizeof(buf)), -ENOENT);
+    assert_int_equal(keg_meta_removexattr(t->m, 999, "user.a"), -ENOENT);
+    assert_int_equal(keg_meta_setxattr(t->m, KEG_ROOT_INO, "user.d", "dir", 3, 0), 0);
+    assert_int_equal(keg_meta_getxattr(t->m, KEG_ROOT_INO, "user.d", buf, sizeof(buf)), 3);
     /* xattrs die with the inode */
     struct keg_unlinked g;
-    assert_int_equal(KEG_META_CALL(t->m, unlink, KEG_ROOT_INO, "f", &g), 0);
-    assert_int_equal(KEG_META_CALL(t->m, getxattr, f, "trusted.b", buf, sizeof(buf)), -ENOENT);
+    assert_int_equal(keg_meta_unlink(t->m, KEG_ROOT_INO, "f", &g), 0);
+    assert_int_equal(keg_meta_getxattr(t->m, f, "trusted.b", buf, sizeof(buf)), -ENOENT);
 }
 
 /*----------------------------------------------------------------------------
@@ -1882,32 +1882,32 @@ static void test_flock(void **state)
     struct t *t = *state;
     struct keg_meta *m2 = second(t);
     uint64_t s1, s2;
-    assert_int_equal(KEG_META_CALL(t->m, session_begin, "one", &s1), 0);
-    assert_int_equal(KEG_META_CALL(m2, session_begin, "two", &s2), 0);
+    assert_int_equal(keg_meta_session_begin(t->m, "one", &s1), 0);
+    assert_int_equal(keg_meta_session_begin(m2, "two", &s2), 0);
     assert_true(s1 != s2);
     uint64_t f = mkfile(t->m, KEG_ROOT_INO, "f");
     /* shared locks coexist */
-    assert_int_equal(KEG_META_CALL(t->m, flock, f, 1, F_RDLCK), 0);
-    assert_int_equal(KEG_META_CALL(m2, flock, f, 1, F_RDLCK), 0);     /* same owner id, other session */
-    assert_int_equal(KEG_META_CALL(t->m, flock, f, 2, F_RDLCK), 0);
+    assert_int_equal(keg_meta_flock(t->m, f, 1, F_RDLCK), 0);
+    assert_int_equal(keg_meta_flock(m2, f, 1, F_RDLCK), 0);     /* same owner id, other session */
+    assert_int_equal(keg_meta_flock(t->m, f, 2, F_RDLCK), 0);
     /* exclusive conflicts with any other holder */
-    assert_int_equal(KEG_META_CALL(m2, flock, f, 1, F_WRLCK), -EAGAIN);
-    assert_int_equal(KEG_META_CALL(t->m, flock, f, 2, F_UNLCK), 0);
-    assert_int_equal(KEG_META_CALL(t->m, flock, f, 1, F_UNLCK), 0);
-    assert_int_equal(KEG_META_CALL(m2, flock, f, 1, F_WRLCK), 0);       /* upgrade */
-    assert_int_equal(KEG_META_CALL(t->m, flock, f, 1, F_RDLCK), -EAGAIN);
-    assert_int_equal(KEG_META_CALL(t->m, flock, f, 1, F_WRLCK), -EAGAIN);
-    assert_int_equal(KEG_META_CALL(m2, flock, f, 1, F_WRLCK), 0);       /* re-lock is fine */
-    assert_int_equal(KEG_META_CALL(m2, flock, f, 1, F_RDLCK), 0);       /* downgrade */
-    assert_int_equal(KEG_META_CALL(t->m, flock, f, 1, F_RDLCK), 0);
-    assert_int_equal(KEG_META_CALL(t->m, flock, f, 1, F_WRLCK), -EAGAIN);
-    assert_int_equal(KEG_META_CALL(t->m, flock, f, 1, 99), -EINVAL);
-    assert_int_equal(KEG_META_CALL(t->m, flock, 999, 1, F_RDLCK), -ENOENT);
+    assert_int_equal(keg_meta_flock(m2, f, 1, F_WRLCK), -EAGAIN);
+    assert_int_equal(keg_meta_flock(t->m, f, 2, F_UNLCK), 0);
+    assert_int_equal(keg_meta_flock(t->m, f, 1, F_UNLCK), 0);
+    assert_int_equal(keg_meta_flock(m2, f, 1, F_WRLCK), 0);       /* upgrade */
+    assert_int_equal(keg_meta_flock(t->m, f, 1, F_RDLCK), -EAGAIN);
+    assert_int_equal(keg_meta_flock(t->m, f, 1, F_WRLCK), -EAGAIN);
+    assert_int_equal(keg_meta_flock(m2, f, 1, F_WRLCK), 0);       /* re-lock is fine */
+    assert_int_equal(keg_meta_flock(m2, f, 1, F_RDLCK), 0);       /* downgrade */
+    assert_int_equal(keg_meta_flock(t->m, f, 1, F_RDLCK), 0);
+    assert_int_equal(keg_meta_flock(t->m, f, 1, F_WRLCK), -EAGAIN);
+    assert_int_equal(keg_meta_flock(t->m, f, 1, 99), -EINVAL);
+    assert_int_equal(keg_meta_flock(t->m, 999, 1, F_RDLCK), -ENOENT);
     /* unlocking what is not held is fine */
-    assert_int_equal(KEG_META_CALL(t->m, flock, f, 77, F_UNLCK), 0);
+    assert_int_equal(keg_meta_flock(t->m, f, 77, F_UNLCK), 0);
     /* session_end releases the session's locks */
-    assert_int_equal(KEG_META_CALL0(m2, session_end), 0);
-    assert_int_equal(KEG_META_CALL(t->m, flock, f, 1, F_WRLCK), 0);
+    assert_int_equal(keg_meta_session_end(m2), 0);
+    assert_int_equal(keg_meta_flock(t->m, f, 1, F_WRLCK), 0);
 }
 
 static void test_plock(void **state)
@@ -1916,15 +1916,15 @@ static void test_plock(void **state)
     struct keg_meta *m2 = second(t);
     uint64_t s1, s2;
     struct keg_plock lk;
-    assert_int_equal(KEG_META_CALL(t->m, session_begin, "one", &s1), 0);
-    assert_int_equal(KEG_META_CALL(m2, session_begin, "two", &s2), 0);
+    assert_int_equal(keg_meta_session_begin(t->m, "one", &s1), 0);
+    assert_int_equal(keg_meta_session_begin(m2, "two", &s2), 0);
     uint64_t f = mkfile(t->m, KEG_ROOT_INO, "f");
 #define SET(m, own, ty, s, e) \
     (lk = (struct keg_plock){.type = (ty), .start = (s), .end = (e), .pid = 100 + (own)}, \
-     KEG_META_CALL((m), setlk, f, (own), &lk))
+     keg_meta_setlk((m), f, (own), &lk))
 #define GET(m, own, ty, s, e) \
     (lk = (struct keg_plock){.type = (ty), .start = (s), .end = (e), .pid = 1}, \
-     KEG_META_CALL((m), getlk, f, (own), &lk))
+     keg_meta_getlk((m), f, (own), &lk))
 
     /* owner 1 (instance 1) write-locks [0,99] and [100,199]: merged into [0,199] */
     assert_int_equal(SET(t->m, 1, F_WRLCK, 0, 99), 0);
@@ -1984,7 +1984,7 @@ static void test_plock(void **state)
     assert_int_equal(SET(t->m, 1, F_WRLCK, 10, 5), -EINVAL);
     assert_int_equal(GET(t->m, 1, F_UNLCK, 0, 5), -EINVAL);
     /* session_end releases */
-    assert_int_equal(KEG_META_CALL0(m2, session_end), 0);
+    assert_int_equal(keg_meta_session_end(m2), 0);
     assert_int_equal(SET(t->m, 2, F_WRLCK, 50, 149), 0);           /* session 2's range is free */
     assert_int_equal(SET(t->m, 2, F_WRLCK, 0, 60), -EAGAIN);       /* owner 1 still has [0,49] */
     assert_int_equal(SET(t->m, 1, F_UNLCK, 0, UINT64_MAX), 0);
@@ -2024,50 +2024,50 @@ static void test_sessions(void **state)
     struct keg_attr a;
     int seen;
     memset(&ss, 0, sizeof(ss));
-    assert_int_equal(KEG_META_CALL(t->m, session_list, sess_cb, &ss), 0);
+    assert_int_equal(keg_meta_session_list(t->m, sess_cb, &ss), 0);
     assert_int_equal(ss.n, 0);
-    assert_int_equal(KEG_META_CALL0(t->m, session_heartbeat), -EINVAL);   /* none begun */
+    assert_int_equal(keg_meta_session_heartbeat(t->m), -EINVAL);   /* none begun */
     int64_t now = keg_now_ns() / 1000000000LL;
-    assert_int_equal(KEG_META_CALL(t->m, session_begin, "host=a pid=1", &s1), 0);
-    assert_int_equal(KEG_META_CALL(t->m, session_begin, "again", &s2), -EEXIST);
-    assert_int_equal(KEG_META_CALL(m2, session_begin, "host=b pid=2", &s2), 0);
+    assert_int_equal(keg_meta_session_begin(t->m, "host=a pid=1", &s1), 0);
+    assert_int_equal(keg_meta_session_begin(t->m, "again", &s2), -EEXIST);
+    assert_int_equal(keg_meta_session_begin(m2, "host=b pid=2", &s2), 0);
     memset(&ss, 0, sizeof(ss));
-    assert_int_equal(KEG_META_CALL(t->m, session_list, sess_cb, &ss), 0);
+    assert_int_equal(keg_meta_session_list(t->m, sess_cb, &ss), 0);
     assert_int_equal(ss.n, 2);
     assert_int_equal(ss.sids[0], s1);
     assert_string_equal(ss.info[0], "host=a pid=1");
     assert_int_equal(ss.sids[1], s2);
     assert_string_equal(ss.info[1], "host=b pid=2");
     assert_true(ss.hb[0] >= now && ss.hb[0] <= now + 5);
-    assert_int_equal(KEG_META_CALL0(t->m, session_heartbeat), 0);
+    assert_int_equal(keg_meta_session_heartbeat(t->m), 0);
 
     /* session 2 holds locks and a pending inode */
     uint64_t f = mkfile(m2, KEG_ROOT_INO, "f");
     uint64_t sl = write_at(m2, f, 0, 10);
     struct keg_plock lk = {.type = F_WRLCK, .start = 0, .end = 10, .pid = 9};
-    assert_int_equal(KEG_META_CALL(m2, setlk, f, 1, &lk), 0);
-    assert_int_equal(KEG_META_CALL(m2, flock, f, 1, F_WRLCK), 0);
-    assert_int_equal(KEG_META_CALL(m2, unlink, KEG_ROOT_INO, "f", &g), 0);
+    assert_int_equal(keg_meta_setlk(m2, f, 1, &lk), 0);
+    assert_int_equal(keg_meta_flock(m2, f, 1, F_WRLCK), 0);
+    assert_int_equal(keg_meta_unlink(m2, KEG_ROOT_INO, "f", &g), 0);
     assert_int_equal(g.ino, f);
     uint64_t f2 = mkfile(t->m, KEG_ROOT_INO, "f2");
-    assert_int_equal(KEG_META_CALL(m2, flock, f2, 1, F_WRLCK), 0);
-    assert_int_equal(KEG_META_CALL(t->m, flock, f2, 1, F_RDLCK), -EAGAIN);
+    assert_int_equal(keg_meta_flock(m2, f2, 1, F_WRLCK), 0);
+    assert_int_equal(keg_meta_flock(t->m, f2, 1, F_RDLCK), -EAGAIN);
 
     /* max_age 0: every other session is stale; the caller's own never is */
-    assert_int_equal(KEG_META_CALL(t->m, session_clean_stale, 0, &cleaned), 0);
+    assert_int_equal(keg_meta_session_clean_stale(t->m, 0, &cleaned), 0);
     assert_int_equal(cleaned, 1);
     memset(&ss, 0, sizeof(ss));
-    assert_int_equal(KEG_META_CALL(t->m, session_list, sess_cb, &ss), 0);
+    assert_int_equal(keg_meta_session_list(t->m, sess_cb, &ss), 0);
     assert_int_equal(ss.n, 1);
     assert_int_equal(ss.sids[0], s1);
-    assert_int_equal(KEG_META_CALL(t->m, getattr, f, &a), -ENOENT);     /* purged */
+    assert_int_equal(keg_meta_getattr(t->m, f, &a), -ENOENT);     /* purged */
     assert_int_equal(delq_drain(t->m, sl, &seen), 1);
     assert_true(seen);
-    assert_int_equal(KEG_META_CALL(t->m, flock, f2, 1, F_WRLCK), 0);    /* released */
+    assert_int_equal(keg_meta_flock(t->m, f2, 1, F_WRLCK), 0);    /* released */
     /* the cleaned session notices on its next heartbeat */
-    assert_int_equal(KEG_META_CALL0(m2, session_heartbeat), -ENOENT);
+    assert_int_equal(keg_meta_session_heartbeat(m2), -ENOENT);
     /* a fresh session is not stale for a generous max_age */
-    assert_int_equal(KEG_META_CALL(second(t), session_clean_stale, 3600, &cleaned), 0);
+    assert_int_equal(keg_meta_session_clean_stale(second(t), 3600, &cleaned), 0);
     assert_int_equal(cleaned, 0);
 }
 
@@ -2092,14 +2092,14 @@ static void *ct_create(void *p)
     for (int i = 0; i < CT_FILES; i++) {
         struct keg_attr at;
         uint64_t ino;
-        if (KEG_META_CALL(a->m, alloc_ids, KEG_ID_INODE, 1, &ino) != 0) {
+        if (keg_meta_alloc_ids(a->m, KEG_ID_INODE, 1, &ino) != 0) {
             a->errors++;
             continue;
         }
         snprintf(name, sizeof(name), "t%d-%03d", a->id, i);
-        if (KEG_META_CALL(a->m, mknod, a->dir, name, ino, S_IFREG | 0644, 0, 0, 0, NULL, &at))
+        if (keg_meta_mknod(a->m, a->dir, name, ino, S_IFREG | 0644, 0, 0, 0, NULL, &at))
             a->errors++;
-        if (i % 50 == 0 && KEG_META_CALL(a->m, getattr, a->dir, &at))
+        if (i % 50 == 0 && keg_meta_getattr(a->m, a->dir, &at))
             a->errors++;
     }
     return NULL;
@@ -2111,10 +2111,10 @@ static void *ct_read(void *p)
     struct names nm;
     for (int i = 0; i < 100; i++) {
         struct keg_attr at;
-        if (KEG_META_CALL(a->m, getattr, a->dir, &at) != 0)
+        if (keg_meta_getattr(a->m, a->dir, &at) != 0)
             a->errors++;
         memset(&nm, 0, sizeof(nm));
-        if (KEG_META_CALL(a->m, readdir, a->dir, NULL, 10, 1, names_cb, &nm) != 10)
+        if (keg_meta_readdir(a->m, a->dir, NULL, 10, 1, names_cb, &nm) != 10)
             a->errors++;
     }
     return NULL;
@@ -2137,7 +2137,7 @@ static void *ct_rename(void *p)
     for (int round = 0; round < 3; round++) {
         for (int i = 0; i < 20; i++) {
             snprintf(name, sizeof(name), "%c%02d", i % 2 ? 'f' : 'd', i);
-            int rc = KEG_META_CALL(r->m, rename, from, name, to, name, 0, &mv, &g);
+            int rc = keg_meta_rename(r->m, from, name, to, name, 0, &mv, &g);
             if (rc != 0 && rc != -ENOENT)
                 r->errors++;
         }
@@ -2167,7 +2167,7 @@ static void test_concurrency(void **state)
     assert_int_equal(count_entries(m2, d), CT_THREADS * CT_FILES);
     assert_int_equal(attr(t->m, d).nlink, 2);
     uint64_t used_b, used_i;
-    assert_int_equal(KEG_META_CALL(m2, statfs, &used_b, &used_i), 0);
+    assert_int_equal(keg_meta_statfs(m2, &used_b, &used_i), 0);
     assert_int_equal(used_i, CT_THREADS * CT_FILES + 1);
 
     /* more reader threads than an engine may have connections */
@@ -2243,34 +2243,34 @@ static void test_alloc_failures(void **state)
     uint64_t f1 = mkfile(t->m, dir, "f1");
     mkfile(t->m, dir, "f2");
     write_at(t->m, f1, 0, 100);
-    assert_int_equal(KEG_META_CALL(t->m, session_begin, "x", &sid), 0);
+    assert_int_equal(keg_meta_session_begin(t->m, "x", &sid), 0);
     for (long i = 1; i <= 12; i++) {
         keg_mem_fail_at(i);
         memset(&nm, 0, sizeof(nm));
-        int rc = KEG_META_CALL(t->m, readdir, dir, NULL, 0, 1, names_cb, &nm);
+        int rc = keg_meta_readdir(t->m, dir, NULL, 0, 1, names_cb, &nm);
         assert_true(rc == 2 || rc < 0);
         keg_mem_fail_at(i);
         memset(&ss, 0, sizeof(ss));
-        rc = KEG_META_CALL(t->m, session_list, sess_cb, &ss);
+        rc = keg_meta_session_list(t->m, sess_cb, &ss);
         assert_true(rc <= 0);
         keg_mem_fail_at(i);
         sl = NULL;
-        rc = KEG_META_CALL(t->m, read_chunk, f1, 0, &sl, &n);
+        rc = keg_meta_read_chunk(t->m, f1, 0, &sl, &n);
         assert_true(rc <= 0);
         if (rc == 0)
             keg_free(sl);
         keg_mem_fail_at(i);
-        rc = KEG_META_CALL(t->m, format_load, &f);
+        rc = keg_meta_format_load(t->m, &f);
         assert_true(rc <= 0);
         keg_mem_fail_at(i);
-        rc = KEG_META_CALL(t->m, delq_peek, d, 4);
+        rc = keg_meta_delq_peek(t->m, d, 4);
         assert_true(rc <= 0);
         keg_mem_fail_at(0);
     }
     keg_mem_fail_at(0);
     memset(&nm, 0, sizeof(nm));
-    assert_int_equal(KEG_META_CALL(t->m, readdir, dir, NULL, 0, 1, names_cb, &nm), 2);
-    assert_int_equal(KEG_META_CALL(t->m, format_load, &f), 0);
+    assert_int_equal(keg_meta_readdir(t->m, dir, NULL, 0, 1, names_cb, &nm), 2);
+    assert_int_equal(keg_meta_format_load(t->m, &f), 0);
 }
 
 /*----------------------------------------------------------------------------

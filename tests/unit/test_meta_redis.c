@@ -141,34 +141,34 @@ static struct keg_meta *open_vol(int db, const char *ns)
     url_for(url, sizeof(url), db, ns);
     assert_int_equal(keg_meta_open(url, &m), 0);
     fill_format(&f);
-    assert_int_equal(KEG_META_CALL(m, format_init, &f, 0755, 0, 0, 0), 0);
+    assert_int_equal(keg_meta_format_init(m, &f, 0755, 0, 0, 0), 0);
     return m;
 }
 
 static void close_vol(struct keg_meta *m)
 {
-    KEG_META_CALL0(m, session_end);
-    assert_int_equal(KEG_META_CALL0(m, destroy), 0);
+    keg_meta_session_end(m);
+    assert_int_equal(keg_meta_destroy(m), 0);
     keg_meta_close(m);
 }
 
 static uint64_t new_ino(struct keg_meta *m)
 {
     uint64_t ino = 0;
-    assert_int_equal(KEG_META_CALL(m, alloc_ids, KEG_ID_INODE, 1, &ino), 0);
+    assert_int_equal(keg_meta_alloc_ids(m, KEG_ID_INODE, 1, &ino), 0);
     return ino;
 }
 
 static int mkfile(struct keg_meta *m, uint64_t parent, const char *name, struct keg_attr *out)
 {
-    return KEG_META_CALL(m, mknod, parent, name, new_ino(m), S_IFREG | 0644, 0, 0, 0, NULL, out);
+    return keg_meta_mknod(m, parent, name, new_ino(m), S_IFREG | 0644, 0, 0, 0, NULL, out);
 }
 
 static uint64_t mkdir_(struct keg_meta *m, uint64_t parent, const char *name)
 {
     struct keg_attr a;
-    assert_int_equal(KEG_META_CALL(m, mknod, parent, name, new_ino(m), S_IFDIR | 0755, 0, 0, 0,
-                                   NULL, &a), 0);
+    assert_int_equal(keg_meta_mknod(m, parent, name, new_ino(m), S_IFDIR | 0755, 0, 0, 0,
+                                    NULL, &a), 0);
     return a.ino;
 }
 
@@ -288,7 +288,7 @@ static void test_url_forms(void **state)
     snprintf(url, sizeof(url), "redis://%s:%d/9", g_host, g_port);
     assert_int_equal(keg_meta_open(url, &m), 0);
     fill_format(&f);
-    assert_int_equal(KEG_META_CALL(m, format_init, &f, 0755, 0, 0, 0), 0);
+    assert_int_equal(keg_meta_format_init(m, &f, 0755, 0, 0, 0), 0);
     cmd_ok(c, "SELECT 9");
     r = redisCommand(c, "EXISTS {kegfs}setting");
     assert_int_equal(r->integer, 1);
@@ -301,7 +301,7 @@ static void test_url_forms(void **state)
         token(ns, sizeof(ns));
         snprintf(url, sizeof(url), "unix://%s?db=4&ns=%s", r->element[1]->str, ns);
         assert_int_equal(keg_meta_open(url, &m), 0);
-        assert_int_equal(KEG_META_CALL(m, format_init, &f, 0755, 0, 0, 0), 0);
+        assert_int_equal(keg_meta_format_init(m, &f, 0755, 0, 0, 0), 0);
         cmd_ok(c, "SELECT 4");
         redisReply *e = redisCommand(c, "EXISTS {%s}setting", ns);
         assert_int_equal(e->integer, 1);
@@ -317,7 +317,7 @@ static void test_url_forms(void **state)
     snprintf(url, sizeof(url), "redis://:pw%d@%s:%d/0?ns=%s", (int)getpid(), g_host, g_port, ns);
     log_reset();
     assert_int_equal(keg_meta_open(url, &m), 0);
-    assert_int_equal(KEG_META_CALL(m, format_init, &f, 0755, 0, 0, 0), 0);
+    assert_int_equal(keg_meta_format_init(m, &f, 0755, 0, 0, 0), 0);
     close_vol(m);
     snprintf(url, sizeof(url), "redis://:wrongpw@%s:%d/0?ns=%s", g_host, g_port, ns);
     assert_int_equal(keg_meta_open(url, &m), -EACCES);
@@ -370,13 +370,13 @@ static void test_url_spin(void **state)
         assert_true(log_has(want));
         struct keg_format f;
         fill_format(&f);
-        assert_int_equal(KEG_META_CALL(m, format_init, &f, 0755, 0, 0, 0), 0);
+        assert_int_equal(keg_meta_format_init(m, &f, 0755, 0, 0, 0), 0);
         /* enough round trips for both ways of waiting to be taken and timed */
         for (int k = 0; k < 40; k++) {
             char name[32];
             snprintf(name, sizeof(name), "f%d", k);
             assert_int_equal(mkfile(m, KEG_ROOT_INO, name, &a), 0);
-            assert_int_equal(KEG_META_CALL(m, lookup, KEG_ROOT_INO, name, &a), 0);
+            assert_int_equal(keg_meta_lookup(m, KEG_ROOT_INO, name, &a), 0);
         }
         close_vol(m);
     }
@@ -407,20 +407,20 @@ static struct keg_meta *open_session(const char *ns, const char *query)
         snprintf(url + o, sizeof(url) - o, "&%s", query);
     }
     assert_int_equal(keg_meta_open(url, &m), 0);
-    assert_int_equal(KEG_META_CALL(m, session_begin, "names-test", &sid), 0);
+    assert_int_equal(keg_meta_session_begin(m, "names-test", &sid), 0);
     return m;
 }
 
 static void close_session(struct keg_meta *m)
 {
-    assert_int_equal(KEG_META_CALL0(m, session_end), 0);
+    assert_int_equal(keg_meta_session_end(m), 0);
     keg_meta_close(m);
 }
 
 static struct keg_meta_name_cache names_stats(struct keg_meta *m)
 {
     struct keg_meta_name_cache st;
-    assert_int_equal(KEG_META_CALL(m, name_cache_stats, &st), 0);
+    assert_int_equal(keg_meta_name_cache_stats(m, &st), 0);
     return st;
 }
 
@@ -438,7 +438,7 @@ static void names_wait_up(struct keg_meta *m)
 static int lookup_rc(struct keg_meta *m, uint64_t dir, const char *name)
 {
     struct keg_attr a;
-    return KEG_META_CALL(m, lookup, dir, name, &a);
+    return keg_meta_lookup(m, dir, name, &a);
 }
 
 /* The other instance sees a change once its announcement has arrived:
@@ -495,16 +495,16 @@ static void test_names_model(void **state)
             }
             break;
         case 1:
-            assert_int_equal(KEG_META_CALL(e, unlink, dirs[d], n1, &g),
+            assert_int_equal(keg_meta_unlink(e, dirs[d], n1, &g),
                              ino[d][k] ? 0 : -ENOENT);
             ino[d][k] = 0;
             break;
         case 2:
             if (!ino[d][k] || same) {
-                assert_int_equal(KEG_META_CALL(e, rename, dirs[d], n1, dirs[d2], n2, 0, &a, &g),
+                assert_int_equal(keg_meta_rename(e, dirs[d], n1, dirs[d2], n2, 0, &a, &g),
                                  ino[d][k] ? 0 : -ENOENT);
             } else {
-                assert_int_equal(KEG_META_CALL(e, rename, dirs[d], n1, dirs[d2], n2, 0, &a, &g),
+                assert_int_equal(keg_meta_rename(e, dirs[d], n1, dirs[d2], n2, 0, &a, &g),
                                  0);
                 /* two links of one file: rename does nothing (POSIX) */
                 if (ino[d2][k2] != ino[d][k]) {
@@ -516,7 +516,7 @@ static void test_names_model(void **state)
         case 3:
             if (!ino[d][k])
                 break;
-            assert_int_equal(KEG_META_CALL(e, link, ino[d][k], dirs[d2], n2, &a),
+            assert_int_equal(keg_meta_link(e, ino[d][k], dirs[d2], n2, &a),
                              ino[d2][k2] ? -EEXIST : 0);
             if (!ino[d2][k2])
                 ino[d2][k2] = ino[d][k];
@@ -524,8 +524,8 @@ static void test_names_model(void **state)
         default:
             if (!ino[d][k] || !ino[d2][k2] || same)
                 break;
-            assert_int_equal(KEG_META_CALL(e, rename, dirs[d], n1, dirs[d2], n2,
-                                           KEG_RENAME_EXCHANGE, &a, &g), 0);
+            assert_int_equal(keg_meta_rename(e, dirs[d], n1, dirs[d2], n2,
+                                             KEG_RENAME_EXCHANGE, &a, &g), 0);
             uint64_t t = ino[d][k];
             ino[d][k] = ino[d2][k2];
             ino[d2][k2] = t;
@@ -649,7 +649,7 @@ static void test_names_limits(void **state)
     }
     /* off: no cache at all, lookups still right */
     struct keg_meta *off = open_session(ns, "dircache=0");
-    assert_int_equal(KEG_META_CALL(off, name_cache_stats, &st), -ENOENT);
+    assert_int_equal(keg_meta_name_cache_stats(off, &st), -ENOENT);
     assert_int_equal(lookup_rc(off, small, "nope"), -ENOENT);
     assert_int_equal(lookup_rc(off, small, "f1"), 0);
     close_session(off);
@@ -711,7 +711,7 @@ static void test_ino_batch_in_mknod(void **state)
     struct keg_meta *m = open_vol(0, ns);
     redisContext *c = admin();
     uint64_t first = 0, next = 0, other = 0;
-    assert_int_equal(KEG_META_CALL(m, alloc_ids, KEG_ID_INODE, B, &first), 0);
+    assert_int_equal(keg_meta_alloc_ids(m, KEG_ID_INODE, B, &first), 0);
     assert_true(first > KEG_ROOT_INO);
     /* a second instance of the volume allocates too */
     url_for(url, sizeof(url), 0, ns);
@@ -722,17 +722,17 @@ static void test_ino_batch_in_mknod(void **state)
     for (int i = 0; i < B; i++) {
         char name[32];
         snprintf(name, sizeof(name), "f%d", i);
-        assert_int_equal(KEG_META_CALL(m, mknod, KEG_ROOT_INO, name, first + i,
-                                       S_IFREG | 0644, 0, 0, 0, NULL, &a), 0);
+        assert_int_equal(keg_meta_mknod(m, KEG_ROOT_INO, name, first + i,
+                                        S_IFREG | 0644, 0, 0, 0, NULL, &a), 0);
         seen[nseen++] = first + i;
     }
-    assert_int_equal(KEG_META_CALL(m2, alloc_ids, KEG_ID_INODE, B, &other), 0);
+    assert_int_equal(keg_meta_alloc_ids(m2, KEG_ID_INODE, B, &other), 0);
     for (int i = 0; i < B; i++)
         seen[nseen++] = other + i;
     /* B mknods + the other instance's alloc_ids: nothing else */
     assert_int_equal(evalsha_calls(c) - calls, B + 1);
     calls = evalsha_calls(c);
-    assert_int_equal(KEG_META_CALL(m, alloc_ids, KEG_ID_INODE, B, &next), 0);
+    assert_int_equal(keg_meta_alloc_ids(m, KEG_ID_INODE, B, &next), 0);
     assert_int_equal(evalsha_calls(c) - calls, 0);     /* reserved by the first mknod */
     for (int i = 0; i < B; i++)
         seen[nseen++] = next + i;
@@ -742,23 +742,23 @@ static void test_ino_batch_in_mknod(void **state)
     for (int i = 0; i < B; i++) {
         char name[32];
         snprintf(name, sizeof(name), "g%d", i);
-        assert_int_equal(KEG_META_CALL(m, mknod, KEG_ROOT_INO, name, next + i, S_IFDIR | 0755,
-                                       0, 0, 0, NULL, &a), 0);
+        assert_int_equal(keg_meta_mknod(m, KEG_ROOT_INO, name, next + i, S_IFDIR | 0755,
+                                        0, 0, 0, NULL, &a), 0);
         assert_int_equal(a.ino, next + i);
     }
     /* the other instance's numbers are free for it */
-    assert_int_equal(KEG_META_CALL(m2, mknod, KEG_ROOT_INO, "o", other, S_IFREG | 0644, 0, 0,
-                                   0, NULL, &a), 0);
+    assert_int_equal(keg_meta_mknod(m2, KEG_ROOT_INO, "o", other, S_IFREG | 0644, 0, 0,
+                                    0, NULL, &a), 0);
     /* one at a time (a fresh instance): every alloc_ids is a request, and
      * numbers stay dense */
     keg_meta_close(m2);
     assert_int_equal(keg_meta_open(url, &m2), 0);
     uint64_t one = 0, two = 0;
-    assert_int_equal(KEG_META_CALL(m2, alloc_ids, KEG_ID_INODE, 1, &one), 0);
-    assert_int_equal(KEG_META_CALL(m2, mknod, KEG_ROOT_INO, "h", one, S_IFREG | 0644, 0, 0, 0,
-                                   NULL, &a), 0);
+    assert_int_equal(keg_meta_alloc_ids(m2, KEG_ID_INODE, 1, &one), 0);
+    assert_int_equal(keg_meta_mknod(m2, KEG_ROOT_INO, "h", one, S_IFREG | 0644, 0, 0, 0,
+                                    NULL, &a), 0);
     calls = evalsha_calls(c);
-    assert_int_equal(KEG_META_CALL(m2, alloc_ids, KEG_ID_INODE, 1, &two), 0);
+    assert_int_equal(keg_meta_alloc_ids(m2, KEG_ID_INODE, 1, &two), 0);
     assert_int_equal(evalsha_calls(c) - calls, 1);
     assert_int_equal(two, one + 1);
     keg_meta_close(m2);
@@ -781,11 +781,11 @@ static void test_noscript_reload(void **state)
     /* a mutation and a read-only script both reload and run exactly once */
     assert_int_equal(mkfile(m, KEG_ROOT_INO, "after", &a), 0);
     assert_int_equal(a.nlink, 1);
-    assert_int_equal(KEG_META_CALL(m, lookup, KEG_ROOT_INO, "before", &a), 0);
+    assert_int_equal(keg_meta_lookup(m, KEG_ROOT_INO, "before", &a), 0);
     cmd_ok(c, "SCRIPT FLUSH");
-    assert_int_equal(KEG_META_CALL(m, lookup, KEG_ROOT_INO, "after", &a), 0);
+    assert_int_equal(keg_meta_lookup(m, KEG_ROOT_INO, "after", &a), 0);
     struct keg_attr root;
-    assert_int_equal(KEG_META_CALL(m, getattr, KEG_ROOT_INO, &root), 0);
+    assert_int_equal(keg_meta_getattr(m, KEG_ROOT_INO, &root), 0);
     assert_int_equal(root.nlink, 2);
     redisFree(c);
     close_vol(m);
@@ -805,28 +805,28 @@ static void test_oom_enospc(void **state)
     assert_int_equal(mkfile(m, KEG_ROOT_INO, "f", &a), 0);
     uint64_t ino = new_ino(m);
     cmd_ok(c, "CONFIG SET maxmemory 1");
-    int rc = KEG_META_CALL(m, mknod, KEG_ROOT_INO, "g", ino, S_IFREG | 0644, 0, 0, 0, NULL, &a);
+    int rc = keg_meta_mknod(m, KEG_ROOT_INO, "g", ino, S_IFREG | 0644, 0, 0, 0, NULL, &a);
     assert_int_equal(rc, -ENOSPC);
-    assert_int_equal(KEG_META_CALL(m, setxattr, a.ino, "user.x", "v", 1, 0), -ENOSPC);
+    assert_int_equal(keg_meta_setxattr(m, a.ino, "user.x", "v", 1, 0), -ENOSPC);
     /* a burst of refused writes logs one line per second, not one per call */
     sleep(1);
     log_reset();
     for (int i = 0; i < 50; i++)
-        assert_int_equal(KEG_META_CALL(m, setxattr, a.ino, "user.x", "v", 1, 0), -ENOSPC);
+        assert_int_equal(keg_meta_setxattr(m, a.ino, "user.x", "v", 1, 0), -ENOSPC);
     assert_int_equal(log_count("out of memory"), 1);
     assert_true(log_has("similar lines suppressed)"));
     sleep(1);
     log_reset();
-    assert_int_equal(KEG_META_CALL(m, setxattr, a.ino, "user.x", "v", 1, 0), -ENOSPC);
+    assert_int_equal(keg_meta_setxattr(m, a.ino, "user.x", "v", 1, 0), -ENOSPC);
     assert_true(log_has("(49 similar lines suppressed)"));
-    assert_int_equal(KEG_META_CALL(m, lookup, KEG_ROOT_INO, "f", &a), 0);
-    assert_int_equal(KEG_META_CALL(m, lookup, KEG_ROOT_INO, "g", &a), -ENOENT);
-    assert_int_equal(KEG_META_CALL(m, getattr, KEG_ROOT_INO, &a), 0);
+    assert_int_equal(keg_meta_lookup(m, KEG_ROOT_INO, "f", &a), 0);
+    assert_int_equal(keg_meta_lookup(m, KEG_ROOT_INO, "g", &a), -ENOENT);
+    assert_int_equal(keg_meta_getattr(m, KEG_ROOT_INO, &a), 0);
     /* deleting frees memory, so it is allowed */
-    assert_int_equal(KEG_META_CALL(m, unlink, KEG_ROOT_INO, "f", &gone), 0);
+    assert_int_equal(keg_meta_unlink(m, KEG_ROOT_INO, "f", &gone), 0);
     cmd_ok(c, "CONFIG SET maxmemory 1gb");
-    assert_int_equal(KEG_META_CALL(m, mknod, KEG_ROOT_INO, "g", ino, S_IFREG | 0644, 0, 0, 0,
-                                   NULL, &a), 0);
+    assert_int_equal(keg_meta_mknod(m, KEG_ROOT_INO, "g", ino, S_IFREG | 0644, 0, 0, 0,
+                                    NULL, &a), 0);
     redisFree(c);
     close_vol(m);
 }
@@ -872,25 +872,25 @@ static void test_hash_tags(void **state)
     cmd_ok(c, "FLUSHDB");
     token(ns, sizeof(ns));
     struct keg_meta *m = open_vol(11, ns);
-    assert_int_equal(KEG_META_CALL(m, session_begin, "host=test", &sid), 0);
+    assert_int_equal(keg_meta_session_begin(m, "host=test", &sid), 0);
     uint64_t d = mkdir_(m, KEG_ROOT_INO, "dir");
     assert_int_equal(mkfile(m, d, "file", &a), 0);
-    assert_int_equal(KEG_META_CALL(m, mknod, d, "sym", new_ino(m), S_IFLNK | 0777, 0, 0, 0,
-                                   "file", NULL), 0);
-    assert_int_equal(KEG_META_CALL(m, setxattr, a.ino, "user.k", "v", 1, 0), 0);
+    assert_int_equal(keg_meta_mknod(m, d, "sym", new_ino(m), S_IFLNK | 0777, 0, 0, 0,
+                                    "file", NULL), 0);
+    assert_int_equal(keg_meta_setxattr(m, a.ino, "user.k", "v", 1, 0), 0);
     uint64_t sl;
-    assert_int_equal(KEG_META_CALL(m, alloc_ids, KEG_ID_SLICE, 2, &sl), 0);
+    assert_int_equal(keg_meta_alloc_ids(m, KEG_ID_SLICE, 2, &sl), 0);
     struct keg_chunk_slice cs[2] = {
         {.indx = 0, .s = {.id = sl, .size = 4096, .off = 0, .len = 4096, .pos = 0}},
         {.indx = 1, .s = {.id = sl + 1, .size = 4096, .off = 0, .len = 4096, .pos = 0}},
     };
-    assert_int_equal(KEG_META_CALL(m, write_slices, a.ino, 2, cs, KEG_CHUNK_SIZE + 4096, 0, NULL,
-                                   NULL), 0);
-    assert_int_equal(KEG_META_CALL(m, flock, a.ino, 7, F_WRLCK), 0);
+    assert_int_equal(keg_meta_write_slices(m, a.ino, 2, cs, KEG_CHUNK_SIZE + 4096, 0, NULL,
+                                           NULL), 0);
+    assert_int_equal(keg_meta_flock(m, a.ino, 7, F_WRLCK), 0);
     struct keg_plock lk = {.type = F_WRLCK, .start = 0, .end = UINT64_MAX, .pid = 1};
-    assert_int_equal(KEG_META_CALL(m, setlk, a.ino, 7, &lk), 0);
+    assert_int_equal(keg_meta_setlk(m, a.ino, 7, &lk), 0);
     struct keg_unlinked gone;
-    assert_int_equal(KEG_META_CALL(m, unlink, d, "file", &gone), 0);   /* pending + delq later */
+    assert_int_equal(keg_meta_unlink(m, d, "file", &gone), 0);   /* pending + delq later */
 
     char prefix[80];
     snprintf(prefix, sizeof(prefix), "{%s}", ns);
@@ -922,8 +922,8 @@ static void test_hash_tags(void **state)
         freeReplyObject(r);
 
     /* session end purges, destroy leaves nothing */
-    assert_int_equal(KEG_META_CALL0(m, session_end), 0);
-    assert_int_equal(KEG_META_CALL0(m, destroy), 0);
+    assert_int_equal(keg_meta_session_end(m), 0);
+    assert_int_equal(keg_meta_destroy(m), 0);
     r = redisCommand(c, "DBSIZE");
     assert_int_equal(r->integer, 0);
     freeReplyObject(r);
@@ -967,11 +967,11 @@ static void test_connection_loss(void **state)
         snprintf(fname, sizeof(fname), "n%d", round);
         /* a non-idempotent mutation: must run exactly once */
         assert_int_equal(mkfile(m, KEG_ROOT_INO, fname, &a), 0);
-        assert_int_equal(KEG_META_CALL(m, lookup, KEG_ROOT_INO, fname, &a), 0);
+        assert_int_equal(keg_meta_lookup(m, KEG_ROOT_INO, fname, &a), 0);
         assert_int_equal(a.nlink, 1);
     }
     struct keg_attr root;
-    assert_int_equal(KEG_META_CALL(m, getattr, KEG_ROOT_INO, &root), 0);
+    assert_int_equal(keg_meta_getattr(m, KEG_ROOT_INO, &root), 0);
     redisFree(c);
     close_vol(m);
 }
@@ -1025,9 +1025,9 @@ static void test_sentinel(void **state)
     assert_int_equal(keg_meta_open(url, &m), 0);
     struct keg_format fm;
     fill_format(&fm);
-    assert_int_equal(KEG_META_CALL(m, format_init, &fm, 0755, 0, 0, 0), 0);
+    assert_int_equal(keg_meta_format_init(m, &fm, 0755, 0, 0, 0), 0);
     assert_int_equal(mkfile(m, KEG_ROOT_INO, "x", &a), 0);
-    assert_int_equal(KEG_META_CALL(m, lookup, KEG_ROOT_INO, "x", &a), 0);
+    assert_int_equal(keg_meta_lookup(m, KEG_ROOT_INO, "x", &a), 0);
     close_vol(m);
 
     /* a master the sentinels do not know */
@@ -1118,13 +1118,13 @@ static void test_sentinel_failover(void **state)
     assert_int_equal(keg_meta_open(url, &m), 0);
     struct keg_format fm;
     fill_format(&fm);
-    assert_int_equal(KEG_META_CALL(m, format_init, &fm, 0755, 0, 0, 0), 0);
+    assert_int_equal(keg_meta_format_init(m, &fm, 0755, 0, 0, 0), 0);
     assert_int_equal(mkfile(m, KEG_ROOT_INO, "before", &a), 0);
     /* a second instance with a session caches the root's names */
     struct keg_meta *o = NULL;
     uint64_t sid;
     assert_int_equal(keg_meta_open(url, &o), 0);
-    assert_int_equal(KEG_META_CALL(o, session_begin, "failover", &sid), 0);
+    assert_int_equal(keg_meta_session_begin(o, "failover", &sid), 0);
     names_wait_up(o);
     assert_int_equal(lookup_rc(o, KEG_ROOT_INO, "after"), -ENOENT);
     assert_int_equal(lookup_rc(o, KEG_ROOT_INO, "after"), -ENOENT);
@@ -1204,8 +1204,8 @@ static void test_sentinel_failover(void **state)
             usleep(100000);
     }
     assert_int_equal(ok, 0);
-    assert_int_equal(KEG_META_CALL(m, lookup, KEG_ROOT_INO, "before", &a), 0);
-    assert_int_equal(KEG_META_CALL(m, lookup, KEG_ROOT_INO, "after", &a), 0);
+    assert_int_equal(keg_meta_lookup(m, KEG_ROOT_INO, "before", &a), 0);
+    assert_int_equal(keg_meta_lookup(m, KEG_ROOT_INO, "after", &a), 0);
     /* o writes: it follows the failover to the new master, which drops its
      * cached names (announced on a server it no longer uses); "after" is
      * found at once, and the cache works again on the new master */
@@ -1256,25 +1256,25 @@ static void test_chunk_past_eof(void **state)
     struct keg_meta *m = open_vol(0, ns);
     redisContext *c = admin();
     uint64_t sl;
-    assert_int_equal(KEG_META_CALL(m, alloc_ids, KEG_ID_SLICE, 2, &sl), 0);
+    assert_int_equal(keg_meta_alloc_ids(m, KEG_ID_SLICE, 2, &sl), 0);
     for (int round = 0; round < 2; round++) {
         char name[8];
         snprintf(name, sizeof(name), "f%d", round);
         assert_int_equal(mkfile(m, KEG_ROOT_INO, name, &a), 0);
-        assert_int_equal(KEG_META_CALL(m, truncate, a.ino, 100, &a), 0);
+        assert_int_equal(keg_meta_truncate(m, a.ino, 100, &a), 0);
         struct keg_chunk_slice cs = {.indx = 3, .s = {.id = sl + (uint64_t)round, .size = 4096,
                                                       .len = 4096}};
-        assert_int_equal(KEG_META_CALL(m, write_slices, a.ino, 1, &cs, 0, KEG_WS_NOMTIME, NULL,
-                                       &a), 0);
+        assert_int_equal(keg_meta_write_slices(m, a.ino, 1, &cs, 0, KEG_WS_NOMTIME, NULL,
+                                               &a), 0);
         assert_int_equal(a.size, 100);
         if (round == 0)
-            assert_int_equal(KEG_META_CALL(m, truncate, a.ino, 50, &a), 0);
+            assert_int_equal(keg_meta_truncate(m, a.ino, 50, &a), 0);
         else
-            assert_int_equal(KEG_META_CALL(m, unlink, KEG_ROOT_INO, name, &gone), 0);
+            assert_int_equal(keg_meta_unlink(m, KEG_ROOT_INO, name, &gone), 0);
         redisReply *r = redisCommand(c, "EXISTS {%s}c%" PRIu64 "_3", ns, a.ino);
         assert_int_equal(r->integer, 0);
         freeReplyObject(r);
-        assert_int_equal(KEG_META_CALL(m, delq_peek, del, 8), round + 1);
+        assert_int_equal(keg_meta_delq_peek(m, del, 8), round + 1);
         assert_int_equal(del[round].id, sl + (uint64_t)round);
     }
     redisFree(c);
@@ -1296,26 +1296,26 @@ static void test_legacy_chunk_mark(void **state)
     struct keg_meta *m = open_vol(0, ns);
     redisContext *c = admin();
     uint64_t sl;
-    assert_int_equal(KEG_META_CALL(m, alloc_ids, KEG_ID_SLICE, 3, &sl), 0);
+    assert_int_equal(keg_meta_alloc_ids(m, KEG_ID_SLICE, 3, &sl), 0);
     assert_int_equal(mkfile(m, KEG_ROOT_INO, "old", &a), 0);
     uint64_t ino = a.ino;
     for (uint32_t i = 0; i < 3; i++) {
         struct keg_chunk_slice cs = {.indx = i * 2, .s = {.id = sl + i, .size = 10, .len = 10}};
-        assert_int_equal(KEG_META_CALL(m, write_slices, ino, 1, &cs, (uint64_t)i * 2 * KEG_CHUNK_SIZE
-                                       + 10, 0, NULL, &a), 0);
+        assert_int_equal(keg_meta_write_slices(m, ino, 1, &cs, (uint64_t)i * 2 * KEG_CHUNK_SIZE
+                                               + 10, 0, NULL, &a), 0);
     }
     /* make it look like an old record: no index, chunks = 5 at offset 76 */
     cmd_ok(c, "DEL {%s}C%" PRIu64, ns, ino);
     cmd_ok(c, "SETRANGE {%s}i%" PRIu64 " 76 %b", ns, ino, "\x05\0\0\0", (size_t)4);
-    assert_int_equal(KEG_META_CALL(m, truncate, ino, KEG_CHUNK_SIZE, &a), 0);
-    assert_int_equal(KEG_META_CALL(m, delq_peek, del, 8), 2);
-    assert_int_equal(KEG_META_CALL(m, delq_ack, del, 2), 0);
+    assert_int_equal(keg_meta_truncate(m, ino, KEG_CHUNK_SIZE, &a), 0);
+    assert_int_equal(keg_meta_delq_peek(m, del, 8), 2);
+    assert_int_equal(keg_meta_delq_ack(m, del, 2), 0);
     redisReply *r = redisCommand(c, "GETRANGE {%s}i%" PRIu64 " 76 79", ns, ino);
     assert_int_equal(r->len, 4);
     assert_memory_equal(r->str, "\0\0\0\0", 4);
     freeReplyObject(r);
-    assert_int_equal(KEG_META_CALL(m, unlink, KEG_ROOT_INO, "old", &gone), 0);
-    assert_int_equal(KEG_META_CALL(m, delq_peek, del, 8), 1);
+    assert_int_equal(keg_meta_unlink(m, KEG_ROOT_INO, "old", &gone), 0);
+    assert_int_equal(keg_meta_delq_peek(m, del, 8), 1);
     assert_int_equal(del[0].id, sl);
     r = redisCommand(c, "EXISTS {%s}C%" PRIu64 " {%s}c%" PRIu64 "_0", ns, ino, ns, ino);
     assert_int_equal(r->integer, 0);
@@ -1373,15 +1373,15 @@ static void test_real_restart(void **state)
     assert_int_equal(pthread_create(&th, NULL, restart_thread, conf), 0);
     usleep(300000);   /* the server is saving or down now */
     int64_t t0 = keg_mono_ns();
-    int rc = KEG_META_CALL(m, mknod, KEG_ROOT_INO, "during", ino, S_IFREG | 0644, 0, 0, 0, NULL,
-                           &a);
+    int rc = keg_meta_mknod(m, KEG_ROOT_INO, "during", ino, S_IFREG | 0644, 0, 0, 0, NULL,
+                            &a);
     double waited = (double)(keg_mono_ns() - t0) / 1e9;
     pthread_join(th, NULL);
     printf("  mknod during the restart: %d after %.2f s\n", rc, waited);
     assert_int_equal(rc, 0);
     assert_true(waited < 11.0);
-    assert_int_equal(KEG_META_CALL(m, lookup, KEG_ROOT_INO, "before", &a), 0);
-    assert_int_equal(KEG_META_CALL(m, lookup, KEG_ROOT_INO, "during", &a), 0);
+    assert_int_equal(keg_meta_lookup(m, KEG_ROOT_INO, "before", &a), 0);
+    assert_int_equal(keg_meta_lookup(m, KEG_ROOT_INO, "during", &a), 0);
     assert_int_equal(a.ino, ino);
     close_vol(m);
 }
