@@ -93,7 +93,8 @@ _Static_assert(F_RDLCK == 0 && F_WRLCK == 1 && F_UNLCK == 2, "Lua scripts hard-c
 #define MR_CONNECT_MS    5000       /* connect timeout */
 #define MR_COMMAND_MS    5000       /* per-command timeout */
 #define MR_RETRY_MS      10000      /* total time spent retrying one call */
-#define MR_ATTR_LEN      80         /* packed attribute record */
+#define MR_ATTR_LEN      88         /* packed attribute record */
+#define MR_ATTR_LEN_OLD  80         /* the same without alloc (older versions) */
 #define MR_REC           24         /* packed slice record */
 #define MR_DIRENT_LEN    10         /* packed directory entry value */
 #define MR_READDIR_PAGE  512        /* entries per readdir script call */
@@ -1098,7 +1099,8 @@ static void mr_put64(unsigned char *b, uint64_t v)
 /* Decodes a packed attribute record (layout in meta_redis_lua_i.h). */
 static int mr_attr_decode(uint64_t ino, const redisReply *e, struct keg_attr *a)
 {
-    if (!e || e->type != REDIS_REPLY_STRING || e->len != MR_ATTR_LEN) {
+    if (!e || e->type != REDIS_REPLY_STRING ||
+        (e->len != MR_ATTR_LEN && e->len != MR_ATTR_LEN_OLD)) {
         KEG_ERR("inode %" PRIu64 ": damaged attribute record (run fsck)", ino);
         return -EIO;
     }
@@ -1118,7 +1120,11 @@ static int mr_attr_decode(uint64_t ino, const redisReply *e, struct keg_attr *a)
     a->atimensec = mr_get32(b + 64);
     a->mtimensec = mr_get32(b + 68);
     a->ctimensec = mr_get32(b + 72);
-    a->alloc = KEG_ALLOC_UNKNOWN;       /* not tracked by this engine (st_blocks = size) */
+    /* an older version's record has no alloc: st_blocks follows the size until
+     * the inode's record is next written (then alloc = size, an upper bound) */
+    a->alloc = KEG_ALLOC_UNKNOWN;
+    if (e->len == MR_ATTR_LEN && S_ISREG(a->mode))
+        a->alloc = KEG_MIN(mr_get64(b + 80), a->size);
     return 0;
 }
 

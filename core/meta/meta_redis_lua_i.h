@@ -28,8 +28,12 @@
  * as 16-digit hex strings (which compare in numeric order as strings).
  *
  * Packed records (little-endian, struct library formats):
- *   attr  '<I4I4I4I4I8I8I8i8i8i8I4I4I4I4' (80 bytes): mode uid gid nlink size
- *         rdev parent atime mtime ctime atimensec mtimensec ctimensec chunks
+ *   attr  '<I4I4I4I4I8I8I8i8i8i8I4I4I4I4I8' (88 bytes): mode uid gid nlink size
+ *         rdev parent atime mtime ctime atimensec mtimensec ctimensec chunks alloc
+ *         (alloc: regular files, the data bytes written and not truncated away,
+ *         at most size: st_blocks.  Records written by older versions are 80
+ *         bytes, without alloc: getattr reads them with alloc = size, and the
+ *         next putattr of the inode writes the 88-byte form)
  *         (chunks: only in records written by older versions: 1 + the highest
  *         chunk index written; such an inode's chunks are indexed into
  *         {NS}C<ino> the first time it is truncated or purged, then it is 0)
@@ -70,21 +74,28 @@
 "local EMLINK, ENOTEMPTY, ENODATA = 31, 39, 61\n", \
 "local IFMT, IFDIR, IFREG, IFLNK, ISGID = 61440, 16384, 32768, 40960, 1024\n", \
 "local CHUNK = 67108864\n", \
-"local AFMT = '<I4I4I4I4I8I8I8i8i8i8I4I4I4I4'\n", \
+"local AFMT = '<I4I4I4I4I8I8I8i8i8i8I4I4I4I4I8'\n", \
 "local CNT = P .. 'counter'\n", \
 "local band, bor = bit.band, bit.bor\n", \
 "local function N(n) return string.format('%d', n) end\n", \
 "local function packattr(a)\n" \
 "  return struct.pack(AFMT, a.mode, a.uid, a.gid, a.nlink, a.size, a.rdev, a.parent,\n" \
-"    a.atime, a.mtime, a.ctime, a.atimensec, a.mtimensec, a.ctimensec, a.chunks)\n" \
+"    a.atime, a.mtime, a.ctime, a.atimensec, a.mtimensec, a.ctimensec, a.chunks, a.alloc)\n" \
 "end\n", \
 "local function getattr(ino)\n" \
 "  local raw = redis.call('GET', P .. 'i' .. N(ino))\n" \
 "  if not raw then return nil end\n" \
-"  if #raw ~= 80 then error('kegfs: corrupt attribute record of inode ' .. N(ino)) end\n" \
 "  local a = {ino = ino}\n" \
-"  a.mode, a.uid, a.gid, a.nlink, a.size, a.rdev, a.parent, a.atime, a.mtime, a.ctime,\n" \
-"    a.atimensec, a.mtimensec, a.ctimensec, a.chunks = struct.unpack(AFMT, raw)\n" \
+"  if #raw == 88 then\n" \
+"    a.mode, a.uid, a.gid, a.nlink, a.size, a.rdev, a.parent, a.atime, a.mtime, a.ctime,\n" \
+"      a.atimensec, a.mtimensec, a.ctimensec, a.chunks, a.alloc = struct.unpack(AFMT, raw)\n" \
+"  elseif #raw == 80 then\n" \
+"    a.mode, a.uid, a.gid, a.nlink, a.size, a.rdev, a.parent, a.atime, a.mtime, a.ctime,\n" \
+"      a.atimensec, a.mtimensec, a.ctimensec, a.chunks = struct.unpack(string.sub(AFMT, 1, -3), raw)\n" \
+"    a.alloc = a.size\n" \
+"  else\n" \
+"    error('kegfs: corrupt attribute record of inode ' .. N(ino))\n" \
+"  end\n" \
 "  return a\n" \
 "end\n", \
 "local function putattr(a)\n" \
@@ -266,7 +277,7 @@
 "end\n" \
 "local a = {ino = ino, mode = mode, uid = tonumber(ARGV[8]), gid = gid, nlink = 1, size = 0,\n" \
 "  rdev = tonumber(ARGV[10]), parent = 0, atime = NOW, mtime = NOW, ctime = NOW,\n" \
-"  atimensec = NOWNS, mtimensec = NOWNS, ctimensec = NOWNS, chunks = 0}\n" \
+"  atimensec = NOWNS, mtimensec = NOWNS, ctimensec = NOWNS, chunks = 0, alloc = 0}\n" \
 "if typ == IFDIR then\n" \
 "  a.nlink = 2; a.size = 4096; a.parent = parent; pa.nlink = pa.nlink + 1\n" \
 "elseif typ == IFLNK then\n" \
@@ -543,7 +554,10 @@
 "  local len = redis.call('APPEND', P .. 'c' .. N(ino) .. '_' .. N(indx), rec)\n" \
 "  if len / 24 > maxn then maxn = len / 24 end\n" \
 "  if len == 24 then redis.call('ZADD', P .. 'C' .. N(ino), indx, N(indx)) end\n" \
-"  if id ~= 0 then redis.call('HINCRBY', P .. 'sliceRef', N(id), 1) end\n" \
+"  if id ~= 0 then\n" \
+"    redis.call('HINCRBY', P .. 'sliceRef', N(id), 1)\n" \
+"    a.alloc = a.alloc + struct.unpack('<I4', rec, 17)\n" \
+"  end\n" \
 "end\n" \
 "local cur = math.max(a.size, tonumber(ARGV[5]))\n" \
 "for i = 1, #recs - 27, 28 do\n" \
@@ -563,6 +577,7 @@
 "end\n" \
 "space_add(delta)\n" \
 "a.size = new\n" \
+"if a.alloc > new then a.alloc = new end\n" \
 "if band(flags, 2) == 0 then touch_mc(a) end\n" \
 "return {0, putattr(a), maxn}\n"
 
@@ -592,6 +607,7 @@
 "end\n" \
 "space_add(delta)\n" \
 "a.size = new\n" \
+"if a.alloc > new then a.alloc = new end\n" \
 "touch_mc(a)\n" \
 "return {0, putattr(a)}\n"
 
@@ -776,7 +792,8 @@
 "  'lastSlice', 0, 'lastSession', 0, 'usedSpace', 0, 'usedInodes', 0)\n" \
 "putattr({ino = 1, mode = bor(IFDIR, band(tonumber(ARGV[5]), 4095)), uid = tonumber(ARGV[6]),\n" \
 "  gid = tonumber(ARGV[7]), nlink = 2, size = 4096, rdev = 0, parent = 1, atime = NOW,\n" \
-"  mtime = NOW, ctime = NOW, atimensec = NOWNS, mtimensec = NOWNS, ctimensec = NOWNS, chunks = 0})\n" \
+"  mtime = NOW, ctime = NOW, atimensec = NOWNS, mtimensec = NOWNS, ctimensec = NOWNS, chunks = 0,\n" \
+"  alloc = 0})\n" \
 "return {0}\n"
 
 /* ARGV: 4 kind (0 inode, 1 slice), 5 n.  -> {0, first} */

@@ -1501,7 +1501,7 @@ static void test_alloc_bytes(void **state)
 {
     struct t *t = *state;
     struct keg_attr a;
-    int tracked = strncmp(t->url, "sqlite3://", 10) == 0;
+    int tracked = strncmp(t->url, "sqlite3://", 10) == 0 || strncmp(t->url, "redis://", 8) == 0;
     uint64_t f = mkfile(t->m, KEG_ROOT_INO, "f");
 
     a = attr(t->m, f);

@@ -1324,6 +1324,57 @@ static void test_legacy_chunk_mark(void **state)
     close_vol(m);
 }
 
+/* An attribute record written by an older version is 80 bytes, without alloc:
+ * it still decodes (alloc unknown: st_blocks follows the size), every script
+ * reads it, and the next write of the inode stores the 88-byte form with
+ * alloc = size (an upper bound) from which truncate and writes go on. */
+static void test_legacy_attr_record(void **state)
+{
+    char ns[64];
+    struct keg_attr a;
+    (void)state;
+    need_live();
+    token(ns, sizeof(ns));
+    struct keg_meta *m = open_vol(0, ns);
+    redisContext *c = admin();
+    uint64_t sl;
+    assert_int_equal(KEG_META_CALL(m, alloc_ids, KEG_ID_SLICE, 2, &sl), 0);
+    assert_int_equal(mkfile(m, KEG_ROOT_INO, "old", &a), 0);
+    uint64_t ino = a.ino;
+    struct keg_chunk_slice cs = {.indx = 0, .s = {.id = sl, .size = 1000, .len = 1000}};
+    assert_int_equal(KEG_META_CALL(m, write_slices, ino, 1, &cs, 100000, 0, NULL, &a), 0);
+    assert_int_equal(a.size, 100000);
+    assert_int_equal(a.alloc, 1000);
+    redisReply *r = redisCommand(c, "STRLEN {%s}i%" PRIu64, ns, ino);
+    assert_int_equal(r->integer, 88);
+    freeReplyObject(r);
+    /* cut it to the old 80-byte form */
+    r = redisCommand(c, "GETRANGE {%s}i%" PRIu64 " 0 79", ns, ino);
+    assert_int_equal(r->len, 80);
+    cmd_ok(c, "SET {%s}i%" PRIu64 " %b", ns, ino, r->str, (size_t)r->len);
+    freeReplyObject(r);
+    assert_int_equal(KEG_META_CALL(m, getattr, ino, &a), 0);
+    assert_int_equal(a.size, 100000);
+    assert_int_equal(a.alloc, KEG_ALLOC_UNKNOWN);
+    assert_int_equal(KEG_META_CALL(m, lookup, KEG_ROOT_INO, "old", &a), 0);
+    assert_int_equal(a.alloc, KEG_ALLOC_UNKNOWN);
+    /* truncate rewrites it: alloc = the size it had, clamped to the new one */
+    assert_int_equal(KEG_META_CALL(m, truncate, ino, 60000, &a), 0);
+    assert_int_equal(a.alloc, 60000);
+    r = redisCommand(c, "STRLEN {%s}i%" PRIu64, ns, ino);
+    assert_int_equal(r->integer, 88);
+    freeReplyObject(r);
+    cs.s.id = sl + 1;
+    cs.s.pos = 70000;
+    assert_int_equal(KEG_META_CALL(m, write_slices, ino, 1, &cs, 71000, 0, NULL, &a), 0);
+    assert_int_equal(a.size, 71000);
+    assert_int_equal(a.alloc, 61000);
+    assert_int_equal(KEG_META_CALL(m, getattr, ino, &a), 0);
+    assert_int_equal(a.alloc, 61000);
+    redisFree(c);
+    close_vol(m);
+}
+
 /* A real restart (opt-in with KEG_TEST_REDIS_RESTART=1: it disturbs every
  * client of the server): the server saves, stops, and comes back 1 s later
  * from the same config file.  An op issued while it is down waits
@@ -1462,6 +1513,7 @@ int main(void)
         cmocka_unit_test(test_sentinel_failover),
         cmocka_unit_test(test_chunk_past_eof),
         cmocka_unit_test(test_legacy_chunk_mark),
+        cmocka_unit_test(test_legacy_attr_record),
         cmocka_unit_test(test_real_restart),
         cmocka_unit_test(test_memory_per_inode),
     };
