@@ -97,6 +97,7 @@ teardown() {
     mkdir -p "$KEEP_LOGS"
     cp -r "$K8S_DIR/logs" "$KEEP_LOGS/" 2>/dev/null
     [ -d "$K8S_DIR/kegfs-state/logs" ] && cp -r "$K8S_DIR/kegfs-state/logs" "$KEEP_LOGS/mounters" 2>/dev/null
+    [ -d "$K8S_DIR/kegfs-holder/logs" ] && cp -r "$K8S_DIR/kegfs-holder/logs" "$KEEP_LOGS/holder-mounters" 2>/dev/null
   fi
   k8s_down || down=1
   [ $started_s3 = 1 ] && KEG_S3_PORT=$S3_PORT KEG_S3_MON_PORT=$S3_MON_PORT \
@@ -238,10 +239,12 @@ patches:
       - {op: replace, path: /spec/template/spec/containers/2/args/1, value: --health-port=$HEALTH_NODE}
       - {op: replace, path: /spec/template/spec/volumes/4/hostPath/path, value: $K8S_DIR/kegfs-state}
       - {op: replace, path: /spec/template/spec/volumes/5/hostPath/path, value: $K8S_DIR/kegfs-cache}
+      - {op: replace, path: /spec/template/spec/volumes/6/hostPath/path, value: $K8S_DIR/kegfs-holder}
   - target: {kind: DaemonSet, name: kegfs-mount-holder}
     patch: |-
       - {op: add, path: /spec/template/spec/hostNetwork, value: true}
       - {op: add, path: /spec/template/spec/dnsPolicy, value: ClusterFirstWithHostNet}
+      - {op: replace, path: /spec/template/spec/volumes/2/hostPath/path, value: $K8S_DIR/kegfs-holder}
       - {op: replace, path: /spec/template/spec/volumes/3/hostPath/path, value: $K8S_DIR/kegfs-cache}
   - path: apiserver-env.yaml
     target: {kind: Deployment, name: kegfs-csi-controller}
@@ -296,6 +299,7 @@ node:
   healthPort: $HEALTH_NODE
   stateDir: $K8S_DIR/kegfs-state
   cacheDir: $K8S_DIR/kegfs-cache
+mountHolder: {hostDir: $K8S_DIR/kegfs-holder}
 EOF
      [ "$store" = file ] && echo "fileStore: {hostPath: $K8S_DIR/data}"
      echo "secret:"
@@ -333,7 +337,7 @@ uninstall() {
 
 # --- main ----------------------------------------------------------------
 log "cluster directory $K8S_DIR"
-mkdir -p "$K8S_DIR/logs" "$K8S_DIR/data" "$K8S_DIR/kegfs-state" "$K8S_DIR/kegfs-cache"
+mkdir -p "$K8S_DIR/logs" "$K8S_DIR/data" "$K8S_DIR/kegfs-state" "$K8S_DIR/kegfs-cache" "$K8S_DIR/kegfs-holder"
 t_start=$(date +%s)
 start_backends || exit 1
 k8s_up || { log "cluster did not come up; logs:"; tail -n 15 "$K8S_DIR"/logs/*.log; exit 1; }
@@ -366,7 +370,7 @@ for store in $STORES; do
     KEG_E2E_LABEL=$label KEG_E2E_RESULTS=$RESULTS KEG_E2E_STORE=$store \
     KEG_E2E_DRIVER_NS=$NS KEG_E2E_APP_IMAGE=$APP_IMAGE KEG_E2E_NODE_IMAGE_2=$IMAGE2 \
     KEG_E2E_CACHE_DIR=$CACHE_IN_PLUGIN KEG_E2E_CACHE_HOST_DIR=$K8S_DIR/kegfs-cache \
-    KEG_E2E_HOST_LOGS=$K8S_DIR/kegfs-state KEG_E2E_SECRET_VALUES=$secret_values \
+    KEG_E2E_HOST_LOGS="$K8S_DIR/kegfs-state $K8S_DIR/kegfs-holder" KEG_E2E_SECRET_VALUES=$secret_values \
     KEG_E2E_KEYS_CMD="redis-cli -p $REDIS_PORT -n $([ "$store" = file ] && echo 1 || echo 2) --scan --pattern \"*{\$1}*\" | wc -l" \
     KEG_E2E_OBJECTS_CMD="VOL=\$1; STORAGE=$store; OBJDIR=$K8S_DIR/data; BUCKET=\${KEG_TEST_S3_BUCKET:-}; . $REPO/tests/mount/obj_lib.sh; [ $store = file ] || obj_s3_parse \"\$BUCKET\"; obj_list '' | wc -l" \
       "$REPO/e2e/scenarios/run.sh" "$ONLY" || overall=1

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # 07 StorageClass mountOptions (writeback, SSD cache size) reach the mounter,
 # and its cache directory is the host path the node plugin mounts
-# (KEG_E2E_CACHE_DIR, its path in the plugin; KEG_E2E_CACHE_HOST_DIR, the
+# (KEG_E2E_CACHE_DIR, its path in the container running the mounters, the
+# mount holder or the node plugin; KEG_E2E_CACHE_HOST_DIR, the
 # same directory seen on the node, checked when set), not the container's
 # writable layer.
 . "$(dirname "$0")/lib.sh"
@@ -27,16 +28,17 @@ wait_bound wb
 wait_ready p
 until_true 60 in_pod p 'test "$(wc -c < /data/f)" = 8388608' || fail "the pod did not write 8 MiB"
 vol=$(volume_of_pv "$(pv_of wb)")
-np=$(node_pod)
-cmd=$(kubectl -n "$DRIVER_NS" exec "$np" -c kegfs-csi -- sh -c \
+np=$(mounter_pod)
+mc=$(mounter_container)
+cmd=$(kubectl -n "$DRIVER_NS" exec "$np" -c "$mc" -- sh -c \
   'for p in /proc/[0-9]*; do tr "\0" " " < $p/cmdline 2>/dev/null; echo; done' | grep ' mount ' | grep "$vol\|$CACHE" | head -1)
 say "mounter: $(echo "$cmd" | sed 's/--config [^ ]*/--config .../')"
 echo "$cmd" | grep -q "cache-dir=$CACHE" || fail "cache-dir=$CACHE not on the mounter's command line"
 echo "$cmd" | grep -q 'writeback' || fail "writeback not on the mounter's command line"
 echo "$cmd" | grep -q 'cache-size=256M' || fail "cache-size=256M not on the mounter's command line"
-mi=$(kubectl -n "$DRIVER_NS" exec "$np" -c kegfs-csi -- sh -c "grep ' $CACHE ' /proc/self/mountinfo" || true)
-[ -n "$mi" ] || fail "$CACHE is not a mount in the node plugin (it would be the container's writable layer)"
-used=$(kubectl -n "$DRIVER_NS" exec "$np" -c kegfs-csi -- sh -c "du -sk $CACHE | cut -f1")
+mi=$(kubectl -n "$DRIVER_NS" exec "$np" -c "$mc" -- sh -c "grep ' $CACHE ' /proc/self/mountinfo" || true)
+[ -n "$mi" ] || fail "$CACHE is not a mount in $np (it would be the container's writable layer)"
+used=$(kubectl -n "$DRIVER_NS" exec "$np" -c "$mc" -- sh -c "du -sk $CACHE | cut -f1")
 say "cache dir $CACHE: a host mount, ${used} KiB used"
 [ "$used" -gt 0 ] || fail "nothing in $CACHE"
 if [ -n "${KEG_E2E_CACHE_HOST_DIR:-}" ]; then

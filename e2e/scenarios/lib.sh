@@ -14,7 +14,7 @@
 #   KEG_E2E_CACHE_HOST_DIR  the same directory on the node (checked when set)
 #   KEG_E2E_NODE_IMAGE_2  a second tag of the driver image (rolling update, 05)
 #   KEG_E2E_SECRET_VALUES file with one secret string per line that no log may show
-#   KEG_E2E_HOST_LOGS     directory of logs on the node to search as well (09)
+#   KEG_E2E_HOST_LOGS     directories of logs on the node to search as well (09)
 #
 # Each scenario uses its own namespace kegfs-e2e-NN, deleted on exit.
 set -euo pipefail
@@ -120,4 +120,17 @@ node_pod() {
 # secret_value KEY: a key of the driver's Secret
 secret_value() {
   kubectl -n "$DRIVER_NS" get secret "$SECRET" -o jsonpath="{.data.$1}" | base64 -d
+}
+
+# mounter_pod: the pod whose container runs the mounters: the mount holder's
+# (the default) or, in process mode, the node plugin's; mounter_container: its
+# container
+mounter_pod() {
+  local p
+  p=$(kubectl -n "$DRIVER_NS" get pods -l app.kubernetes.io/component=mount-holder -o name 2>/dev/null | head -1)
+  [ -n "$p" ] || p=$(kubectl -n "$DRIVER_NS" get pods -l app=kegfs-mount-holder -o name 2>/dev/null | head -1)
+  if [ -n "$p" ]; then echo "$p"; else node_pod; fi
+}
+mounter_container() {
+  case $(mounter_pod) in *mount-holder*) echo holder ;; *) echo kegfs-csi ;; esac
 }
