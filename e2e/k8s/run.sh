@@ -10,6 +10,9 @@
 #   KEG_K8S_BIN=/path/to/bin e2e/k8s/run.sh [--install both|kustomize|helm]
 #        [--store both|file|s3] [--only REGEX] [--results FILE] [--keep-logs DIR]
 #
+# --results FILE gets one line per step (label, step, PASS/FAIL/SKIP, seconds);
+# FILE without .tsv + .figures.tsv the stall figures of scenarios 05 and 10.
+#
 # KEG_K8S_BIN holds kube-apiserver, kube-controller-manager, kube-scheduler,
 # kubelet, csi-provisioner, csi-resizer, csi-node-driver-registrar,
 # livenessprobe, pause (static) and optionally kubectl and helm (else from
@@ -134,15 +137,20 @@ build_images() {
     podman build -q --network none --pull=never -t "localhost/$b:e2e" "$d/$b" >/dev/null ||
       { log "podman build of localhost/$b:e2e failed"; return 1; }
   done
+  # the "new image" of the rolling update (scenario 05): its kegfs differs from
+  # the first image's by trailing bytes (ignored when it runs), so the new node
+  # plugin really upgrades every mounter in place to another binary
+  printf 'FROM %s\nRUN printf "\\n# kegfs e2e second image\\n" >> /usr/local/bin/kegfs && /usr/local/bin/kegfs --version\n' \
+    "$IMAGE" > "$d/Containerfile.2"
+  podman build -q --network none --pull=never -t "$IMAGE2" -f "$d/Containerfile.2" "$d" >/dev/null ||
+    { log "podman build of $IMAGE2 failed"; return 1; }
   podman tag localhost/pause:e2e "$PAUSE_IMAGE"
-  for b in "$IMAGE" "$APP_IMAGE" "$PAUSE_IMAGE" localhost/csi-provisioner:e2e \
+  for b in "$IMAGE" "$IMAGE2" "$APP_IMAGE" "$PAUSE_IMAGE" localhost/csi-provisioner:e2e \
            localhost/csi-resizer:e2e localhost/csi-node-driver-registrar:e2e localhost/livenessprobe:e2e; do
     podman save -q --format docker-archive -o "$d/img.tar" "$b" || { log "podman save $b failed"; return 1; }
     k8s_load_image "$d/img.tar" || { log "import of $b into containerd failed"; return 1; }
     rm -f "$d/img.tar"
   done
-  # the "new image tag" of the rolling update (scenario 05)
-  ctr -a "$K8S_DIR/containerd/containerd.sock" -n k8s.io images tag "$IMAGE" "$IMAGE2" >/dev/null
 }
 
 # --- backends ------------------------------------------------------------
@@ -348,6 +356,10 @@ log "images loaded in $(( $(date +%s) - t0 )) s"
 
 [ -n "$RESULTS" ] || RESULTS=$K8S_DIR/results.tsv
 : > "$RESULTS"
+# the stall figures of scenarios 05 and 10: label, event, app stall ms, app
+# errors, lister stall ms, lister errors
+FIGURES=${RESULTS%.tsv}.figures.tsv
+: > "$FIGURES"
 secret_values=$K8S_DIR/secret-values
 (umask 077; : > "$secret_values")
 [ -n "${KEG_TEST_S3_SECRET_KEY:-}" ] && echo "$KEG_TEST_S3_SECRET_KEY" >> "$secret_values"
@@ -371,6 +383,8 @@ for store in $STORES; do
     KEG_E2E_DRIVER_NS=$NS KEG_E2E_APP_IMAGE=$APP_IMAGE KEG_E2E_NODE_IMAGE_2=$IMAGE2 \
     KEG_E2E_CACHE_DIR=$CACHE_IN_PLUGIN KEG_E2E_CACHE_HOST_DIR=$K8S_DIR/kegfs-cache \
     KEG_E2E_HOST_LOGS="$K8S_DIR/kegfs-state $K8S_DIR/kegfs-holder" KEG_E2E_SECRET_VALUES=$secret_values \
+    KEG_E2E_FIGURES=$FIGURES \
+    KEG_E2E_KILL_CONTAINER_CMD="ctr -a $K8S_DIR/containerd/containerd.sock -n k8s.io task kill -s SIGKILL \"\$1\"" \
     KEG_E2E_KEYS_CMD="redis-cli -p $REDIS_PORT -n $([ "$store" = file ] && echo 1 || echo 2) --scan --pattern \"*{\$1}*\" | wc -l" \
     KEG_E2E_OBJECTS_CMD="VOL=\$1; STORAGE=$store; OBJDIR=$K8S_DIR/data; BUCKET=\${KEG_TEST_S3_BUCKET:-}; . $REPO/tests/mount/obj_lib.sh; [ $store = file ] || obj_s3_parse \"\$BUCKET\"; obj_list '' | wc -l" \
       "$REPO/e2e/scenarios/run.sh" "$ONLY" || overall=1
@@ -388,5 +402,9 @@ column -t -s $'\t' "$RESULTS" 2>/dev/null || cat "$RESULTS"
 p=$(awk -F'\t' '$3 == "PASS"' "$RESULTS" | wc -l)
 f=$(awk -F'\t' '$3 == "FAIL"' "$RESULTS" | wc -l)
 s=$(awk -F'\t' '$3 == "SKIP"' "$RESULTS" | wc -l)
+if [ -s "$FIGURES" ]; then
+  echo "--- stall figures ($FIGURES): label, event, app stall ms, app errors, lister stall ms, lister errors"
+  column -t -s $'\t' "$FIGURES" 2>/dev/null || cat "$FIGURES"
+fi
 echo "kubernetes: $p passed, $f failed, $s skipped"
 [ "$f" = 0 ] && [ $overall = 0 ]
