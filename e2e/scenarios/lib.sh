@@ -34,6 +34,10 @@ fail() { say "FAIL: $*"; exit 1; }
 skip() { say "SKIP: $*"; exit 77; }
 
 scenario_cleanup() {
+  # pods and claims first: the namespace controller then finds nothing left
+  # and removes the namespace at once (else it backs off for about a minute)
+  kubectl -n "$NS" delete pods --all --wait=true --timeout=120s >/dev/null 2>&1 || true
+  kubectl -n "$NS" delete pvc --all --wait=true --timeout=120s >/dev/null 2>&1 || true
   kubectl delete namespace "$NS" --wait=true --timeout=180s >/dev/null 2>&1 || true
   for sc in ${EXTRA_SCS:-}; do kubectl delete storageclass "$sc" --ignore-not-found >/dev/null 2>&1 || true; done
   for pv in ${EXTRA_PVS:-}; do kubectl delete pv "$pv" --ignore-not-found >/dev/null 2>&1 || true; done
