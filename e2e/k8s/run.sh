@@ -60,6 +60,9 @@ S3_MON_PORT=${KEG_K8S_S3_MON_PORT:-6787}
 HEALTH_NODE=$((PORT_BASE + 8))
 HEALTH_CTRL=$((PORT_BASE + 9))
 NS=kegfs-system
+# the helm installs run the mount holder with --memory-max (scenario 07 checks
+# each mounter's memory cgroup); the kustomize installs without
+MOUNTER_MEMORY_MAX=1073741824
 
 find_bin() {
   if [ -n "$K8S_BIN" ] && [ -x "$K8S_BIN/$1" ]; then echo "$K8S_BIN/$1"; else command -v "$1"; fi
@@ -307,7 +310,7 @@ node:
   healthPort: $HEALTH_NODE
   stateDir: $K8S_DIR/kegfs-state
   cacheDir: $K8S_DIR/kegfs-cache
-mountHolder: {hostDir: $K8S_DIR/kegfs-holder}
+mountHolder: {hostDir: $K8S_DIR/kegfs-holder, mounterMemoryMax: "$MOUNTER_MEMORY_MAX"}
 EOF
      [ "$store" = file ] && echo "fileStore: {hostPath: $K8S_DIR/data}"
      echo "secret:"
@@ -384,6 +387,7 @@ for store in $STORES; do
     KEG_E2E_CACHE_DIR=$CACHE_IN_PLUGIN KEG_E2E_CACHE_HOST_DIR=$K8S_DIR/kegfs-cache \
     KEG_E2E_HOST_LOGS="$K8S_DIR/kegfs-state $K8S_DIR/kegfs-holder" KEG_E2E_SECRET_VALUES=$secret_values \
     KEG_E2E_FIGURES=$FIGURES \
+    KEG_E2E_MOUNTER_MEMORY_MAX=$([ "$mode" = helm ] && echo "$MOUNTER_MEMORY_MAX") \
     KEG_E2E_KILL_CONTAINER_CMD="ctr -a $K8S_DIR/containerd/containerd.sock -n k8s.io task kill -s SIGKILL \"\$1\"" \
     KEG_E2E_KEYS_CMD="redis-cli -p $REDIS_PORT -n $([ "$store" = file ] && echo 1 || echo 2) --scan --pattern \"*{\$1}*\" | wc -l" \
     KEG_E2E_OBJECTS_CMD="VOL=\$1; STORAGE=$store; OBJDIR=$K8S_DIR/data; BUCKET=\${KEG_TEST_S3_BUCKET:-}; . $REPO/tests/mount/obj_lib.sh; [ $store = file ] || obj_s3_parse \"\$BUCKET\"; obj_list '' | wc -l" \

@@ -4,7 +4,8 @@
 # (KEG_E2E_CACHE_DIR, its path in the container running the mounters, the
 # mount holder or the node plugin; KEG_E2E_CACHE_HOST_DIR, the
 # same directory seen on the node, checked when set), not the container's
-# writable layer.
+# writable layer.  With KEG_E2E_MOUNTER_MEMORY_MAX (bytes; the holder runs with
+# --memory-max) each mounter must be in its own memory cgroup with that limit.
 . "$(dirname "$0")/lib.sh"
 CACHE=${KEG_E2E_CACHE_DIR:-/var/cache/kegfs}
 EXTRA_SCS=kegfs-e2e-wb
@@ -45,5 +46,21 @@ if [ -n "${KEG_E2E_CACHE_HOST_DIR:-}" ]; then
   hu=$(du -sk "$KEG_E2E_CACHE_HOST_DIR" | cut -f1)
   say "on the node: $KEG_E2E_CACHE_HOST_DIR ${hu} KiB"
   [ "$hu" -gt 0 ] || fail "the node's $KEG_E2E_CACHE_HOST_DIR is empty"
+fi
+if [ -n "${KEG_E2E_MOUNTER_MEMORY_MAX:-}" ]; then
+  # the holder runs with --memory-max: each mounter in its own memory cgroup
+  for sp in $(supervisors "$(pv_of wb)"); do
+    lim=$(kubectl -n "$DRIVER_NS" exec "$np" -c "$mc" -- sh -c '
+      cg=$(sed -n "s/^[0-9]*:\([^:]*,\)\{0,1\}memory\(,[^:]*\)\{0,1\}://p; s/^0:://p" /proc/'"$sp"'/cgroup | head -1)
+      n=${cg##*/}
+      case $n in mnt-*) ;; *) echo "not in a mnt- cgroup: $cg"; exit ;; esac
+      for f in /sys/fs/cgroup/memory/$n/memory.limit_in_bytes /sys/fs/cgroup/$n/memory.max; do
+        [ -f "$f" ] && { echo "$n $(cat "$f")"; exit; }
+      done
+      echo "no limit file for $n"')
+    say "mounter $sp: memory cgroup $lim"
+    [ "${lim#* }" = "$KEG_E2E_MOUNTER_MEMORY_MAX" ] ||
+      fail "mounter $sp: want a cgroup limit of $KEG_E2E_MOUNTER_MEMORY_MAX bytes, got: $lim"
+  done
 fi
 say "PASS: mountOptions reach the mounter; cache and staging on the host path"
