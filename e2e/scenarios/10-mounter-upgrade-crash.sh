@@ -58,7 +58,7 @@ say "3: mounters now run: $exes"
 # 4: every process of every mounter of the claim killed at once
 pids=$(mounter_procs "$pv" | awk '{print $1}' | tr '\n' ' ')
 t0=$(now_s)
-hx kill -9 $pids
+hx sh -c "kill -9 $pids"
 up=""
 for _ in $(seq 100); do
   now=$(sups)
