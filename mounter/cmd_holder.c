@@ -19,7 +19,8 @@
  *   upgrade   binary [, target]: `kegfs upgrade` each mounter (all, or target)
  *             not already running binary; new mounters use it from then on.
  *
- * Mounters are `<binary> mount --config <state>/mounts/<hash>.yaml ... <target>`
+ * Mounters are `<binary> mount --config <state>/mounts/<hash>.yaml --over-stale
+ * -o allow_other [-o <options>] <target>`
  * children of the holder, each in its own session, stdout/stderr to
  * <state>/logs/<hash>.log, KEGFS_RUN_DIR=<state>/run.  The table of mounts is
  * persisted in <state>/holder.state (no secrets; the configs are 0600 files).
@@ -311,7 +312,8 @@ static void cg_place(pid_t pid, const char *target)
     keg_free(procs);
 }
 
-/* Remove the (empty) cgroup of target's mounter once it has exited. */
+/* Remove the cgroup of target's mounter once it has exited: up to 2 s while
+ * its last process (a worker leaving after its supervisor) is still in it. */
 static void cg_release(const char *target)
 {
     char h[17];
@@ -319,7 +321,10 @@ static void cg_release(const char *target)
         return;
     mnt_path_hash(target, h);
     char *dir = keg_asprintf("%s/mnt-%s", cg_dir, h);
-    if (dir && rmdir(dir) < 0 && errno != ENOENT)
+    int rc = -1;
+    for (int i = 0; dir && i < 40 && (rc = rmdir(dir)) < 0 && errno == EBUSY; i++)
+        msleep(50);
+    if (dir && rc < 0 && errno != ENOENT)
         KEG_WARN("target=%s: cannot remove the mounter's cgroup %s: %s", target, dir,
                  strerror(errno));
     keg_free(dir);
@@ -328,7 +333,7 @@ static void cg_release(const char *target)
 /* Start the mounter of m.  LOCKS: hold_mu (short: a posix_spawn).  Returns 0 or -errno. */
 static int hm_spawn(struct hmount *m)
 {
-    const char *argv[12];
+    const char *argv[14];
     char h[17];
     int argc = 0;
     mnt_path_hash(m->target, h);
@@ -342,6 +347,10 @@ static int hm_spawn(struct hmount *m)
     argv[argc++] = "--over-stale";
     if (m->readonly)
         argv[argc++] = "--read-only";
+    /* Pods run as any uid and gid (kubelet and the runtime look into the target
+     * too): every mount of the holder is allow_other, as in process mode. */
+    argv[argc++] = "-o";
+    argv[argc++] = "allow_other";
     if (m->options && *m->options) {
         argv[argc++] = "-o";
         argv[argc++] = m->options;

@@ -2,7 +2,7 @@
 # holder_memory_cgroup.sh -- `kegfs holder --memory-max SIZE` puts each mounter in
 # its own memory cgroup with that limit, a child of the holder's cgroup in the
 # cgroup v1 memory hierarchy (hybrid and v1 hosts), and removes it when the
-# mount is unmounted.  The holder mounts its own small volume
+# mount is unmounted.  Its mounts are allow_other (pods of any uid and gid).  The holder mounts its own small volume
 # (SQLite + file store in the case's directory) through its socket, the config
 # sent as a descriptor as the CSI node plugin does.
 # timeout: 90
@@ -67,6 +67,9 @@ echo "$out" | head -1 | grep -qx ok || fail "mount: $out $(tail -5 "$H/holder.lo
 pid=$(echo "$out" | sed -n 's/^pid=//p')
 [ -n "$pid" ] || fail "no pid in: $out"
 echo data > "$H/mnt/f" && [ "$(cat "$H/mnt/f")" = data ] || fail "the holder's mount does not work"
+# pods run as any uid and gid: the holder's mounts are allow_other
+grep " $H/mnt fuse" /proc/self/mounts | grep -q allow_other ||
+  fail "the holder's mount is not allow_other: $(grep " $H/mnt " /proc/self/mounts)"
 
 # the mounter's cgroup: a child mnt-<hash> of the holder's, with the limit
 cg=$(sed -n 's/^[0-9]*:\([^:]*,\)\{0,1\}memory\(,[^:]*\)\{0,1\}://p' "/proc/$pid/cgroup")
