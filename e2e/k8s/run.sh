@@ -161,6 +161,13 @@ start_backends() {
   "$REPO/scripts/redis-server.sh" start "$REDIS_PORT" "$K8S_DIR/redis" >/dev/null ||
     { log "redis-server on $REDIS_PORT did not start"; return 1; }
   started_redis=1
+  # a password, so that scenario 09 has one to look for with either store; every
+  # redis-cli here (key counts, stop) takes it from REDISCLI_AUTH, the server
+  # gets it on stdin
+  REDISCLI_AUTH=$(openssl rand -hex 16)
+  printf 'CONFIG SET requirepass %s\n' "$REDISCLI_AUTH" | redis-cli -p "$REDIS_PORT" --no-auth-warning >/dev/null ||
+    { log "cannot set the Redis password"; return 1; }
+  export REDISCLI_AUTH
   if [[ " $STORES " == *" s3 "* ]]; then
     KEG_S3_PORT=$S3_PORT KEG_S3_MON_PORT=$S3_MON_PORT "$REPO/scripts/s3-server.sh" start "$K8S_DIR/s3" \
       > "$K8S_DIR/logs/s3-start.log" 2>&1 || { tail "$K8S_DIR/logs/s3-start.log"; log "S3 gateway did not start"; return 1; }
@@ -172,9 +179,9 @@ start_backends() {
 # secret_lines STORE: the Secret's keys as KEY=VALUE lines
 secret_lines() {
   case $1 in
-    file) printf 'metaurl=redis://127.0.0.1:%s/1\nstorage=file\nbucket=%s\n' "$REDIS_PORT" "$K8S_DIR/data" ;;
-    s3) printf 'metaurl=redis://127.0.0.1:%s/2\nstorage=s3\nbucket=%s\naccess-key=%s\nsecret-key=%s\n' \
-          "$REDIS_PORT" "$KEG_TEST_S3_BUCKET" "$KEG_TEST_S3_ACCESS_KEY" "$KEG_TEST_S3_SECRET_KEY" ;;
+    file) printf 'metaurl=redis://:%s@127.0.0.1:%s/1\nstorage=file\nbucket=%s\n' "$REDISCLI_AUTH" "$REDIS_PORT" "$K8S_DIR/data" ;;
+    s3) printf 'metaurl=redis://:%s@127.0.0.1:%s/2\nstorage=s3\nbucket=%s\naccess-key=%s\nsecret-key=%s\n' \
+          "$REDISCLI_AUTH" "$REDIS_PORT" "$KEG_TEST_S3_BUCKET" "$KEG_TEST_S3_ACCESS_KEY" "$KEG_TEST_S3_SECRET_KEY" ;;
   esac
 }
 
@@ -366,6 +373,7 @@ FIGURES=${RESULTS%.tsv}.figures.tsv
 secret_values=$K8S_DIR/secret-values
 (umask 077; : > "$secret_values")
 [ -n "${KEG_TEST_S3_SECRET_KEY:-}" ] && echo "$KEG_TEST_S3_SECRET_KEY" >> "$secret_values"
+echo "$REDISCLI_AUTH" >> "$secret_values"
 overall=0
 for store in $STORES; do
   for mode in $INSTALLS; do
@@ -389,7 +397,7 @@ for store in $STORES; do
     KEG_E2E_FIGURES=$FIGURES \
     KEG_E2E_MOUNTER_MEMORY_MAX=$([ "$mode" = helm ] && echo "$MOUNTER_MEMORY_MAX") \
     KEG_E2E_KILL_CONTAINER_CMD="ctr -a $K8S_DIR/containerd/containerd.sock -n k8s.io task kill -s SIGKILL \"\$1\"" \
-    KEG_E2E_KEYS_CMD="redis-cli -p $REDIS_PORT -n $([ "$store" = file ] && echo 1 || echo 2) --scan --pattern \"*{\$1}*\" | wc -l" \
+    KEG_E2E_KEYS_CMD="redis-cli --no-auth-warning -p $REDIS_PORT -n $([ "$store" = file ] && echo 1 || echo 2) --scan --pattern \"*{\$1}*\" | wc -l" \
     KEG_E2E_OBJECTS_CMD="VOL=\$1; STORAGE=$store; OBJDIR=$K8S_DIR/data; BUCKET=\${KEG_TEST_S3_BUCKET:-}; . $REPO/tests/mount/obj_lib.sh; [ $store = file ] || obj_s3_parse \"\$BUCKET\"; obj_list '' | wc -l" \
       "$REPO/e2e/scenarios/run.sh" "$ONLY" || overall=1
     t0=$(date +%s)
