@@ -19,7 +19,8 @@
  *   upgrade   binary [, target]: `kegfs upgrade` each mounter (all, or target)
  *             not already running binary; new mounters use it from then on.
  *
- * Mounters are `<binary> mount --config <state>/mounts/<hash>.yaml ... <target>`
+ * Mounters are `<binary> mount --config <state>/mounts/<hash>.yaml --over-stale
+ * -o allow_other [-o <options>] <target>`
  * children of the holder, each in its own session, stdout/stderr to
  * <state>/logs/<hash>.log, KEGFS_RUN_DIR=<state>/run.  The table of mounts is
  * persisted in <state>/holder.state (no secrets; the configs are 0600 files).
@@ -90,6 +91,7 @@ static size_t n_mounts, cap_mounts;    /* protected by hold_mu */
 static char *mounter_bin;              /* protected by hold_mu */
 static char *state_dir, *state_file;
 static char *cg_dir;                   /* cgroup for per-mounter limits, or NULL */
+static int cg_v1;                      /* cg_dir is in a cgroup v1 memory hierarchy */
 static uint64_t memory_max;
 static unsigned check_ms = 200;
 static volatile sig_atomic_t hold_stop;
@@ -285,7 +287,8 @@ static int write_small(const char *path, const char *text)
     return rc;
 }
 
-/* Per-mounter cgroup with memory.max (best effort). */
+/* Per-mounter cgroup with memory.max (v2) or memory.limit_in_bytes (v1), best
+ * effort. */
 static void cg_place(pid_t pid, const char *target)
 {
     char h[17], num[32];
@@ -293,7 +296,8 @@ static void cg_place(pid_t pid, const char *target)
         return;
     mnt_path_hash(target, h);
     char *dir = keg_asprintf("%s/mnt-%s", cg_dir, h);
-    char *mm = keg_asprintf("%s/mnt-%s/memory.max", cg_dir, h);
+    char *mm = keg_asprintf("%s/mnt-%s/%s", cg_dir, h,
+                            cg_v1 ? "memory.limit_in_bytes" : "memory.max");
     char *procs = keg_asprintf("%s/mnt-%s/cgroup.procs", cg_dir, h);
     if (dir && mm && procs) {
         snprintf(num, sizeof(num), "%llu", (unsigned long long)memory_max);
@@ -308,10 +312,28 @@ static void cg_place(pid_t pid, const char *target)
     keg_free(procs);
 }
 
+/* Remove the cgroup of target's mounter once it has exited: up to 2 s while
+ * its last process (a worker leaving after its supervisor) is still in it. */
+static void cg_release(const char *target)
+{
+    char h[17];
+    if (!cg_dir || !memory_max)
+        return;
+    mnt_path_hash(target, h);
+    char *dir = keg_asprintf("%s/mnt-%s", cg_dir, h);
+    int rc = -1;
+    for (int i = 0; dir && i < 40 && (rc = rmdir(dir)) < 0 && errno == EBUSY; i++)
+        msleep(50);
+    if (dir && rc < 0 && errno != ENOENT)
+        KEG_WARN("target=%s: cannot remove the mounter's cgroup %s: %s", target, dir,
+                 strerror(errno));
+    keg_free(dir);
+}
+
 /* Start the mounter of m.  LOCKS: hold_mu (short: a posix_spawn).  Returns 0 or -errno. */
 static int hm_spawn(struct hmount *m)
 {
-    const char *argv[12];
+    const char *argv[14];
     char h[17];
     int argc = 0;
     mnt_path_hash(m->target, h);
@@ -325,6 +347,10 @@ static int hm_spawn(struct hmount *m)
     argv[argc++] = "--over-stale";
     if (m->readonly)
         argv[argc++] = "--read-only";
+    /* Pods run as any uid and gid (kubelet and the runtime look into the target
+     * too): every mount of the holder is allow_other, as in process mode. */
+    argv[argc++] = "-o";
+    argv[argc++] = "allow_other";
     if (m->options && *m->options) {
         argv[argc++] = "-o";
         argv[argc++] = m->options;
@@ -652,6 +678,7 @@ static void do_unmount(int c, const struct hreq *r)
     int rc = unmount_all(target);
     if (pid)
         stop_pid(pid, target);
+    cg_release(target);
     if (config) {
         unlink(config);
         keg_free(config);
@@ -925,8 +952,66 @@ static void *monitor(void *arg)
  * Setup
  *--------------------------------------------------------------------------*/
 
+/* cgroup v1 (a hybrid or v1 host): the memory hierarchy at
+ * /sys/fs/cgroup/memory.  Children of this process's memory cgroup get the
+ * limits; v1 has no "no internal processes" rule, so the holder stays where it
+ * is.  In a container the hierarchy's root is the container's own cgroup (runc
+ * bind-mounts it there) while /proc/self/cgroup names the host path: the
+ * host path below the mount is used where it exists, else the mount itself.
+ * Best effort: leaves cg_dir NULL on failure. */
+static void cg_setup_v1(void)
+{
+    char *text = NULL, *own = NULL;
+    struct statfs sfs;
+    if (statfs("/sys/fs/cgroup/memory", &sfs) < 0 || (unsigned long)sfs.f_type != 0x27e0ebUL) {
+        KEG_WARN("no per-mounter cgroups: neither a cgroup v2 hierarchy at /sys/fs/cgroup nor "
+                 "a v1 memory hierarchy at /sys/fs/cgroup/memory; mounters are bounded by "
+                 "--buffer-size only");
+        return;
+    }
+    if (mnt_read_small_file("/proc/self/cgroup", &text) != 0)
+        goto out;
+    /* "N:memory:/path" (the controller list may name several) */
+    const char *path = NULL;
+    char *s1 = NULL, *s2 = NULL;
+    for (char *ln = strtok_r(text, "\n", &s1); ln; ln = strtok_r(NULL, "\n", &s1)) {
+        char *c1 = strchr(ln, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        if (!c2)
+            continue;
+        *c2 = '\0';
+        for (char *t = strtok_r(c1 + 1, ",", &s2); t; t = strtok_r(NULL, ",", &s2))
+            if (strcmp(t, "memory") == 0)
+                path = c2 + 1;
+        if (path)
+            break;
+    }
+    struct stat st;
+    if (path && strcmp(path, "/") != 0) {
+        own = keg_asprintf("/sys/fs/cgroup/memory%s", path);
+        if (own && (stat(own, &st) < 0 || !S_ISDIR(st.st_mode))) {
+            keg_free(own);
+            own = NULL;
+        }
+    }
+    if (!own)
+        own = keg_strdup("/sys/fs/cgroup/memory");
+    if (own && access(own, W_OK) == 0) {
+        cg_dir = keg_strdup(own);
+        cg_v1 = 1;
+        KEG_INFO("per-mounter memory limit %llu bytes in cgroup v1 memory cgroups under %s",
+                 (unsigned long long)memory_max, own);
+    } else {
+        KEG_WARN("no per-mounter cgroups: %s is not writable; mounters are bounded by "
+                 "--buffer-size only", own ? own : "the memory cgroup");
+    }
+out:
+    keg_free(own);
+    keg_free(text);
+}
+
 /* Move this process into a leaf cgroup and enable the memory controller for
- * per-mounter children.  Best effort: leaves cg_dir NULL on failure. */
+ * per-mounter children (cgroup v2; v1: cg_setup_v1).  Best effort: leaves
+ * cg_dir NULL on failure. */
 static void cg_setup(void)
 {
     char *text = NULL, *own = NULL;
@@ -934,8 +1019,7 @@ static void cg_setup(void)
     if (!memory_max)
         return;
     if (statfs("/sys/fs/cgroup", &sfs) < 0 || (unsigned long)sfs.f_type != 0x63677270UL) {
-        KEG_WARN("no per-mounter cgroups: /sys/fs/cgroup is not a cgroup v2 hierarchy "
-                 "(hybrid or v1 host); mounters are bounded by --buffer-size only");
+        cg_setup_v1();
         return;
     }
     if (mnt_read_small_file("/proc/self/cgroup", &text) != 0)

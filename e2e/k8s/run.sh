@@ -10,6 +10,9 @@
 #   KEG_K8S_BIN=/path/to/bin e2e/k8s/run.sh [--install both|kustomize|helm]
 #        [--store both|file|s3] [--only REGEX] [--results FILE] [--keep-logs DIR]
 #
+# --results FILE gets one line per step (label, step, PASS/FAIL/SKIP, seconds);
+# FILE without .tsv + .figures.tsv the stall figures of scenarios 05 and 10.
+#
 # KEG_K8S_BIN holds kube-apiserver, kube-controller-manager, kube-scheduler,
 # kubelet, csi-provisioner, csi-resizer, csi-node-driver-registrar,
 # livenessprobe, pause (static) and optionally kubectl and helm (else from
@@ -57,6 +60,9 @@ S3_MON_PORT=${KEG_K8S_S3_MON_PORT:-6787}
 HEALTH_NODE=$((PORT_BASE + 8))
 HEALTH_CTRL=$((PORT_BASE + 9))
 NS=kegfs-system
+# the helm installs run the mount holder with --memory-max (scenario 07 checks
+# each mounter's memory cgroup); the kustomize installs without
+MOUNTER_MEMORY_MAX=1073741824
 
 find_bin() {
   if [ -n "$K8S_BIN" ] && [ -x "$K8S_BIN/$1" ]; then echo "$K8S_BIN/$1"; else command -v "$1"; fi
@@ -97,6 +103,7 @@ teardown() {
     mkdir -p "$KEEP_LOGS"
     cp -r "$K8S_DIR/logs" "$KEEP_LOGS/" 2>/dev/null
     [ -d "$K8S_DIR/kegfs-state/logs" ] && cp -r "$K8S_DIR/kegfs-state/logs" "$KEEP_LOGS/mounters" 2>/dev/null
+    [ -d "$K8S_DIR/kegfs-holder/logs" ] && cp -r "$K8S_DIR/kegfs-holder/logs" "$KEEP_LOGS/holder-mounters" 2>/dev/null
   fi
   k8s_down || down=1
   [ $started_s3 = 1 ] && KEG_S3_PORT=$S3_PORT KEG_S3_MON_PORT=$S3_MON_PORT \
@@ -133,15 +140,20 @@ build_images() {
     podman build -q --network none --pull=never -t "localhost/$b:e2e" "$d/$b" >/dev/null ||
       { log "podman build of localhost/$b:e2e failed"; return 1; }
   done
+  # the "new image" of the rolling update (scenario 05): its kegfs differs from
+  # the first image's by trailing bytes (ignored when it runs), so the new node
+  # plugin really upgrades every mounter in place to another binary
+  printf 'FROM %s\nRUN printf "\\n# kegfs e2e second image\\n" >> /usr/local/bin/kegfs && /usr/local/bin/kegfs --version\n' \
+    "$IMAGE" > "$d/Containerfile.2"
+  podman build -q --network none --pull=never -t "$IMAGE2" -f "$d/Containerfile.2" "$d" >/dev/null ||
+    { log "podman build of $IMAGE2 failed"; return 1; }
   podman tag localhost/pause:e2e "$PAUSE_IMAGE"
-  for b in "$IMAGE" "$APP_IMAGE" "$PAUSE_IMAGE" localhost/csi-provisioner:e2e \
+  for b in "$IMAGE" "$IMAGE2" "$APP_IMAGE" "$PAUSE_IMAGE" localhost/csi-provisioner:e2e \
            localhost/csi-resizer:e2e localhost/csi-node-driver-registrar:e2e localhost/livenessprobe:e2e; do
     podman save -q --format docker-archive -o "$d/img.tar" "$b" || { log "podman save $b failed"; return 1; }
     k8s_load_image "$d/img.tar" || { log "import of $b into containerd failed"; return 1; }
     rm -f "$d/img.tar"
   done
-  # the "new image tag" of the rolling update (scenario 05)
-  ctr -a "$K8S_DIR/containerd/containerd.sock" -n k8s.io images tag "$IMAGE" "$IMAGE2" >/dev/null
 }
 
 # --- backends ------------------------------------------------------------
@@ -149,6 +161,13 @@ start_backends() {
   "$REPO/scripts/redis-server.sh" start "$REDIS_PORT" "$K8S_DIR/redis" >/dev/null ||
     { log "redis-server on $REDIS_PORT did not start"; return 1; }
   started_redis=1
+  # a password, so that scenario 09 has one to look for with either store; every
+  # redis-cli here (key counts, stop) takes it from REDISCLI_AUTH, the server
+  # gets it on stdin
+  REDISCLI_AUTH=$(openssl rand -hex 16)
+  printf 'CONFIG SET requirepass %s\n' "$REDISCLI_AUTH" | redis-cli -p "$REDIS_PORT" --no-auth-warning >/dev/null ||
+    { log "cannot set the Redis password"; return 1; }
+  export REDISCLI_AUTH
   if [[ " $STORES " == *" s3 "* ]]; then
     KEG_S3_PORT=$S3_PORT KEG_S3_MON_PORT=$S3_MON_PORT "$REPO/scripts/s3-server.sh" start "$K8S_DIR/s3" \
       > "$K8S_DIR/logs/s3-start.log" 2>&1 || { tail "$K8S_DIR/logs/s3-start.log"; log "S3 gateway did not start"; return 1; }
@@ -160,9 +179,9 @@ start_backends() {
 # secret_lines STORE: the Secret's keys as KEY=VALUE lines
 secret_lines() {
   case $1 in
-    file) printf 'metaurl=redis://127.0.0.1:%s/1\nstorage=file\nbucket=%s\n' "$REDIS_PORT" "$K8S_DIR/data" ;;
-    s3) printf 'metaurl=redis://127.0.0.1:%s/2\nstorage=s3\nbucket=%s\naccess-key=%s\nsecret-key=%s\n' \
-          "$REDIS_PORT" "$KEG_TEST_S3_BUCKET" "$KEG_TEST_S3_ACCESS_KEY" "$KEG_TEST_S3_SECRET_KEY" ;;
+    file) printf 'metaurl=redis://:%s@127.0.0.1:%s/1\nstorage=file\nbucket=%s\n' "$REDISCLI_AUTH" "$REDIS_PORT" "$K8S_DIR/data" ;;
+    s3) printf 'metaurl=redis://:%s@127.0.0.1:%s/2\nstorage=s3\nbucket=%s\naccess-key=%s\nsecret-key=%s\n' \
+          "$REDISCLI_AUTH" "$REDIS_PORT" "$KEG_TEST_S3_BUCKET" "$KEG_TEST_S3_ACCESS_KEY" "$KEG_TEST_S3_SECRET_KEY" ;;
   esac
 }
 
@@ -238,10 +257,12 @@ patches:
       - {op: replace, path: /spec/template/spec/containers/2/args/1, value: --health-port=$HEALTH_NODE}
       - {op: replace, path: /spec/template/spec/volumes/4/hostPath/path, value: $K8S_DIR/kegfs-state}
       - {op: replace, path: /spec/template/spec/volumes/5/hostPath/path, value: $K8S_DIR/kegfs-cache}
+      - {op: replace, path: /spec/template/spec/volumes/6/hostPath/path, value: $K8S_DIR/kegfs-holder}
   - target: {kind: DaemonSet, name: kegfs-mount-holder}
     patch: |-
       - {op: add, path: /spec/template/spec/hostNetwork, value: true}
       - {op: add, path: /spec/template/spec/dnsPolicy, value: ClusterFirstWithHostNet}
+      - {op: replace, path: /spec/template/spec/volumes/2/hostPath/path, value: $K8S_DIR/kegfs-holder}
       - {op: replace, path: /spec/template/spec/volumes/3/hostPath/path, value: $K8S_DIR/kegfs-cache}
   - path: apiserver-env.yaml
     target: {kind: Deployment, name: kegfs-csi-controller}
@@ -296,6 +317,7 @@ node:
   healthPort: $HEALTH_NODE
   stateDir: $K8S_DIR/kegfs-state
   cacheDir: $K8S_DIR/kegfs-cache
+mountHolder: {hostDir: $K8S_DIR/kegfs-holder, mounterMemoryMax: "$MOUNTER_MEMORY_MAX"}
 EOF
      [ "$store" = file ] && echo "fileStore: {hostPath: $K8S_DIR/data}"
      echo "secret:"
@@ -333,7 +355,7 @@ uninstall() {
 
 # --- main ----------------------------------------------------------------
 log "cluster directory $K8S_DIR"
-mkdir -p "$K8S_DIR/logs" "$K8S_DIR/data" "$K8S_DIR/kegfs-state" "$K8S_DIR/kegfs-cache"
+mkdir -p "$K8S_DIR/logs" "$K8S_DIR/data" "$K8S_DIR/kegfs-state" "$K8S_DIR/kegfs-cache" "$K8S_DIR/kegfs-holder"
 t_start=$(date +%s)
 start_backends || exit 1
 k8s_up || { log "cluster did not come up; logs:"; tail -n 15 "$K8S_DIR"/logs/*.log; exit 1; }
@@ -344,9 +366,14 @@ log "images loaded in $(( $(date +%s) - t0 )) s"
 
 [ -n "$RESULTS" ] || RESULTS=$K8S_DIR/results.tsv
 : > "$RESULTS"
+# the stall figures of scenarios 05 and 10: label, event, app stall ms, app
+# errors, lister stall ms, lister errors
+FIGURES=${RESULTS%.tsv}.figures.tsv
+: > "$FIGURES"
 secret_values=$K8S_DIR/secret-values
 (umask 077; : > "$secret_values")
 [ -n "${KEG_TEST_S3_SECRET_KEY:-}" ] && echo "$KEG_TEST_S3_SECRET_KEY" >> "$secret_values"
+echo "$REDISCLI_AUTH" >> "$secret_values"
 overall=0
 for store in $STORES; do
   for mode in $INSTALLS; do
@@ -366,8 +393,11 @@ for store in $STORES; do
     KEG_E2E_LABEL=$label KEG_E2E_RESULTS=$RESULTS KEG_E2E_STORE=$store \
     KEG_E2E_DRIVER_NS=$NS KEG_E2E_APP_IMAGE=$APP_IMAGE KEG_E2E_NODE_IMAGE_2=$IMAGE2 \
     KEG_E2E_CACHE_DIR=$CACHE_IN_PLUGIN KEG_E2E_CACHE_HOST_DIR=$K8S_DIR/kegfs-cache \
-    KEG_E2E_HOST_LOGS=$K8S_DIR/kegfs-state KEG_E2E_SECRET_VALUES=$secret_values \
-    KEG_E2E_KEYS_CMD="redis-cli -p $REDIS_PORT -n $([ "$store" = file ] && echo 1 || echo 2) --scan --pattern \"*{\$1}*\" | wc -l" \
+    KEG_E2E_HOST_LOGS="$K8S_DIR/kegfs-state $K8S_DIR/kegfs-holder" KEG_E2E_SECRET_VALUES=$secret_values \
+    KEG_E2E_FIGURES=$FIGURES \
+    KEG_E2E_MOUNTER_MEMORY_MAX=$([ "$mode" = helm ] && echo "$MOUNTER_MEMORY_MAX") \
+    KEG_E2E_KILL_CONTAINER_CMD="ctr -a $K8S_DIR/containerd/containerd.sock -n k8s.io task kill -s SIGKILL \"\$1\"" \
+    KEG_E2E_KEYS_CMD="redis-cli --no-auth-warning -p $REDIS_PORT -n $([ "$store" = file ] && echo 1 || echo 2) --scan --pattern \"*{\$1}*\" | wc -l" \
     KEG_E2E_OBJECTS_CMD="VOL=\$1; STORAGE=$store; OBJDIR=$K8S_DIR/data; BUCKET=\${KEG_TEST_S3_BUCKET:-}; . $REPO/tests/mount/obj_lib.sh; [ $store = file ] || obj_s3_parse \"\$BUCKET\"; obj_list '' | wc -l" \
       "$REPO/e2e/scenarios/run.sh" "$ONLY" || overall=1
     t0=$(date +%s)
@@ -384,5 +414,9 @@ column -t -s $'\t' "$RESULTS" 2>/dev/null || cat "$RESULTS"
 p=$(awk -F'\t' '$3 == "PASS"' "$RESULTS" | wc -l)
 f=$(awk -F'\t' '$3 == "FAIL"' "$RESULTS" | wc -l)
 s=$(awk -F'\t' '$3 == "SKIP"' "$RESULTS" | wc -l)
+if [ -s "$FIGURES" ]; then
+  echo "--- stall figures ($FIGURES): label, event, app stall ms, app errors, lister stall ms, lister errors"
+  column -t -s $'\t' "$FIGURES" 2>/dev/null || cat "$FIGURES"
+fi
 echo "kubernetes: $p passed, $f failed, $s skipped"
 [ "$f" = 0 ] && [ $overall = 0 ]

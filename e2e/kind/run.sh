@@ -67,11 +67,18 @@ echo "--- scenarios"
 # Backend inspection: keys in the in-cluster Redis, objects in the node's
 # file store.
 node_ctr=$CLUSTER-control-plane
-export KEG_E2E_STORE=file KEG_E2E_APP_IMAGE=busybox:1.36 KEG_E2E_CACHE_DIR=/var/cache/kegfs
+# app pods: debian:12-slim (perl-base runs e2e/scenarios/app.pl)
+docker pull -q debian:12-slim >/dev/null
+kind load docker-image debian:12-slim --name "$CLUSTER"
+export KEG_E2E_STORE=file KEG_E2E_APP_IMAGE=debian:12-slim KEG_E2E_CACHE_DIR=/var/cache/kegfs
 export KEG_E2E_KEYS_CMD="kubectl -n $NS exec deploy/kegfs-redis -- redis-cli -n 1 --scan --pattern \"*{\$1}*\" | wc -l"
 export KEG_E2E_OBJECTS_CMD="docker exec $node_ctr sh -c \"find /var/lib/kegfs-data/\$1 -type f 2>/dev/null | wc -l\""
 export KEG_E2E_HOST_LOGS=""
-docker tag "$IMAGE" kegfs-csi:ci2
+# the new image of the rolling update (05): another kegfs (trailing bytes), so
+# the new node plugin upgrades the mounters in place
+printf 'FROM %s\nRUN printf "\\n# kegfs e2e second image\\n" >> /usr/local/bin/kegfs && /usr/local/bin/kegfs --version\n' \
+  "$IMAGE" | docker build -q -t kegfs-csi:ci2 - >/dev/null
 kind load docker-image kegfs-csi:ci2 --name "$CLUSTER"
 export KEG_E2E_NODE_IMAGE_2=kegfs-csi:ci2
+export KEG_E2E_KILL_CONTAINER_CMD="docker exec $node_ctr ctr -n k8s.io task kill -s SIGKILL \"\$1\""
 "$REPO/e2e/scenarios/run.sh" "${KEG_E2E_ONLY:-.}"

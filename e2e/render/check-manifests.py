@@ -183,6 +183,7 @@ def check_references(objs):
                     if m.get("name") not in vols:
                         errs.append("%s/%s container %s mounts volume %s, which is not defined"
                                     % (k, n, c.get("name"), m.get("name")))
+                errs += registrar_probe_errors(k, n, c)
         if k in ("RoleBinding", "ClusterRoleBinding"):
             ref = o.get("roleRef") or {}
             rk = ref.get("kind")
@@ -240,6 +241,31 @@ def check_file_store(objs, bucket, who):
                             "and NodePublish would not find it)" % (who, bucket, o["kind"],
                                                                     o["metadata"]["name"]))
     return errs
+
+
+def registrar_probe_errors(k, n, c):
+    """node-driver-registrar's kubelet-registration-probe checks the file
+    `registration` next to --kubelet-registration-path, which the registrar
+    creates in its own file system after kubelet registered it: with a
+    read-only root that directory must be a writable mount, else the probe
+    fails forever and kubelet restarts the registrar every minute."""
+    probe = ((c.get("livenessProbe") or {}).get("exec") or {}).get("command") or []
+    if "--mode=kubelet-registration-probe" not in probe:
+        return []
+    env = {e.get("name"): e.get("value") for e in c.get("env") or [] if "value" in e}
+    path = ""
+    for a in probe:
+        if a.startswith("--kubelet-registration-path="):
+            path = a.split("=", 1)[1]
+    for name, val in env.items():
+        path = path.replace("$(%s)" % name, val or "")
+    d = path.rsplit("/", 1)[0]
+    if any(m.get("mountPath") == d and not m.get("readOnly") for m in c.get("volumeMounts") or []):
+        return []
+    if not (c.get("securityContext") or {}).get("readOnlyRootFilesystem"):
+        return []
+    return ["%s/%s container %s: its liveness probe looks for %s/registration, but %s is not a "
+            "writable mount and the root file system is read-only" % (k, n, c.get("name"), d, d)]
 
 
 def render_chart(helm, extra_args):

@@ -34,9 +34,9 @@ done
   kubectl describe storageclass
   kubectl get events -A -o yaml
 } >> "$out" 2>&1
-if [ -n "${KEG_E2E_HOST_LOGS:-}" ] && [ -d "$KEG_E2E_HOST_LOGS" ]; then
-  find "$KEG_E2E_HOST_LOGS" -type f -name '*.log' -exec cat {} + >> "$out" 2>/dev/null || true
-fi
+for d in ${KEG_E2E_HOST_LOGS:-}; do
+  [ -d "$d" ] && find "$d" -type f -name '*.log' -exec cat {} + >> "$out" 2>/dev/null || true
+done
 say "searched $(wc -l < "$out") lines for ${#secrets[@]} secret value(s)"
 for s in "${secrets[@]}"; do
   if grep -qF -- "$s" "$out"; then
