@@ -33,9 +33,11 @@ while [ $# -gt 0 ]; do
 done
 case "$STORE" in file|s3|both) ;; *) die "--store must be file, s3 or both" ;; esac
 
+if [ -n "${KEG_CSI_SANITY:-}" ] && [ ! -x "$KEG_CSI_SANITY" ]; then
+  die "KEG_CSI_SANITY=$KEG_CSI_SANITY is not an executable"
+fi
 find_sanity() {
   if [ -n "${KEG_CSI_SANITY:-}" ]; then
-    [ -x "$KEG_CSI_SANITY" ] || die "KEG_CSI_SANITY=$KEG_CSI_SANITY is not an executable"
     echo "$KEG_CSI_SANITY"; return 0
   fi
   if [ -n "${KEG_K8S_BIN:-}" ] && [ -x "$KEG_K8S_BIN/csi-sanity" ]; then
