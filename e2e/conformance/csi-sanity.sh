@@ -10,6 +10,9 @@
 # 2 and 3 run when $KEG_TEST_REDIS_URL and $KEG_TEST_S3_BUCKET (with
 # $KEG_TEST_S3_ACCESS_KEY, $KEG_TEST_S3_SECRET_KEY) name running servers, as
 # scripts/test.sh exports them.
+# csi-sanity connects through connect_delay.py (a relay that holds each new
+# connection 0.2 s: csi-test v5.3.1's Connect misses a channel that is READY
+# at once and times out after a minute; see the relay's header).
 # The StorageClass parameters go in a --csi.testvolumeparameters file and the
 # Secret (metaurl, storage, bucket, S3 keys) in a 0600 --csi.secrets file, never
 # on a command line.  Prints each run's ginkgo summary and a last line
@@ -97,6 +100,23 @@ plugin() {
   die "socket $sock did not appear"
 }
 
+# relay SOCK: a socket in front of SOCK that holds each new connection 0.2 s
+# (connect_delay.py: csi-test v5.3.1's Connect misses a channel that is READY
+# at once and then times out after a minute); sets RELAY to its path.
+relay() {
+  local sock=$1
+  RELAY=${sock%.sock}-sanity.sock
+  $PY "$REPO/e2e/conformance/connect_delay.py" "$RELAY" "$sock" 0.2 \
+    >> "${sock%.sock}-relay.log" 2>&1 &
+  PIDS+=($!)
+  for _ in $(seq 1 100); do
+    [ -S "$RELAY" ] && return 0
+    kill -0 "${PIDS[-1]}" 2>/dev/null || { cat "${sock%.sock}-relay.log" >&2; die "relay exited"; }
+    sleep 0.1
+  done
+  die "socket $RELAY did not appear"
+}
+
 # holder DIR: start `kegfs holder` on DIR/holder/holder.sock; its pid goes to PIDS
 # (after the plugins', so it is stopped last).
 holder() {
@@ -149,18 +169,28 @@ redis_dbsize() {
 }
 
 TOTAL_P=0 TOTAL_F=0 TOTAL_S=0 RC=0
+# sanity DIR OUT ARGS...: one csi-sanity run into OUT; its exit code.
+sanity() {
+  local dir=$1 out=$2; shift 2
+  timeout -k 10 150 "$SANITY" --ginkgo.no-color --csi.mountdir "$dir/pods/csi-mount" \
+    --csi.stagingdir "$dir/pods/csi-staging" --csi.junitfile "$dir/junit.xml" "$@" \
+    > "$out" 2>&1
+}
+
+# summary OUT: ginkgo's "SUCCESS! -- N Passed | M Failed | ..." line, or nothing.
+summary() {
+  grep -E '(SUCCESS|FAIL)! -- [0-9]+ Passed \| [0-9]+ Failed' "$1" | tail -1 || true
+}
+
 # run NAME DIR ARGS...: run csi-sanity, add its counts to the totals.
 run() {
   local name=$1 dir=$2; shift 2
-  local out="$dir/sanity.out" rc=0
+  local out="$dir/sanity.out" rc=0 line
   log "$name: csi-sanity $*"
-  timeout -k 10 150 "$SANITY" --ginkgo.no-color --csi.mountdir "$dir/pods/csi-mount" \
-    --csi.stagingdir "$dir/pods/csi-staging" --csi.junitfile "$dir/junit.xml" "$@" \
-    > "$out" 2>&1 || rc=$?
+  sanity "$dir" "$out" "$@" || rc=$?
+  line=$(summary "$out")
   # a failed run in full (ginkgo's report of each failure), then the summary line
   if [ "$rc" != 0 ]; then cat "$out"; fi
-  local line
-  line=$(grep -E '(SUCCESS|FAIL)! -- [0-9]+ Passed \| [0-9]+ Failed' "$out" | tail -1 || true)
   echo "$name: ${line:-no summary (csi-sanity rc=$rc)}"
   if [ -z "$line" ]; then
     tail -30 "$out"
@@ -184,9 +214,10 @@ if [ "$STORE" != s3 ]; then
   d=$W/file
   mkdir -p "$d/meta" "$d/bucket"
   plugin "$d" all "$d/csi.sock"
+  relay "$d/csi.sock"
   secrets "$d/secrets.yaml" "sqlite3://$d/meta/" file "$d/bucket"
   echo '{}' > "$d/params.yaml"
-  run "sqlite+file" "$d" --csi.endpoint "unix://$d/csi.sock" \
+  run "sqlite+file" "$d" --csi.endpoint "unix://$RELAY" \
     --csi.secrets "$d/secrets.yaml" --csi.testvolumeparameters "$d/params.yaml"
 fi
 
@@ -206,14 +237,18 @@ if [ "$STORE" != file ]; then
     holder "$d"
     plugin "$d" all "$d/csi.sock" --mount-mode holder --holder-socket "$d/holder/holder.sock"
     PIDS+=("$HOLDER_PID")
-    run "redis+s3 holder" "$d" --csi.endpoint "unix://$d/csi.sock" "${s3args[@]}"
+    relay "$d/csi.sock"
+    run "redis+s3 holder" "$d" --csi.endpoint "unix://$RELAY" "${s3args[@]}"
 
     d=$W/s3-split
     mkdir -p "$d"
     plugin "$d" controller "$d/controller.sock"
     plugin "$d" node "$d/node.sock"
-    run "redis+s3 split" "$d" --csi.controllerendpoint "unix://$d/controller.sock" \
-      --csi.endpoint "unix://$d/node.sock" "${s3args[@]}"
+    relay "$d/controller.sock"
+    ctl=$RELAY
+    relay "$d/node.sock"
+    run "redis+s3 split" "$d" --csi.controllerendpoint "unix://$ctl" \
+      --csi.endpoint "unix://$RELAY" "${s3args[@]}"
     # csi-sanity deletes every volume it creates: no Redis key may be left
     keys1=$(redis_dbsize)
     log "redis+s3: $keys0 Redis keys before the runs, $keys1 after"
