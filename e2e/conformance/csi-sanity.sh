@@ -154,17 +154,17 @@ secrets() {
    } > "$f")
 }
 
-# The number of keys in $KEG_TEST_REDIS_URL's database (a password in the URL
-# goes to redis-cli in REDISCLI_AUTH, not on its command line).
-redis_dbsize() {
+# redis_cli ARGS...: redis-cli on $KEG_TEST_REDIS_URL's server and database (a
+# password in the URL goes to redis-cli in REDISCLI_AUTH, not on its command line).
+redis_cli() {
   local u=${KEG_TEST_REDIS_URL#redis://} auth='' host db=0
   case "$u" in *@*) auth=${u%%@*}; auth=${auth#*:}; u=${u#*@} ;; esac
   host=${u%%/*}
   case "$u" in */*) db=${u#*/}; db=${db%%\?*}; db=${db:-0} ;; esac
   if [ -n "$auth" ]; then
-    REDISCLI_AUTH=$auth redis-cli -h "${host%:*}" -p "${host##*:}" -n "$db" dbsize
+    REDISCLI_AUTH=$auth redis-cli -h "${host%:*}" -p "${host##*:}" -n "$db" "$@"
   else
-    redis-cli -h "${host%:*}" -p "${host##*:}" -n "$db" dbsize
+    redis-cli -h "${host%:*}" -p "${host##*:}" -n "$db" "$@"
   fi
 }
 
@@ -230,7 +230,6 @@ if [ "$STORE" != file ]; then
     secrets "$W/s3-secrets.yaml" "$KEG_TEST_REDIS_URL" s3 "$KEG_TEST_S3_BUCKET" \
       "$KEG_TEST_S3_ACCESS_KEY" "$KEG_TEST_S3_SECRET_KEY"
     s3args=(--csi.secrets "$W/s3-secrets.yaml" --csi.testvolumeparameters "$W/s3-params.yaml")
-    keys0=$(redis_dbsize)
 
     d=$W/s3-holder
     mkdir -p "$d"
@@ -249,10 +248,18 @@ if [ "$STORE" != file ]; then
     relay "$d/node.sock"
     run "redis+s3 split" "$d" --csi.controllerendpoint "unix://$ctl" \
       --csi.endpoint "unix://$RELAY" "${s3args[@]}"
-    # csi-sanity deletes every volume it creates: no Redis key may be left
-    keys1=$(redis_dbsize)
-    log "redis+s3: $keys0 Redis keys before the runs, $keys1 after"
-    if [ -z "$keys0" ] || [ "$keys1" != "$keys0" ]; then
+    # csi-sanity deletes every volume it creates: no key of any of them (all
+    # keys of a volume carry its hash tag {ID}) may be left in Redis
+    ids=$(cat "$W"/s3-*/plugin-*.log | sed -n 's/.* volume_id=\([^ ]*\) name=.* created: .*/\1/p' | sort -u)
+    nvol=0 nleft=0
+    for id in $ids; do
+      nvol=$((nvol + 1))
+      n=$(redis_cli --scan --pattern "{$id}*" | wc -l)
+      if [ "$n" != 0 ]; then log "redis+s3: $n Redis keys of deleted volume $id are left"; fi
+      nleft=$((nleft + n))
+    done
+    log "redis+s3: $nvol volumes created and deleted, $nleft Redis keys of them left"
+    if [ "$nvol" = 0 ] || [ "$nleft" != 0 ]; then
       RC=1; TOTAL_F=$((TOTAL_F + 1))
     fi
   elif [ "$STORE" = s3 ]; then
