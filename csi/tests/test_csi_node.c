@@ -5,6 +5,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -479,16 +480,15 @@ static void test_recovery_and_state_reload(void **state)
 struct locker {
     const char *key;
     int rc;
-    int64_t waited_ms;
+    int64_t got_ns;            /* when csi_key_trylock returned */
     int done;                  /* atomic */
 };
 
 static void *locker_main(void *arg)
 {
     struct locker *l = arg;
-    int64_t t0 = keg_mono_ns();
     l->rc = csi_key_trylock(&ctx, l->key);
-    l->waited_ms = (keg_mono_ns() - t0) / 1000000;
+    l->got_ns = keg_mono_ns();
     __atomic_store_n(&l->done, 1, __ATOMIC_SEQ_CST);
     return NULL;
 }
@@ -518,10 +518,11 @@ static void test_key_lock_watchdog_vs_rpc(void **state)
     keg_sleep_ms(200);
     assert_int_equal(__atomic_load_n(&l.done, __ATOMIC_SEQ_CST), 0);
     assert_int_equal(csi_key_trylock_background(&ctx, "pvc-x"), -EBUSY);
+    int64_t released = keg_mono_ns();
     csi_key_unlock(&ctx, "pvc-k");
     assert_int_equal(pthread_join(th, NULL), 0);
     assert_int_equal(l.rc, 0);
-    assert_true(l.waited_ms >= 150);
+    assert_true(l.got_ns >= released);     /* it waited for the release */
     /* now the RPC holds it */
     assert_int_equal(csi_key_trylock_background(&ctx, "pvc-k"), -EBUSY);
     assert_int_equal(csi_key_trylock_background(&ctx, "pvc-x"), 0);
@@ -542,6 +543,7 @@ static void test_key_lock_watchdog_vs_rpc(void **state)
 }
 
 static int slow_check_entered;           /* atomic */
+static int64_t slow_check_left_ns;       /* atomic: when the last slow check returned */
 static unsigned slow_check_ms;
 
 static void slow_check(const char *target)
@@ -549,6 +551,7 @@ static void slow_check(const char *target)
     KEG_UNUSED(target);
     __atomic_store_n(&slow_check_entered, 1, __ATOMIC_SEQ_CST);
     keg_sleep_ms(slow_check_ms);
+    __atomic_store_n(&slow_check_left_ns, keg_mono_ns(), __ATOMIC_SEQ_CST);
 }
 
 static void *recover_main(void *arg)
@@ -576,14 +579,16 @@ static void test_unpublish_during_watchdog_check(void **state)
     ctx.key_wait_ms = 5000;
     slow_check_ms = 300;
     __atomic_store_n(&slow_check_entered, 0, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&slow_check_left_ns, INT64_MAX, __ATOMIC_SEQ_CST);
     fake_mm_check_hook = slow_check;
     assert_int_equal(pthread_create(&th, NULL, recover_main, NULL), 0);
     while (!__atomic_load_n(&slow_check_entered, __ATOMIC_SEQ_CST))
         keg_sleep_ms(5);
-    int64_t t0 = keg_mono_ns();
     assert_int_equal(do_unpublish("pvc-w", p.target, &st), 0);
     assert_int_equal(st.code, CSI_OK);
-    assert_true((keg_mono_ns() - t0) / 1000000 >= 200);
+    /* it ran after the watchdog's check, not beside it */
+    int64_t done = keg_mono_ns();
+    assert_true(done >= __atomic_load_n(&slow_check_left_ns, __ATOMIC_SEQ_CST));
     assert_int_equal(pthread_join(th, NULL), 0);
     fake_mm_check_hook = NULL;
     assert_int_equal(fake_mm_ncalls("stop"), stops + 1);
@@ -591,6 +596,7 @@ static void test_unpublish_during_watchdog_check(void **state)
 
     /* NodePublishVolume waits the same way */
     __atomic_store_n(&slow_check_entered, 0, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&slow_check_left_ns, INT64_MAX, __ATOMIC_SEQ_CST);
     pub_init(&p, "pvc-w", "b");
     assert_int_equal(do_publish(&p, &st), 0);
     struct pub q;
@@ -600,17 +606,18 @@ static void test_unpublish_during_watchdog_check(void **state)
     while (!__atomic_load_n(&slow_check_entered, __ATOMIC_SEQ_CST))
         keg_sleep_ms(5);
     fake_mm_check_hook = NULL;    /* the publish's own checks answer at once */
-    t0 = keg_mono_ns();
     assert_int_equal(do_publish(&q, &st), 0);
-    assert_true((keg_mono_ns() - t0) / 1000000 >= 200);
+    done = keg_mono_ns();
+    assert_true(done >= __atomic_load_n(&slow_check_left_ns, __ATOMIC_SEQ_CST));
     assert_int_equal(pthread_join(th, NULL), 0);
     assert_int_equal(csi_state_find(ctx.state, q.target, &rec), 0);
     csi_publish_clear(&rec);
 
     /* a check that outlasts the wait: ABORTED, and the record stays */
     ctx.key_wait_ms = 100;
-    slow_check_ms = 400;
+    slow_check_ms = 1000;
     __atomic_store_n(&slow_check_entered, 0, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&slow_check_left_ns, INT64_MAX, __ATOMIC_SEQ_CST);
     fake_mm_check_hook = slow_check;
     assert_int_equal(pthread_create(&th, NULL, recover_main, NULL), 0);
     while (!__atomic_load_n(&slow_check_entered, __ATOMIC_SEQ_CST))
