@@ -117,8 +117,8 @@ relay() {
   die "socket $RELAY did not appear"
 }
 
-# holder DIR: start `kegfs holder` on DIR/holder/holder.sock; its pid goes to PIDS
-# (after the plugins', so it is stopped last).
+# holder DIR: start `kegfs holder` on DIR/holder/holder.sock; sets HOLDER_PID
+# (the caller adds it to PIDS after its plugin's, so it is stopped after it).
 holder() {
   local dir=$1
   mkdir -p "$dir/holder"
@@ -133,6 +133,12 @@ holder() {
   die "socket $dir/holder/holder.sock did not appear"
 }
 
+# sq STRING: STRING as a single-quoted YAML scalar.
+sq() {
+  local q="'"
+  printf "'%s'" "${1//$q/$q$q}"
+}
+
 # secrets FILE metaurl storage bucket [access-key secret-key]: the Secret of
 # every RPC that takes one, as csi-sanity's --csi.secrets YAML (mode 0600).
 secrets() {
@@ -140,12 +146,12 @@ secrets() {
   (umask 077
    {
      echo "CreateVolumeSecret: &s"
-     echo "  metaurl: \"$2\""
-     echo "  storage: \"$3\""
-     echo "  bucket: \"$4\""
+     echo "  metaurl: $(sq "$2")"
+     echo "  storage: $(sq "$3")"
+     echo "  bucket: $(sq "$4")"
      if [ $# -ge 6 ]; then
-       echo "  access-key: \"$5\""
-       echo "  secret-key: \"$6\""
+       echo "  access-key: $(sq "$5")"
+       echo "  secret-key: $(sq "$6")"
      fi
      for k in DeleteVolumeSecret ControllerValidateVolumeCapabilitiesSecret \
               ControllerExpandVolumeSecret NodePublishVolumeSecret NodeStageVolumeSecret; do
