@@ -7,13 +7,18 @@
  * struct csi_status and is freed in one go after the reply is packed.  The
  * try-lock table is a small array of keys (volume ids) held by in-flight
  * calls; a second call for a held key fails fast with ABORTED, as the CSI
- * specification asks for operations already in progress.
+ * specification asks for operations already in progress.  The node watchdog
+ * takes the same keys while it checks and re-establishes mounts; that is not a
+ * call of the CO, so an RPC that finds a key held by the watchdog waits for it
+ * (bounded by one re-mount) instead of failing, and the watchdog skips a key
+ * an RPC holds or waits for.
  */
 #include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "csi_i.h"
 #include "keg/mem.h"
@@ -233,13 +238,21 @@ int csi_check_path(const char *path, const char *what, struct csi_status *st)
 
 int csi_ctx_init(struct csi_ctx *ctx)
 {
+    pthread_condattr_t ca;
     if (!ctx->driver_name)
         ctx->driver_name = CSI_DRIVER_NAME;
     if (!ctx->watchdog_ms)
         ctx->watchdog_ms = 2000;
+    if (!ctx->key_wait_ms)
+        ctx->key_wait_ms = CSI_KEY_WAIT_MS;
     ctx->busy = NULL;
     ctx->nbusy = ctx->cap_busy = 0;
+    ctx->nwaiting = 0;
     pthread_mutex_init(&ctx->lock, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&ctx->key_cond, &ca);
+    pthread_condattr_destroy(&ca);
     pthread_mutex_init(&ctx->wd_lock, NULL);
     pthread_cond_init(&ctx->wd_cond, NULL);
     return 0;
@@ -248,42 +261,92 @@ int csi_ctx_init(struct csi_ctx *ctx)
 void csi_ctx_destroy(struct csi_ctx *ctx)
 {
     for (size_t i = 0; i < ctx->nbusy; i++)
-        keg_free(ctx->busy[i]);
+        keg_free(ctx->busy[i].key);
     keg_free(ctx->busy);
     ctx->busy = NULL;
     ctx->nbusy = ctx->cap_busy = 0;
     pthread_mutex_destroy(&ctx->lock);
+    pthread_cond_destroy(&ctx->key_cond);
     pthread_mutex_destroy(&ctx->wd_lock);
     pthread_cond_destroy(&ctx->wd_cond);
 }
 
-int csi_key_trylock(struct csi_ctx *ctx, const char *key)
+/* The entry holding key, or NULL.  LOCKS: caller holds ctx->lock. */
+static struct csi_key *key_find(struct csi_ctx *ctx, const char *key)
 {
-    int rc = 0;
-    pthread_mutex_lock(&ctx->lock);
-    for (size_t i = 0; i < ctx->nbusy; i++) {
-        if (strcmp(ctx->busy[i], key) == 0) {
-            rc = -EBUSY;
-            goto out;
-        }
-    }
+    for (size_t i = 0; i < ctx->nbusy; i++)
+        if (strcmp(ctx->busy[i].key, key) == 0)
+            return &ctx->busy[i];
+    return NULL;
+}
+
+/* Add key to the table.  Returns 0 or -ENOMEM.  LOCKS: caller holds ctx->lock. */
+static int key_add(struct csi_ctx *ctx, const char *key, int background)
+{
     if (ctx->nbusy == ctx->cap_busy) {
         size_t ncap = ctx->cap_busy ? ctx->cap_busy * 2 : 16;
-        char **nb = keg_realloc(ctx->busy, ncap * sizeof(*nb));
-        if (!nb) {
-            rc = -ENOMEM;
-            goto out;
-        }
+        struct csi_key *nb = keg_realloc(ctx->busy, ncap * sizeof(*nb));
+        if (!nb)
+            return -ENOMEM;
         ctx->busy = nb;
         ctx->cap_busy = ncap;
     }
-    ctx->busy[ctx->nbusy] = keg_strdup(key);
-    if (!ctx->busy[ctx->nbusy]) {
-        rc = -ENOMEM;
-        goto out;
-    }
+    char *k = keg_strdup(key);
+    if (!k)
+        return -ENOMEM;
+    ctx->busy[ctx->nbusy].key = k;
+    ctx->busy[ctx->nbusy].background = background;
     ctx->nbusy++;
+    return 0;
+}
+
+int csi_key_trylock(struct csi_ctx *ctx, const char *key)
+{
+    struct timespec until;
+    struct csi_key *held;
+    int rc = 0, waiting = 0;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += ctx->key_wait_ms / 1000;
+    until.tv_nsec += (long)(ctx->key_wait_ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&ctx->lock);
+    for (;;) {
+        held = key_find(ctx, key);
+        if (!held)
+            break;
+        if (!held->background) {
+            rc = -EBUSY;              /* another call of the CO */
+            goto out;
+        }
+        if (!waiting) {
+            waiting = 1;
+            ctx->nwaiting++;
+        }
+        if (pthread_cond_timedwait(&ctx->key_cond, &ctx->lock, &until) == ETIMEDOUT &&
+            key_find(ctx, key)) {
+            rc = -EBUSY;              /* the watchdog's re-mount outlasted the wait */
+            goto out;
+        }
+    }
+    rc = key_add(ctx, key, 0);
 out:
+    if (waiting)
+        ctx->nwaiting--;
+    pthread_mutex_unlock(&ctx->lock);
+    return rc;
+}
+
+int csi_key_trylock_background(struct csi_ctx *ctx, const char *key)
+{
+    int rc;
+    pthread_mutex_lock(&ctx->lock);
+    if (ctx->nwaiting > 0 || key_find(ctx, key))
+        rc = -EBUSY;
+    else
+        rc = key_add(ctx, key, 1);
     pthread_mutex_unlock(&ctx->lock);
     return rc;
 }
@@ -291,12 +354,11 @@ out:
 void csi_key_unlock(struct csi_ctx *ctx, const char *key)
 {
     pthread_mutex_lock(&ctx->lock);
-    for (size_t i = 0; i < ctx->nbusy; i++) {
-        if (strcmp(ctx->busy[i], key) == 0) {
-            keg_free(ctx->busy[i]);
-            ctx->busy[i] = ctx->busy[--ctx->nbusy];
-            break;
-        }
+    struct csi_key *held = key_find(ctx, key);
+    if (held) {
+        keg_free(held->key);
+        *held = ctx->busy[--ctx->nbusy];
+        pthread_cond_broadcast(&ctx->key_cond);
     }
     pthread_mutex_unlock(&ctx->lock);
 }

@@ -28,6 +28,9 @@
 /* the type /proc/self/mountinfo shows for a kegfs mount (subtype=kegfs) */
 #define CSI_FUSE_FSTYPE "fuse.kegfs"
 #define CSI_MOUNT_TIMEOUT_MS 30000              /* NodePublish: wait for the FUSE mount */
+/* an RPC waits this long for a volume the watchdog is re-mounting (one mount
+ * timeout and the stop before it) before it answers ABORTED */
+#define CSI_KEY_WAIT_MS (CSI_MOUNT_TIMEOUT_MS + 10000)
 
 /* gRPC status codes (same numbers as grpc_status_code; handlers do not see gRPC). */
 enum csi_code {
@@ -135,6 +138,12 @@ struct csi_mount_mgr;
 typedef int csi_open_store_fn(const struct keg_format *f, const char *access_key,
                               const char *secret_key, struct keg_obj **out);
 
+/* One held key of the try-lock table. */
+struct csi_key {
+    char *key;                        /* a volume id (or name) */
+    int   background;                 /* held by the watchdog, not by an RPC */
+};
+
 struct csi_ctx {
     const char *driver_name;          /* CSI_DRIVER_NAME */
     const char *node_id;
@@ -148,9 +157,12 @@ struct csi_ctx {
     struct csi_mount_mgr *mm;         /* node: starts and stops mounters */
     int         ready;                /* Probe: 1 once recovery has run */
 
-    pthread_mutex_t lock;             /* protects busy[] */
-    char      **busy;                 /* keys locked by in-flight calls; protected by lock */
+    pthread_mutex_t lock;             /* protects busy[], nbusy, cap_busy, nwaiting */
+    pthread_cond_t  key_cond;         /* with lock: broadcast when a key is released */
+    struct csi_key *busy;             /* keys held by in-flight calls and the watchdog */
     size_t      nbusy, cap_busy;      /* protected by lock */
+    unsigned    nwaiting;             /* RPCs waiting for a key the watchdog holds */
+    unsigned    key_wait_ms;          /* how long they wait (default CSI_KEY_WAIT_MS) */
 
     pthread_t   watchdog;
     int         watchdog_started;
@@ -164,9 +176,17 @@ struct csi_ctx {
 int  csi_ctx_init(struct csi_ctx *ctx);
 void csi_ctx_destroy(struct csi_ctx *ctx);
 
-/* Per-key try-lock: 0, or -EBUSY if another call holds key.
- * LOCKS: takes ctx->lock briefly. */
+/* Per-key try-lock of an RPC.  Another RPC holding key means the CO has two
+ * calls in flight for one volume: -EBUSY at once (the handler answers ABORTED).
+ * The watchdog holding key is no call of the CO: wait up to ctx->key_wait_ms
+ * for it, then -EBUSY.  Returns 0, -EBUSY or -ENOMEM.
+ * LOCKS: takes ctx->lock; may sleep on ctx->key_cond. */
 int  csi_key_trylock(struct csi_ctx *ctx, const char *key);
+/* The watchdog's try-lock: 0, or -EBUSY if an RPC holds key or waits for a key
+ * the watchdog holds (RPCs go first); never waits.  -ENOMEM.
+ * LOCKS: takes ctx->lock briefly. */
+int  csi_key_trylock_background(struct csi_ctx *ctx, const char *key);
+/* Release key (held by either kind) and wake the RPCs waiting for it. */
 void csi_key_unlock(struct csi_ctx *ctx, const char *key);
 
 /*----------------------------------------------------------------------------

@@ -591,8 +591,8 @@ int csi_node_recover(struct csi_ctx *ctx)
         return rc;
     csi_metrics_round();
     for (size_t i = 0; i < n && !ctx->stopping; i++) {
-        if (csi_key_trylock(ctx, recs[i].volume_id) < 0)
-            continue;       /* an RPC is working on this volume */
+        if (csi_key_trylock_background(ctx, recs[i].volume_id) < 0)
+            continue;       /* an RPC is working on (or waiting for) a volume */
         /* the record may have changed (unpublished) since the snapshot */
         struct csi_publish cur;
         if (csi_state_find(ctx->state, recs[i].target, &cur) == 0) {

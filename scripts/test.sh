@@ -5,7 +5,8 @@
 #   2. a real redis-server on 127.0.0.1: engine contract suite + Redis-specific tests
 #   3. a real Ceph S3 gateway on 127.0.0.1 (checks SigV4): object-store contract + live S3 tests
 #   4. real FUSE mounts: the mount suite on sqlite+file and on redis+s3
-#   5. the CSI driver: conformance client, the local e2e over csi.sock, the
+#   5. the CSI driver: conformance client, kubernetes-csi's csi-sanity (skipped
+#      without the binary: $KEG_CSI_SANITY, $KEG_K8S_BIN, PATH), the local e2e over csi.sock, the
 #      mount-holder tests (e2e/outlive: host level, then podman when present), and the
 #      Kubernetes e2e on a local cluster (e2e/k8s/run.sh; skipped without $KEG_K8S_BIN)
 # Servers are stopped on exit.  The last line is "N passed, M failed".
@@ -153,6 +154,11 @@ if [ $UNIT_ONLY = 0 ]; then
   # --- CSI ---
   if [ -x e2e/conformance/run.sh ]; then
     STRICT_STAGE=1 stage csi-conformance env KEG_BUILD="$BUILD" e2e/conformance/run.sh
+  fi
+  # kubernetes-csi csi-sanity v5.3.1: sqlite+file, and redis+s3 when both servers
+  # started above; 77 where the csi-sanity binary is absent (docs/testing.md)
+  if [ -x e2e/conformance/csi-sanity.sh ]; then
+    stage csi-sanity env KEG_BUILD="$BUILD" e2e/conformance/csi-sanity.sh
   fi
   if [ -x e2e/local-e2e.sh ]; then
     STRICT_STAGE=1 stage csi-e2e env KEG_BUILD="$BUILD" e2e/local-e2e.sh

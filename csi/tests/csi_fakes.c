@@ -288,6 +288,7 @@ void fake_mm_reset(void)
     fake_ncalls = 0;
     fake_ntargets = 0;
     fake_mm_start_rc = 0;
+    fake_mm_check_hook = NULL;
 }
 
 void fake_mm_set_state(const char *target, int check_rc)
@@ -362,9 +363,13 @@ static int fmm_stop(struct csi_mount_mgr *mm, const char *target, pid_t pid)
     return 0;
 }
 
+void (*fake_mm_check_hook)(const char *target);
+
 static int fmm_check(struct csi_mount_mgr *mm, const char *target)
 {
     KEG_UNUSED(mm);
+    if (fake_mm_check_hook)
+        fake_mm_check_hook(target);
     for (int i = 0; i < fake_ntargets; i++)
         if (strcmp(fake_targets[i].target, target) == 0)
             return fake_targets[i].rc;

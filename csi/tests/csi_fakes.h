@@ -42,5 +42,8 @@ const struct fake_mm_call *fake_mm_last(const char *op);
 /* What check() answers for target (default after start: 0; else -EINVAL). */
 void fake_mm_set_state(const char *target, int check_rc);
 extern int fake_mm_start_rc;           /* start() result (0) */
+/* Called by check() before it answers, when set (e.g. to hold the watchdog in
+ * a check while the test calls an RPC from another thread). */
+extern void (*fake_mm_check_hook)(const char *target);
 
 #endif

@@ -1,9 +1,11 @@
 /* test_csi_node.c -- Node handlers, the state file and recovery, with a fake
  * mount manager that records calls (no FUSE, no root, no gRPC). */
 #include <errno.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +17,7 @@
 #include "csi_i.h"
 #include "keg/log.h"
 #include "keg/mem.h"
+#include "keg/retry.h"
 #include "state.h"
 
 static struct csi_ctx ctx;
@@ -472,6 +475,164 @@ static void test_recovery_and_state_reload(void **state)
     csi_status_clear(&st);
 }
 
+/*--- the try-lock table: RPCs and the watchdog ---------------------------------*/
+
+struct locker {
+    const char *key;
+    int rc;
+    int64_t got_ns;            /* when csi_key_trylock returned */
+    int done;                  /* atomic */
+};
+
+static void *locker_main(void *arg)
+{
+    struct locker *l = arg;
+    l->rc = csi_key_trylock(&ctx, l->key);
+    l->got_ns = keg_mono_ns();
+    __atomic_store_n(&l->done, 1, __ATOMIC_SEQ_CST);
+    return NULL;
+}
+
+static void test_key_lock_watchdog_vs_rpc(void **state)
+{
+    pthread_t th;
+    KEG_UNUSED(state);
+    ctx.key_wait_ms = 5000;
+
+    /* an RPC holds the volume: a second RPC is ABORTED at once, the watchdog skips it */
+    assert_int_equal(csi_key_trylock(&ctx, "pvc-k"), 0);
+    int64_t t0 = keg_mono_ns();
+    assert_int_equal(csi_key_trylock(&ctx, "pvc-k"), -EBUSY);
+    assert_true((keg_mono_ns() - t0) / 1000000 < 1000);
+    assert_int_equal(csi_key_trylock_background(&ctx, "pvc-k"), -EBUSY);
+    csi_key_unlock(&ctx, "pvc-k");
+
+    /* the watchdog holds it: an RPC waits for it instead of failing; other keys
+     * are free; while the RPC waits, the watchdog takes no key */
+    assert_int_equal(csi_key_trylock_background(&ctx, "pvc-k"), 0);
+    assert_int_equal(csi_key_trylock_background(&ctx, "pvc-k"), -EBUSY);
+    assert_int_equal(csi_key_trylock(&ctx, "pvc-other"), 0);
+    csi_key_unlock(&ctx, "pvc-other");
+    struct locker l = { .key = "pvc-k" };
+    assert_int_equal(pthread_create(&th, NULL, locker_main, &l), 0);
+    keg_sleep_ms(200);
+    assert_int_equal(__atomic_load_n(&l.done, __ATOMIC_SEQ_CST), 0);
+    assert_int_equal(csi_key_trylock_background(&ctx, "pvc-x"), -EBUSY);
+    int64_t released = keg_mono_ns();
+    csi_key_unlock(&ctx, "pvc-k");
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_int_equal(l.rc, 0);
+    assert_true(l.got_ns >= released);     /* it waited for the release */
+    /* now the RPC holds it */
+    assert_int_equal(csi_key_trylock_background(&ctx, "pvc-k"), -EBUSY);
+    assert_int_equal(csi_key_trylock_background(&ctx, "pvc-x"), 0);
+    csi_key_unlock(&ctx, "pvc-x");
+    csi_key_unlock(&ctx, "pvc-k");
+
+    /* the wait is bounded: a re-mount that outlasts it gives ABORTED */
+    ctx.key_wait_ms = 100;
+    assert_int_equal(csi_key_trylock_background(&ctx, "pvc-k"), 0);
+    t0 = keg_mono_ns();
+    assert_int_equal(csi_key_trylock(&ctx, "pvc-k"), -EBUSY);
+    assert_true((keg_mono_ns() - t0) / 1000000 >= 90);
+    csi_key_unlock(&ctx, "pvc-k");
+    assert_int_equal(csi_key_trylock(&ctx, "pvc-k"), 0);
+    csi_key_unlock(&ctx, "pvc-k");
+    assert_int_equal(ctx.nbusy, 0);
+    assert_int_equal(ctx.nwaiting, 0);
+}
+
+static int slow_check_entered;           /* atomic */
+static int64_t slow_check_left_ns;       /* atomic: when the last slow check returned */
+static unsigned slow_check_ms;
+
+static void slow_check(const char *target)
+{
+    KEG_UNUSED(target);
+    __atomic_store_n(&slow_check_entered, 1, __ATOMIC_SEQ_CST);
+    keg_sleep_ms(slow_check_ms);
+    __atomic_store_n(&slow_check_left_ns, keg_mono_ns(), __ATOMIC_SEQ_CST);
+}
+
+static void *recover_main(void *arg)
+{
+    KEG_UNUSED(arg);
+    csi_node_recover(&ctx);
+    return NULL;
+}
+
+/* csi-sanity's NodeGetVolumeStats spec failed its cleanup with ABORTED: the
+ * NodeUnpublishVolume came while the watchdog was checking the fresh mount. */
+static void test_unpublish_during_watchdog_check(void **state)
+{
+    struct pub p;
+    struct csi_status st = { 0 };
+    struct csi_publish rec;
+    pthread_t th;
+    KEG_UNUSED(state);
+
+    pub_init(&p, "pvc-w", "a");
+    assert_int_equal(do_publish(&p, &st), 0);
+    int stops = fake_mm_ncalls("stop");
+
+    /* the watchdog is in its check of the volume for 300 ms */
+    ctx.key_wait_ms = 5000;
+    slow_check_ms = 300;
+    __atomic_store_n(&slow_check_entered, 0, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&slow_check_left_ns, INT64_MAX, __ATOMIC_SEQ_CST);
+    fake_mm_check_hook = slow_check;
+    assert_int_equal(pthread_create(&th, NULL, recover_main, NULL), 0);
+    while (!__atomic_load_n(&slow_check_entered, __ATOMIC_SEQ_CST))
+        keg_sleep_ms(5);
+    assert_int_equal(do_unpublish("pvc-w", p.target, &st), 0);
+    assert_int_equal(st.code, CSI_OK);
+    /* it ran after the watchdog's check, not beside it */
+    int64_t done = keg_mono_ns();
+    assert_true(done >= __atomic_load_n(&slow_check_left_ns, __ATOMIC_SEQ_CST));
+    assert_int_equal(pthread_join(th, NULL), 0);
+    fake_mm_check_hook = NULL;
+    assert_int_equal(fake_mm_ncalls("stop"), stops + 1);
+    assert_int_not_equal(csi_state_find(ctx.state, p.target, &rec), 0);
+
+    /* NodePublishVolume waits the same way */
+    __atomic_store_n(&slow_check_entered, 0, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&slow_check_left_ns, INT64_MAX, __ATOMIC_SEQ_CST);
+    pub_init(&p, "pvc-w", "b");
+    assert_int_equal(do_publish(&p, &st), 0);
+    struct pub q;
+    pub_init(&q, "pvc-w", "c");
+    fake_mm_check_hook = slow_check;
+    assert_int_equal(pthread_create(&th, NULL, recover_main, NULL), 0);
+    while (!__atomic_load_n(&slow_check_entered, __ATOMIC_SEQ_CST))
+        keg_sleep_ms(5);
+    fake_mm_check_hook = NULL;    /* the publish's own checks answer at once */
+    assert_int_equal(do_publish(&q, &st), 0);
+    done = keg_mono_ns();
+    assert_true(done >= __atomic_load_n(&slow_check_left_ns, __ATOMIC_SEQ_CST));
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_int_equal(csi_state_find(ctx.state, q.target, &rec), 0);
+    csi_publish_clear(&rec);
+
+    /* a check that outlasts the wait: ABORTED, and the record stays */
+    ctx.key_wait_ms = 100;
+    slow_check_ms = 1000;
+    __atomic_store_n(&slow_check_entered, 0, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&slow_check_left_ns, INT64_MAX, __ATOMIC_SEQ_CST);
+    fake_mm_check_hook = slow_check;
+    assert_int_equal(pthread_create(&th, NULL, recover_main, NULL), 0);
+    while (!__atomic_load_n(&slow_check_entered, __ATOMIC_SEQ_CST))
+        keg_sleep_ms(5);
+    assert_int_equal(do_unpublish("pvc-w", q.target, &st), -1);
+    assert_int_equal(st.code, CSI_ABORTED);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    fake_mm_check_hook = NULL;
+    assert_int_equal(csi_state_find(ctx.state, q.target, &rec), 0);
+    csi_publish_clear(&rec);
+    assert_int_equal(do_unpublish("pvc-w", q.target, &st), 0);
+    assert_int_equal(do_unpublish("pvc-w", p.target, &st), 0);
+    csi_status_clear(&st);
+}
+
 static void test_state_roundtrip(void **state)
 {
     struct csi_state *s = NULL;
@@ -644,6 +805,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stats_info_caps, setup, teardown),
         cmocka_unit_test_setup_teardown(test_recovery_and_state_reload, setup, teardown),
         cmocka_unit_test_setup_teardown(test_state_roundtrip, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_key_lock_watchdog_vs_rpc, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unpublish_during_watchdog_check, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

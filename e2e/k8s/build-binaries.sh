@@ -14,8 +14,10 @@
 #   external-resizer/        go <= 1.19 (v3.4.1, v1.7.0, v2.7.0, v2.9.0)
 #   node-driver-registrar/
 #   livenessprobe/
+#   csi-test/                kubernetes-csi/csi-test v5.3.1 (csi-sanity; go 1.18)
 # OUT gets kube-apiserver kube-controller-manager kube-scheduler kubelet
-# csi-provisioner csi-resizer csi-node-driver-registrar livenessprobe pause.
+# csi-provisioner csi-resizer csi-node-driver-registrar livenessprobe pause
+# csi-sanity.
 set -euo pipefail
 [ $# = 2 ] || { echo "usage: $0 SRC OUT" >&2; exit 2; }
 SRC=$(cd "$1" && pwd)
@@ -95,4 +97,12 @@ for t in external-provisioner:csi-provisioner external-resizer:csi-resizer \
   log "$b $v"
   (cd "$SRC/$d" && $GO build -p 2 -ldflags "-s -w -X main.version=$v" -o "$OUT/$b" "./cmd/$b")
 done
+# csi-sanity (e2e/conformance/csi-sanity.sh) stamps its version in main.VERSION
+if [ -d "$SRC/csi-test/cmd/csi-sanity" ]; then
+  v=$(git -C "$SRC/csi-test" describe --tags 2>/dev/null || cat "$SRC/csi-test.version" 2>/dev/null || echo local)
+  log "csi-sanity $v"
+  (cd "$SRC/csi-test" && $GO build -p 2 -ldflags "-s -w -X main.VERSION=$v" -o "$OUT/csi-sanity" ./cmd/csi-sanity)
+else
+  log "SKIP csi-sanity: no $SRC/csi-test/cmd/csi-sanity"
+fi
 ls -l "$OUT"
