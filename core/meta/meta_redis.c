@@ -1152,22 +1152,6 @@ static size_t mr_key(const struct mr_priv *p, char *buf, size_t len, char tag, u
 /* Inode numbers and slice ids must stay exact as Lua doubles. */
 #define MR_ID_MAX (1ULL << 53)
 
-static int mr_check_name(const char *name)
-{
-    if (!name || !*name || strchr(name, '/'))
-        return -EINVAL;
-    if (strlen(name) > KEG_NAME_MAX)
-        return -ENAMETOOLONG;
-    return 0;
-}
-
-static int mr_check_xname(const char *name)
-{
-    if (!name || !*name)
-        return -EINVAL;
-    return strlen(name) > KEG_XATTR_NAME_MAX ? -ERANGE : 0;
-}
-
 /*----------------------------------------------------------------------------
  * URL parsing, open, close
  *--------------------------------------------------------------------------*/
@@ -1987,9 +1971,7 @@ static int mr_lookup(struct keg_meta *m, uint64_t parent, const char *name, stru
 {
     struct mr_args a = {0};
     redisReply *r;
-    int rc = mr_check_name(name);
-    if (rc)
-        return rc;
+    int rc;
     struct mr_priv *p = PRIV(m);
     uint64_t ticket;
     uint32_t want;
@@ -2076,23 +2058,11 @@ static int mr_mknod(struct keg_meta *m, uint64_t parent, const char *name, uint6
 {
     struct mr_args a = {0};
     keg_meta_parents_begin();
-    int rc = mr_check_name(name);
-    if (rc)
-        return rc;
-    switch (mode & S_IFMT) {
-    case S_IFREG: case S_IFDIR: case S_IFCHR: case S_IFBLK: case S_IFIFO: case S_IFSOCK:
+    int rc;
+    /* name, type, symlink target and ino > root: checked by keg_meta_mknod */
+    if (!S_ISLNK(mode))
         target = "";
-        break;
-    case S_IFLNK:
-        if (!target || !*target)
-            return -EINVAL;
-        if (strlen(target) > KEG_SYMLINK_MAX)
-            return -ENAMETOOLONG;
-        break;
-    default:
-        return -EINVAL;
-    }
-    if (ino <= KEG_ROOT_INO || ino >= MR_ID_MAX)
+    if (ino >= MR_ID_MAX)
         return -EINVAL;
     mr_arg_u64(&a, parent);
     mr_arg_str(&a, name);
@@ -2132,9 +2102,6 @@ static int mr_link(struct keg_meta *m, uint64_t ino, uint64_t newparent, const c
 {
     struct mr_args a = {0};
     keg_meta_parents_begin();
-    int rc = mr_check_name(newname);
-    if (rc)
-        return rc;
     mr_arg_u64(&a, ino);
     mr_arg_u64(&a, newparent);
     mr_arg_str(&a, newname);
@@ -2181,9 +2148,7 @@ static int mr_unlink(struct keg_meta *m, uint64_t parent, const char *name,
     struct mr_args a = {0};
     redisReply *r;
     keg_meta_parents_begin();
-    int rc = mr_check_name(name);
-    if (rc)
-        return rc;
+    int rc;
     char openset[KEG_META_OPEN_MAX * 21 + 2];
     mr_arg_u64(&a, parent);
     mr_arg_str(&a, name);
@@ -2203,9 +2168,7 @@ static int mr_rmdir(struct keg_meta *m, uint64_t parent, const char *name)
     struct mr_args a = {0};
     redisReply *r;
     keg_meta_parents_begin();
-    int rc = mr_check_name(name);
-    if (rc)
-        return rc;
+    int rc;
     mr_arg_u64(&a, parent);
     mr_arg_str(&a, name);
     rc = mr_eval(PRIV(m), S_RMDIR, &a, &r);
@@ -2224,14 +2187,7 @@ static int mr_rename(struct keg_meta *m, uint64_t parent, const char *name, uint
     struct keg_attr tmp;
     redisReply *r;
     keg_meta_parents_begin();
-    int rc = mr_check_name(name);
-    if (!rc)
-        rc = mr_check_name(newname);
-    if (rc)
-        return rc;
-    if ((flags & ~(KEG_RENAME_NOREPLACE | KEG_RENAME_EXCHANGE)) ||
-        ((flags & KEG_RENAME_NOREPLACE) && (flags & KEG_RENAME_EXCHANGE)))
-        return -EINVAL;
+    int rc;
     mr_arg_u64(&a, parent);
     mr_arg_str(&a, name);
     mr_arg_u64(&a, newparent);
@@ -2578,9 +2534,7 @@ static ssize_t mr_getxattr(struct keg_meta *m, uint64_t ino, const char *name, v
 {
     struct mr_args a = {0};
     redisReply *r;
-    int rc = mr_check_xname(name);
-    if (rc)
-        return rc;
+    int rc;
     mr_arg_u64(&a, ino);
     mr_arg_str(&a, name);
     rc = mr_eval(PRIV(m), S_XGET, &a, &r);
@@ -2594,14 +2548,8 @@ static int mr_setxattr(struct keg_meta *m, uint64_t ino, const char *name, const
 {
     struct mr_args a = {0};
     redisReply *r;
-    int rc = mr_check_xname(name);
-    if (rc)
-        return rc;
-    if (len > KEG_XATTR_SIZE_MAX)
-        return -E2BIG;
-    if ((flags & ~(XATTR_CREATE | XATTR_REPLACE)) ||
-        ((flags & XATTR_CREATE) && (flags & XATTR_REPLACE)))
-        return -EINVAL;
+    int rc;
+    /* name, size and flags: checked by keg_meta_setxattr */
     mr_arg_u64(&a, ino);
     mr_arg_str(&a, name);
     mr_arg_bin(&a, len ? val : "", len);
@@ -2644,9 +2592,7 @@ static int mr_removexattr(struct keg_meta *m, uint64_t ino, const char *name)
 {
     struct mr_args a = {0};
     redisReply *r;
-    int rc = mr_check_xname(name);
-    if (rc)
-        return rc;
+    int rc;
     mr_arg_u64(&a, ino);
     mr_arg_str(&a, name);
     rc = mr_eval(PRIV(m), S_XREMOVE, &a, &r);

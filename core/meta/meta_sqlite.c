@@ -815,15 +815,6 @@ static int sq_lost_last_link(struct keg_meta *m, struct sq_conn *c, struct keg_a
  * Name checks and directory entries
  *--------------------------------------------------------------------------*/
 
-static int sq_check_name(const char *name)
-{
-    if (!name || !*name || strchr(name, '/'))
-        return -EINVAL;
-    if (strlen(name) > KEG_NAME_MAX)
-        return -ENAMETOOLONG;
-    return 0;
-}
-
 /* The directory parent: 0, -ENOENT, -ENOTDIR. */
 static int sq_get_dir(struct sq_conn *c, uint64_t ino, struct keg_attr *a)
 {
@@ -1451,10 +1442,7 @@ static int sq_lookup_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
 static int sq_lookup(struct keg_meta *m, uint64_t parent, const char *name, struct keg_attr *out)
 {
     struct sq_ns_arg a = {.parent = parent, .name = name};
-    int rc = sq_check_name(name);
-    if (rc)
-        return rc;
-    rc = sq_txn(m, SQ_READ, sq_lookup_fn, &a);
+    int rc = sq_txn(m, SQ_READ, sq_lookup_fn, &a);
     if (rc == 0)
         *out = a.out;
     return rc;
@@ -1602,24 +1590,8 @@ static int sq_mknod(struct keg_meta *m, uint64_t parent, const char *name, uint6
     struct sq_ns_arg a = {.parent = parent, .name = name, .ino = ino, .mode = mode, .uid = uid,
                           .gid = gid, .rdev = rdev, .target = target};
     keg_meta_parents_begin();
-    int rc = sq_check_name(name);
-    if (rc)
-        return rc;
-    switch (mode & S_IFMT) {
-    case S_IFREG: case S_IFDIR: case S_IFCHR: case S_IFBLK: case S_IFIFO: case S_IFSOCK:
-        break;
-    case S_IFLNK:
-        if (!target || !*target)
-            return -EINVAL;
-        if (strlen(target) > KEG_SYMLINK_MAX)
-            return -ENAMETOOLONG;
-        break;
-    default:
-        return -EINVAL;
-    }
-    if (ino <= KEG_ROOT_INO)
-        return -EINVAL;
-    rc = sq_txn(m, SQ_WRITE, sq_mknod_fn, &a);
+    /* name, type, symlink target and ino > root: checked by keg_meta_mknod */
+    int rc = sq_txn(m, SQ_WRITE, sq_mknod_fn, &a);
     if (rc == 0) {
         *out = a.out;
         sq_note_parents(&a);
@@ -1669,10 +1641,7 @@ static int sq_link(struct keg_meta *m, uint64_t ino, uint64_t newparent, const c
 {
     struct sq_ns_arg a = {.ino = ino, .newparent = newparent, .newname = newname};
     keg_meta_parents_begin();
-    int rc = sq_check_name(newname);
-    if (rc)
-        return rc;
-    rc = sq_txn(m, SQ_WRITE, sq_link_fn, &a);
+    int rc = sq_txn(m, SQ_WRITE, sq_link_fn, &a);
     if (rc == 0) {
         *out = a.out;
         sq_note_parents(&a);
@@ -1715,11 +1684,8 @@ static int sq_unlink(struct keg_meta *m, uint64_t parent, const char *name,
 {
     struct sq_ns_arg a = {.parent = parent, .name = name};
     keg_meta_parents_begin();
-    int rc = sq_check_name(name);
-    if (rc)
-        return rc;
     a.nopen = keg_meta_open_set(m, sq_sid(m) != 0, a.open);
-    rc = sq_txn(m, SQ_WRITE, sq_unlink_fn, &a);
+    int rc = sq_txn(m, SQ_WRITE, sq_unlink_fn, &a);
     if (rc == 0 && gone)
         *gone = a.gone;
     if (rc == 0)
@@ -1761,10 +1727,7 @@ static int sq_rmdir(struct keg_meta *m, uint64_t parent, const char *name)
 {
     struct sq_ns_arg a = {.parent = parent, .name = name};
     keg_meta_parents_begin();
-    int rc = sq_check_name(name);
-    if (rc)
-        return rc;
-    rc = sq_txn(m, SQ_WRITE, sq_rmdir_fn, &a);
+    int rc = sq_txn(m, SQ_WRITE, sq_rmdir_fn, &a);
     if (rc == 0)
         sq_note_parents(&a);
     return rc;
@@ -1935,14 +1898,7 @@ static int sq_rename(struct keg_meta *m, uint64_t parent, const char *name, uint
     struct sq_ns_arg a = {.parent = parent, .name = name, .newparent = newparent,
                           .newname = newname, .flags = flags};
     keg_meta_parents_begin();
-    int rc = sq_check_name(name);
-    if (!rc)
-        rc = sq_check_name(newname);
-    if (rc)
-        return rc;
-    if ((flags & ~(KEG_RENAME_NOREPLACE | KEG_RENAME_EXCHANGE)) ||
-        ((flags & KEG_RENAME_NOREPLACE) && (flags & KEG_RENAME_EXCHANGE)))
-        return -EINVAL;
+    int rc;
     a.nopen = keg_meta_open_set(m, sq_sid(m) != 0, a.open);
     rc = sq_txn(m, SQ_WRITE, sq_rename_fn, &a);
     if (rc == 0) {
@@ -2497,20 +2453,10 @@ static int sq_getxattr_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
     return sq_copy_blob(st, a->buf, a->size);
 }
 
-static int sq_check_xname(const char *name)
-{
-    if (!name || !*name)
-        return -EINVAL;
-    return strlen(name) > KEG_XATTR_NAME_MAX ? -ERANGE : 0;
-}
-
 static ssize_t sq_getxattr(struct keg_meta *m, uint64_t ino, const char *name, void *buf,
                            size_t size)
 {
     struct sq_buf_arg a = {.ino = ino, .name = name, .buf = buf, .size = size};
-    int rc = sq_check_xname(name);
-    if (rc)
-        return rc;
     return sq_txn(m, SQ_READ, sq_getxattr_fn, &a);
 }
 
@@ -2544,14 +2490,7 @@ static int sq_setxattr(struct keg_meta *m, uint64_t ino, const char *name, const
                        size_t len, int flags)
 {
     struct sq_buf_arg a = {.ino = ino, .name = name, .val = val, .len = len, .flags = flags};
-    int rc = sq_check_xname(name);
-    if (rc)
-        return rc;
-    if (len > KEG_XATTR_SIZE_MAX)
-        return -E2BIG;
-    if ((flags & ~(XATTR_CREATE | XATTR_REPLACE)) ||
-        ((flags & XATTR_CREATE) && (flags & XATTR_REPLACE)))
-        return -EINVAL;
+    /* name, size and flags: checked by keg_meta_setxattr */
     return sq_txn(m, SQ_WRITE, sq_setxattr_fn, &a);
 }
 
@@ -2606,9 +2545,6 @@ static int sq_removexattr_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
 static int sq_removexattr(struct keg_meta *m, uint64_t ino, const char *name)
 {
     struct sq_buf_arg a = {.ino = ino, .name = name};
-    int rc = sq_check_xname(name);
-    if (rc)
-        return rc;
     return sq_txn(m, SQ_WRITE, sq_removexattr_fn, &a);
 }
 
