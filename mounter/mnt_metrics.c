@@ -12,9 +12,11 @@
  * Without --metrics the plain table is used and the reply wrappers only test a
  * thread-local.
  *
- * Everything else is read at scrape time from what the layers already keep: the object
- * store's per-verb counters (obj_metrics.c), the SSD cache and writeback figures
- * (keg_stack_stats) and the memory budget (keg_fs_mem_stats).
+ * Everything else is read at scrape time from what the layers already keep: the metadata
+ * engine's per-op counters (the keg_meta_<op> wrappers, core/meta/meta_call.c), the
+ * object store's per-verb counters (obj_metrics.c), the SSD cache and writeback figures
+ * (keg_stack_stats), the memory budget (keg_fs_mem_stats) and the background work
+ * (keg_fs_bg_stats: compaction, deletion, the session heartbeat).
  */
 #define _GNU_SOURCE
 #define FUSE_USE_VERSION 314
@@ -27,6 +29,7 @@
 #define KEG_LOG_TAG "metrics"
 #include "keg/fs.h"
 #include "keg/log.h"
+#include "keg/meta.h"
 #include "keg/metrics.h"
 #include "keg/obj_metrics.h"
 #include "keg/stack.h"
@@ -335,12 +338,75 @@ static void mm_render_layers(FILE *f, const char *vol)
            "bytes held by the memory read cache", vol, m.read_bytes);
 }
 
+static void mm_render_meta(FILE *f, const char *vol)
+{
+    const struct keg_meta_op_stats *st = keg_meta_stats(keg_fs_meta(mm_ctx.fs));
+    char lab[256];
+    if (!st)
+        return;
+    keg_metrics_family(f, "kegfs_meta_requests_total", "counter",
+                       "requests answered by the metadata engine, by op");
+    for (int i = 0; i < KEG_META_OP_N; i++) {
+        snprintf(lab, sizeof(lab), "volume=\"%s\",op=\"%s\"", vol, keg_meta_op_name(i));
+        keg_metrics_sample_u64(f, "kegfs_meta_requests_total", lab,
+                               __atomic_load_n(&st[i].requests, __ATOMIC_RELAXED));
+    }
+    keg_metrics_family(f, "kegfs_meta_errors_total", "counter",
+                       "metadata requests that failed in the engine (unreachable, corrupt, "
+                       "out of memory; not answers such as ENOENT), by op");
+    for (int i = 0; i < KEG_META_OP_N; i++) {
+        snprintf(lab, sizeof(lab), "volume=\"%s\",op=\"%s\"", vol, keg_meta_op_name(i));
+        keg_metrics_sample_u64(f, "kegfs_meta_errors_total", lab,
+                               __atomic_load_n(&st[i].errors, __ATOMIC_RELAXED));
+    }
+    keg_metrics_family(f, "kegfs_meta_request_duration_seconds", "histogram",
+                       "metadata engine request latency, by op");
+    for (int i = 0; i < KEG_META_OP_N; i++) {
+        if (!__atomic_load_n(&st[i].latency.count, __ATOMIC_RELAXED))
+            continue;
+        snprintf(lab, sizeof(lab), "volume=\"%s\",op=\"%s\"", vol, keg_meta_op_name(i));
+        keg_metrics_hist_samples(f, "kegfs_meta_request_duration_seconds", lab,
+                                 &st[i].latency);
+    }
+}
+
+static void mm_render_bg(FILE *f, const char *vol)
+{
+    struct keg_fs_bg_stats b;
+    char lab[200];
+    keg_fs_bg_stats(mm_ctx.fs, &b);
+    mm_u64(f, "kegfs_compaction_queue_chunks", "gauge",
+           "chunks queued for compaction or being compacted", vol, b.compact_queued);
+    mm_u64(f, "kegfs_compaction_parked_chunks", "gauge",
+           "fragmented chunks parked until they are worth merging", vol, b.compact_parked);
+    mm_u64(f, "kegfs_compactions_total", "counter", "chunks compacted", vol, b.compact_done);
+    mm_u64(f, "kegfs_compactions_abandoned_total", "counter",
+           "compactions abandoned because the chunk changed meanwhile", vol,
+           b.compact_abandoned);
+    mm_u64(f, "kegfs_compaction_written_bytes_total", "counter",
+           "bytes written by compactions", vol, b.compact_bytes);
+    mm_u64(f, "kegfs_deletion_queue_inodes", "gauge",
+           "unlinked inodes waiting to be purged by this mount", vol, b.purge_queued);
+    mm_u64(f, "kegfs_deleted_slices_total", "counter",
+           "slices of the volume's deletion queue whose objects this mount deleted", vol,
+           b.deleted_slices);
+    if (b.has_session) {
+        snprintf(lab, sizeof(lab), "volume=\"%s\"", vol);
+        keg_metrics_family(f, "kegfs_session_heartbeat_age_seconds", "gauge",
+                           "time since the session's last successful heartbeat");
+        keg_metrics_sample(f, "kegfs_session_heartbeat_age_seconds", lab,
+                           (double)b.heartbeat_age_ns / 1e9);
+    }
+}
+
 static void mm_render(void *arg, FILE *f)
 {
     struct mm_ctx *c = arg;
     mm_render_fuse(f, c->volume);
+    mm_render_meta(f, c->volume);
     mm_render_store(f, c->volume);
     mm_render_layers(f, c->volume);
+    mm_render_bg(f, c->volume);
 }
 
 int mnt_metrics_start(const char *addr, const char *volume, struct keg_fs *fs)

@@ -199,6 +199,7 @@ int fs_drain_delq(struct keg_fs *fs, int max_batches)
                 return rc;
         }
         total += (int)nd;
+        __atomic_add_fetch(&fs->del_slices, nd, __ATOMIC_RELAXED);
         if (nd < (uint32_t)n || n < FS_DELQ_BATCH)
             break;          /* failures: try again next round; or queue drained */
     }
@@ -348,6 +349,8 @@ static void *hb_main(void *arg)
             int rc = keg_meta_session_heartbeat(fs->meta);
             if (rc < 0)
                 KEG_WARN("session heartbeat: %s", strerror(-rc));
+            else
+                __atomic_store_n(&fs->hb_last_ns, keg_mono_ns(), __ATOMIC_RELAXED);
             next_hb = now + hb_period;
         }
         if (now >= next_stale) {
@@ -611,6 +614,7 @@ int keg_fs_new(const struct keg_fs_conf *conf, struct keg_fs **out)
             goto fail4;
         }
         fs->has_session = 1;
+        __atomic_store_n(&fs->hb_last_ns, keg_mono_ns(), __ATOMIC_RELAXED);
         /* unlink/rename purge inside the op what is not open here (ns.c) */
         fs->meta->open_inodes = fs_inode_list;
         fs->meta->open_inodes_arg = fs;
@@ -714,6 +718,26 @@ void keg_fs_free(struct keg_fs *fs)
 const struct keg_format *keg_fs_format(struct keg_fs *fs)
 {
     return &fs->fmt;
+}
+
+int keg_fs_bg_stats(struct keg_fs *fs, struct keg_fs_bg_stats *st)
+{
+    memset(st, 0, sizeof(*st));
+    pthread_mutex_lock(&fs->cmp_mu);
+    st->compact_queued = fs->cmp_n;
+    st->compact_parked = fs->cmp_nparked;
+    st->compact_done = fs->cmp_done;
+    st->compact_abandoned = fs->cmp_again;
+    st->compact_bytes = fs->cmp_bytes;
+    pthread_mutex_unlock(&fs->cmp_mu);
+    pthread_mutex_lock(&fs->bg_mu);
+    st->purge_queued = fs->npurge;
+    pthread_mutex_unlock(&fs->bg_mu);
+    st->deleted_slices = __atomic_load_n(&fs->del_slices, __ATOMIC_RELAXED);
+    st->has_session = fs->has_session;
+    if (st->has_session)
+        st->heartbeat_age_ns = keg_mono_ns() - __atomic_load_n(&fs->hb_last_ns, __ATOMIC_RELAXED);
+    return 0;
 }
 
 struct keg_meta *keg_fs_meta(struct keg_fs *fs)

@@ -370,6 +370,9 @@ struct keg_fs {
     struct fs_waiter *waiters;      /* blocking lock waits (lock.c) */
     int               threads;      /* background threads running */
     pthread_t         hb_thr, del_thr;
+    int64_t           hb_last_ns;   /* keg_mono_ns() of the last successful heartbeat or of
+                                     * session_begin (atomic) */
+    uint64_t          del_slices;   /* slices deleted by fs_drain_delq (atomic) */
     pthread_mutex_t   del_mu;       /* one drainer of purges and deletions at a time */
 
     /* upload pipeline (file.c) */

@@ -25,7 +25,8 @@
  * by the "{NS}n" announcements that dset publishes (meta_redis_names.c), and
  * answers those lookups (the first half of every create) without a request.
  *
- * Connections: a pool of at most MR_POOL_MAX blocking hiredis contexts
+ * Connections (meta_redis_conn.c; META_URL parsing: meta_redis_url.c): a pool
+ * of at most MR_POOL_MAX blocking hiredis contexts
  * (mutex + condvar), each with a connect and a command timeout.  A context
  * that failed is freed; the next user dials a new one (through the sentinels
  * for redis+sentinel://, which is how a failover is followed).  Before an idle
@@ -76,6 +77,7 @@
 #include "keg/meta.h"
 #include "keg/retry.h"
 #include "keg/url.h"
+#include "meta_redis_conn_i.h"
 #include "meta_redis_i.h"
 #include "meta_redis_lua_i.h"
 #include "meta_redis_names_i.h"
@@ -89,47 +91,11 @@ _Static_assert(EPERM == 1 && ENOENT == 2 && EIO == 5 && EAGAIN == 11 && EBUSY ==
                "Lua scripts hard-code Linux errno values");
 _Static_assert(F_RDLCK == 0 && F_WRLCK == 1 && F_UNLCK == 2, "Lua scripts hard-code lock types");
 
-#define MR_POOL_MAX      8
-#define MR_CONNECT_MS    5000       /* connect timeout */
-#define MR_COMMAND_MS    5000       /* per-command timeout */
-#define MR_RETRY_MS      10000      /* total time spent retrying one call */
-#define MR_ATTR_LEN      88         /* packed attribute record */
-#define MR_ATTR_LEN_OLD  80         /* the same without alloc (older versions) */
-#define MR_REC           24         /* packed slice record */
-#define MR_DIRENT_LEN    10         /* packed directory entry value */
-#define MR_READDIR_PAGE  512        /* entries per readdir script call */
-#define MR_CLEAN_BATCH   100        /* locks / pending inodes per cleanup script call */
-#define MR_MAXARGS       24
-#define MR_NS_DEFAULT    "kegfs"
-#define MR_NS_MAX        64
-#define MR_SPIN_US       50         /* default busy-poll for a reply (spin=) */
-#define MR_SPIN_MAX_US   10000      /* largest spin= accepted */
-#define MR_DIRCACHE_MAX  10000000   /* largest dircache= accepted */
-#define MR_SPIN_PROBE    16         /* every 16th reply is waited for the other way */
-#define MR_PREFETCH_MIN  2          /* smallest inode batch a mknod reserves */
-#define MR_PREFETCH_MAX  100000     /* largest inode batch a mknod reserves */
-
-enum mr_kind { MR_TCP, MR_UNIX, MR_SENTINEL };
-
-/* Kinds of repeated error lines, each logged at most once per MR_LOG_EVERY_NS. */
-enum mr_lim { LIM_OOM, LIM_CMD_ERR, LIM_SCRIPT_ERR, LIM_N };
-#define MR_LOG_EVERY_NS 1000000000LL
-
-struct mr_ratelim {
-    int64_t  last_ns;       /* monotonic time of the last line logged (0: never) */
-    uint32_t suppressed;    /* lines dropped since */
-};
 
 /*----------------------------------------------------------------------------
  * Scripts
  *--------------------------------------------------------------------------*/
 
-enum mr_script {
-    S_LOOKUP, S_MKNOD, S_LINK, S_UNLINK, S_RMDIR, S_RENAME, S_SETATTR, S_READDIR, S_READLINK,
-    S_PURGE, S_WRITE, S_TRUNCATE, S_COMPACT, S_XGET, S_XSET, S_XLIST, S_XREMOVE, S_FLOCK,
-    S_GETLK, S_SETLK, S_FORMAT, S_ALLOC, S_SESS_BEGIN, S_SESS_BEAT, S_SESS_LIST, S_SESS_CLEAN,
-    S_DELQ_PEEK, S_NEXT_CHUNK, S_NSCRIPTS
-};
 
 struct mr_script_def {
     const char *name;
@@ -177,526 +143,6 @@ static const struct mr_script_def mr_scripts[S_NSCRIPTS] = {
     [S_NEXT_CHUNK] = {"next_chunk", RO(MR_LUA_NEXT_CHUNK), 1},
 };
 
-/*----------------------------------------------------------------------------
- * Instance
- *--------------------------------------------------------------------------*/
-
-struct mr_priv {
-    /* set by open, read-only afterwards */
-    enum mr_kind kind;
-    char   *host;                   /* TCP host (not for sentinel) */
-    int     port;
-    char   *sock;                   /* unix socket path */
-    char   *user;                   /* AUTH user ("" = default) */
-    char   *password;               /* AUTH password ("" = none); never logged */
-    int     db;                     /* SELECT db */
-    char   *prefix;                 /* "{NS}" */
-    char  **sentinels;              /* "host:port" of each sentinel */
-    int     nsentinels;
-    char   *master;                 /* sentinel master name */
-    int     spin_us;                /* busy-poll a reply this long before blocking (0: never) */
-    int     spin_slots;             /* threads allowed to busy-poll at once */
-    uint32_t names_cap;             /* dircache=: names cached at most (0: no name cache) */
-    char   *src[S_NSCRIPTS];        /* text of each script (mr_build_scripts) */
-    char    sha[S_NSCRIPTS][41];    /* SHA1 of each script (the server computes it) */
-    int     inited;
-
-    pthread_mutex_t lock;
-    pthread_cond_t  cond;           /* a context was returned or closed */
-    redisContext   *idle[MR_POOL_MAX];  /* protected by lock */
-    int             nidle;          /* protected by lock */
-    int             nopen;          /* contexts alive incl. those in use; protected by lock */
-    char            addr[300];      /* address last dialled, for logs; protected by lock */
-    uint64_t        addr_gen;       /* bumped when addr changes; written under lock, atomic */
-    struct mr_names *names;         /* directory name cache of a session (NULL: none) */
-    int             good_sentinel;  /* index of the sentinel that answered last; protected by lock */
-    uint64_t        sid;            /* session id or 0; atomic access */
-    int             spinners;       /* threads busy-polling now; atomic access */
-    uint32_t        spin_calls;     /* replies waited for; atomic access */
-    int64_t         wait_ns[2];     /* average reply wait [0] blocking, [1] spinning; atomic */
-    uint64_t        pre_first;      /* inode numbers reserved by a mknod, not handed out yet: */
-    uint32_t        pre_n;          /*   pre_first .. +pre_n; protected by lock */
-    uint32_t        ino_batch;      /* size of the last inode alloc_ids (0: none yet); lock */
-    int             pre_busy;       /* a mknod is reserving the next batch; lock */
-    struct mr_ratelim lim[LIM_N];   /* protected by lock */
-    int             vol_seen;       /* the format key was read: the volume exists; atomic */
-    int             gone;           /* ... and its format key vanished since; atomic */
-    int64_t         gone_checked;   /* keg_mono_ns of the last check of it; atomic */
-};
-
-#define PRIV(m) ((struct mr_priv *)(m)->priv)
-
-static uint64_t mr_sid(struct mr_priv *p)
-{
-    return __atomic_load_n(&p->sid, __ATOMIC_ACQUIRE);
-}
-
-static void mr_addr(struct mr_priv *p, char *buf, size_t len)
-{
-    pthread_mutex_lock(&p->lock);
-    snprintf(buf, len, "%s", p->addr);
-    pthread_mutex_unlock(&p->lock);
-}
-
-/* Records the address being dialled; returns its generation, which changes
- * whenever the address does (a failover: the name cache drops its sets). */
-static uint64_t mr_set_addr(struct mr_priv *p, const char *host, int port, const char *sock)
-{
-    char a[sizeof(p->addr)];
-    if (sock)
-        snprintf(a, sizeof(a), "unix:%s", sock);
-    else if (strchr(host, ':'))
-        snprintf(a, sizeof(a), "[%s]:%d", host, port);
-    else
-        snprintf(a, sizeof(a), "%s:%d", host, port);
-    pthread_mutex_lock(&p->lock);
-    if (strcmp(a, p->addr) != 0) {
-        memcpy(p->addr, a, sizeof(a));
-        __atomic_add_fetch(&p->addr_gen, 1, __ATOMIC_RELEASE);
-    }
-    uint64_t gen = p->addr_gen;
-    pthread_mutex_unlock(&p->lock);
-    return gen;
-}
-
-/* 1 when a line of kind k may be logged now (then *suppressed = lines dropped
- * since the previous one, which the line should mention), 0 to drop it.
- * LOCKS: takes p->lock. */
-static int mr_log_ok(struct mr_priv *p, enum mr_lim k, uint32_t *suppressed)
-{
-    int64_t now = keg_mono_ns();
-    int ok = 0;
-    pthread_mutex_lock(&p->lock);
-    struct mr_ratelim *l = &p->lim[k];
-    if (l->last_ns == 0 || now - l->last_ns >= MR_LOG_EVERY_NS) {
-        *suppressed = l->suppressed;
-        l->suppressed = 0;
-        l->last_ns = now;
-        ok = 1;
-    } else {
-        l->suppressed++;
-    }
-    pthread_mutex_unlock(&p->lock);
-    return ok;
-}
-
-static struct timeval mr_tv(int ms)
-{
-    struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
-    return tv;
-}
-
-/*----------------------------------------------------------------------------
- * Dialling
- *--------------------------------------------------------------------------*/
-
-/* -ECONNREFUSED for a refused connection, else -EIO. */
-static int mr_dial_err(const redisContext *c)
-{
-    if (c->err == REDIS_ERR_IO && strstr(c->errstr, "refused"))
-        return -ECONNREFUSED;
-    return -EIO;
-}
-
-/* Connects to one server and authenticates.  *why gets a static-or-context
- * reason on failure (copied into whybuf).
- * OWNERSHIP: returns a context the caller frees with redisFree(), or NULL. */
-static redisContext *mr_dial(const char *host, int port, const char *sock, const char *user,
-                             const char *password, int *rc, char *whybuf, size_t whylen)
-{
-    redisContext *c = sock ? redisConnectUnixWithTimeout(sock, mr_tv(MR_CONNECT_MS))
-                           : redisConnectWithTimeout(host, port, mr_tv(MR_CONNECT_MS));
-    *rc = 0;
-    if (!c) {
-        *rc = -ENOMEM;
-        snprintf(whybuf, whylen, "out of memory");
-        return NULL;
-    }
-    if (c->err) {
-        *rc = mr_dial_err(c);
-        snprintf(whybuf, whylen, "%s", c->errstr);
-        redisFree(c);
-        return NULL;
-    }
-    redisSetTimeout(c, mr_tv(MR_COMMAND_MS));
-    if (!sock)
-        redisEnableKeepAlive(c);
-    if (password && *password) {
-        redisReply *r = (user && *user) ? redisCommand(c, "AUTH %s %s", user, password)
-                                        : redisCommand(c, "AUTH %s", password);
-        if (!r || r->type == REDIS_REPLY_ERROR) {
-            /* the server's message never contains the password */
-            snprintf(whybuf, whylen, "authentication failed: %s",
-                     r ? r->str : c->errstr);
-            *rc = r ? -EACCES : -EIO;
-            if (r)
-                freeReplyObject(r);
-            redisFree(c);
-            return NULL;
-        }
-        freeReplyObject(r);
-    }
-    return c;
-}
-
-/* Asks the sentinels for the master's address.  Returns 0 or -errno. */
-static int mr_sentinel_master(struct mr_priv *p, char *host, size_t hlen, int *port,
-                              char *why, size_t whylen)
-{
-    int rc = -EIO;
-    pthread_mutex_lock(&p->lock);
-    int first = p->good_sentinel;
-    pthread_mutex_unlock(&p->lock);
-    for (int k = 0; k < p->nsentinels; k++) {
-        int i = (first + k) % p->nsentinels;
-        char sh[256];
-        int sport = 26379;
-        const char *s = p->sentinels[i];
-        const char *colon = strrchr(s, ':');
-        size_t n = colon ? (size_t)(colon - s) : strlen(s);
-        if (n >= sizeof(sh))
-            continue;
-        memcpy(sh, s, n);
-        sh[n] = '\0';
-        if (colon)
-            sport = (int)strtol(colon + 1, NULL, 10);
-        redisContext *c = mr_dial(sh, sport, NULL, NULL, NULL, &rc, why, whylen);
-        if (!c) {
-            KEG_WARN("sentinel %s: %s", s, why);
-            continue;
-        }
-        if (p->password[0]) {
-            /* sentinels may or may not require the password: try it */
-            redisReply *a = redisCommand(c, "AUTH %s", p->password);
-            if (a)
-                freeReplyObject(a);
-        }
-        redisReply *r = redisCommand(c, "SENTINEL get-master-addr-by-name %s", p->master);
-        if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-            r->element[0]->type == REDIS_REPLY_STRING && r->element[0]->len < hlen) {
-            snprintf(host, hlen, "%s", r->element[0]->str);
-            *port = (int)strtol(r->element[1]->str ? r->element[1]->str : "0", NULL, 10);
-            freeReplyObject(r);
-            redisFree(c);
-            pthread_mutex_lock(&p->lock);
-            p->good_sentinel = i;
-            pthread_mutex_unlock(&p->lock);
-            return 0;
-        }
-        snprintf(why, whylen, "sentinel %s does not know master '%s'%s%s", s, p->master,
-                 r && r->type == REDIS_REPLY_ERROR ? ": " : "",
-                 r && r->type == REDIS_REPLY_ERROR ? r->str : "");
-        KEG_WARN("%s", why);
-        rc = -EIO;
-        if (r)
-            freeReplyObject(r);
-        redisFree(c);
-    }
-    return rc;
-}
-
-/* Opens a new context to the (current) master, authenticated, db selected.
- * OWNERSHIP: *out is freed with redisFree().  Returns 0 or -errno. */
-static int mr_connect(struct mr_priv *p, redisContext **out, uint64_t *gen, char *why,
-                      size_t whylen)
-{
-    char host[256];
-    int port = p->port, rc;
-    *out = NULL;
-    if (p->kind == MR_SENTINEL) {
-        rc = mr_sentinel_master(p, host, sizeof(host), &port, why, whylen);
-        if (rc)
-            return rc;
-    } else if (p->kind == MR_TCP) {
-        snprintf(host, sizeof(host), "%s", p->host);
-    }
-    uint64_t g = mr_set_addr(p, host, port, p->kind == MR_UNIX ? p->sock : NULL);
-    if (gen)
-        *gen = g;
-    redisContext *c = mr_dial(host, port, p->kind == MR_UNIX ? p->sock : NULL, p->user,
-                              p->password, &rc, why, whylen);
-    if (!c)
-        return rc;
-    if (p->db) {
-        redisReply *r = redisCommand(c, "SELECT %d", p->db);
-        if (!r || r->type == REDIS_REPLY_ERROR) {
-            snprintf(why, whylen, "SELECT %d failed: %s", p->db, r ? r->str : c->errstr);
-            rc = r ? -EINVAL : -EIO;
-            goto fail;
-        }
-        freeReplyObject(r);
-    }
-    /* "kegfs-NS" in CLIENT LIST shows which volume a connection serves */
-    redisReply *nr = redisCommand(c, "CLIENT SETNAME kegfs-%b", p->prefix + 1,
-                                  strlen(p->prefix) - 2);
-    if (!nr) {
-        snprintf(why, whylen, "%s", c->errstr);
-        rc = -EIO;
-        goto fail;
-    }
-    freeReplyObject(nr);
-    if (p->kind == MR_SENTINEL) {
-        redisReply *r = redisCommand(c, "ROLE");
-        int master = r && r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
-                     r->element[0]->type == REDIS_REPLY_STRING &&
-                     strcmp(r->element[0]->str, "master") == 0;
-        if (r)
-            freeReplyObject(r);
-        if (!master) {
-            snprintf(why, whylen, "the server named by the sentinels is not a master (yet)");
-            rc = -EAGAIN;
-            redisFree(c);
-            return rc;
-        }
-    }
-    *out = c;
-    return 0;
-fail:
-    redisFree(c);
-    return rc;
-}
-
-/*----------------------------------------------------------------------------
- * Pool
- *--------------------------------------------------------------------------*/
-
-/* 1 if an idle context still looks usable: nothing may be readable on it
- * (a server that closed it makes it readable with EOF). */
-static int mr_alive(redisContext *c)
-{
-    if (c->err)
-        return 0;
-    struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
-    int n = poll(&pfd, 1, 0);
-    return n == 0;
-}
-
-/* Takes a context from the pool or dials a new one.
- * OWNERSHIP: give it back with mr_put().  Returns 0 or -errno (*why set).
- * LOCKS: takes p->lock (not across dialling). */
-static int mr_get(struct mr_priv *p, redisContext **out, char *why, size_t whylen)
-{
-    redisContext *c = NULL;
-    *out = NULL;
-    pthread_mutex_lock(&p->lock);
-    for (;;) {
-        if (p->nidle > 0) {
-            c = p->idle[--p->nidle];
-            if (mr_alive(c))
-                break;
-            redisFree(c);
-            c = NULL;
-            p->nopen--;
-            continue;
-        }
-        if (p->nopen < MR_POOL_MAX) {
-            p->nopen++;
-            break;
-        }
-        pthread_cond_wait(&p->cond, &p->lock);
-    }
-    pthread_mutex_unlock(&p->lock);
-    if (c) {
-        *out = c;
-        return 0;
-    }
-    int rc = mr_connect(p, &c, NULL, why, whylen);
-    if (rc) {
-        pthread_mutex_lock(&p->lock);
-        p->nopen--;
-        pthread_cond_signal(&p->cond);
-        pthread_mutex_unlock(&p->lock);
-        return rc;
-    }
-    *out = c;
-    return 0;
-}
-
-/* TAKES: c.  broken: the context failed and is closed instead of pooled. */
-static void mr_put(struct mr_priv *p, redisContext *c, int broken)
-{
-    if (broken || c->err) {
-        redisFree(c);
-        pthread_mutex_lock(&p->lock);
-        p->nopen--;
-    } else {
-        pthread_mutex_lock(&p->lock);
-        KEG_ASSERT(p->nidle < MR_POOL_MAX);
-        p->idle[p->nidle++] = c;
-    }
-    pthread_cond_signal(&p->cond);
-    pthread_mutex_unlock(&p->lock);
-}
-
-/*----------------------------------------------------------------------------
- * Commands
- *--------------------------------------------------------------------------*/
-
-/* Error replies after which the command certainly did not run. */
-static int mr_err_transient(const redisReply *r)
-{
-    static const char *const pfx[] = {"LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN", "READONLY",
-                                      "CLUSTERDOWN", NULL};
-    for (int i = 0; pfx[i]; i++)
-        if (strncmp(r->str, pfx[i], strlen(pfx[i])) == 0)
-            return 1;
-    return 0;
-}
-
-/* Busy-polls c's socket for up to p->spin_us microseconds, until the reply
- * (or EOF, or an error) is readable, so that the caller's read finds it at
- * once instead of sleeping in read() and paying the wake-up of an idle vCPU
- * (docs/redis.md, spin=).  It only peeks: whatever it sees is left for
- * redisGetReply, which keeps every timeout and error path of a plain read.
- * Between peeks it yields the CPU, so that a Redis server (or anything else)
- * waiting for this CPU runs at once.  Returns 1 if it spun, 0 if it could not
- * get one of the p->spin_slots spinner slots (then the caller just blocks). */
-static int mr_spin(struct mr_priv *p, redisContext *c)
-{
-    if (__atomic_add_fetch(&p->spinners, 1, __ATOMIC_ACQ_REL) > p->spin_slots) {
-        __atomic_sub_fetch(&p->spinners, 1, __ATOMIC_ACQ_REL);
-        return 0;
-    }
-    int64_t end = keg_mono_ns() + (int64_t)p->spin_us * 1000;
-    for (;;) {
-        char b;
-        ssize_t n = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-        if (n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
-            break;      /* data, EOF or an error: redisGetReply handles each */
-        sched_yield();
-        if (keg_mono_ns() >= end)
-            break;
-    }
-    __atomic_sub_fetch(&p->spinners, 1, __ATOMIC_ACQ_REL);
-    return 1;
-}
-
-/* Whether to spin for this reply.  Spinning wins when idle vCPUs halt (a
- * blocked reader pays the wake-up) and loses when the CPUs are busy anyway
- * (the spinner competes with the server for a CPU), so both ways are timed:
- * the way that had the lower average wait is used, and every MR_SPIN_PROBE-th
- * call tries the other one to keep its average current.  The averages are
- * updated without locks; a lost update only delays the choice. */
-static int mr_spin_choose(struct mr_priv *p)
-{
-    if (p->spin_us <= 0)
-        return 0;
-    uint32_t n = __atomic_fetch_add(&p->spin_calls, 1, __ATOMIC_RELAXED);
-    int64_t ws = __atomic_load_n(&p->wait_ns[1], __ATOMIC_RELAXED);
-    int64_t wb = __atomic_load_n(&p->wait_ns[0], __ATOMIC_RELAXED);
-    int spin = ws <= wb;
-    return n % MR_SPIN_PROBE == 0 ? !spin : spin;
-}
-
-/* Adds one reply wait (ns, capped: a slow script says nothing about wake-ups)
- * to the average of its way (1: spun, 0: blocked). */
-static void mr_spin_note(struct mr_priv *p, int spun, int64_t ns)
-{
-    int64_t cap = 1000000;
-    int64_t old = __atomic_load_n(&p->wait_ns[spun], __ATOMIC_RELAXED);
-    int64_t x = ns < cap ? ns : cap;
-    __atomic_store_n(&p->wait_ns[spun], old + (x - old) / 8, __ATOMIC_RELAXED);
-}
-
-/* Sends one command and reads its reply.  *sent = 1 once the whole request
- * went out (from then on the server may have run it). */
-static int mr_roundtrip(struct mr_priv *p, redisContext *c, int argc, const char **argv,
-                        const size_t *lens, redisReply **out, int *sent, char *why,
-                        size_t whylen)
-{
-    int done = 0;
-    void *r = NULL;
-    *sent = 0;
-    *out = NULL;
-    if (redisAppendCommandArgv(c, argc, argv, lens) != REDIS_OK) {
-        snprintf(why, whylen, "%s", c->err ? c->errstr : "out of memory");
-        return c->err ? -EIO : -ENOMEM;
-    }
-    while (!done) {
-        if (redisBufferWrite(c, &done) != REDIS_OK) {
-            snprintf(why, whylen, "send: %s", c->errstr);
-            return -EIO;
-        }
-    }
-    *sent = 1;
-    int64_t t0 = 0;
-    int spun = -1;
-    if (mr_spin_choose(p)) {
-        t0 = keg_mono_ns();
-        spun = mr_spin(p, c);
-    } else if (p->spin_us > 0) {
-        t0 = keg_mono_ns();
-        spun = 0;
-    }
-    if (redisGetReply(c, &r) != REDIS_OK || !r) {
-        snprintf(why, whylen, "reply: %s", c->err ? c->errstr : "none");
-        return -EIO;
-    }
-    if (spun >= 0)
-        mr_spin_note(p, spun, keg_mono_ns() - t0);
-    *out = r;
-    return 0;
-}
-
-/* Runs one command with bounded retries (see DESIGN).  idem: may be repeated
- * when the reply was lost.  Error replies other than the transient ones are
- * returned to the caller as replies.
- * OWNERSHIP: caller frees *out with freeReplyObject().  Returns 0 or -errno. */
-static int mr_exec(struct mr_priv *p, int argc, const char **argv, const size_t *lens, int idem,
-                   const char *what, redisReply **out)
-{
-    int64_t deadline = keg_mono_ns() + (int64_t)MR_RETRY_MS * 1000000;
-    int backoff = 10, rc;
-    char why[256] = "";
-    *out = NULL;
-    for (;;) {
-        redisContext *c;
-        redisReply *r = NULL;
-        int sent = 0;
-        rc = mr_get(p, &c, why, sizeof(why));
-        if (rc == 0) {
-            rc = mr_roundtrip(p, c, argc, argv, lens, &r, &sent, why, sizeof(why));
-            if (rc == 0 && r->type == REDIS_REPLY_ERROR && mr_err_transient(r)) {
-                snprintf(why, sizeof(why), "%s", r->str);
-                /* a replica after failover answers READONLY: re-ask the sentinels */
-                mr_put(p, c, strncmp(r->str, "READONLY", 8) == 0);
-                freeReplyObject(r);
-                rc = -EAGAIN;
-                sent = 0;
-            } else if (rc == 0) {
-                mr_put(p, c, 0);
-                *out = r;
-                return 0;
-            } else {
-                mr_put(p, c, 1);
-                if (rc == -ENOMEM)
-                    return rc;
-                if (sent && !idem) {
-                    char addr[300];
-                    mr_addr(p, addr, sizeof(addr));
-                    KEG_ERR("%s: redis %s: %s; not repeated (it may or may not have been "
-                            "applied)", what, addr, why);
-                    return -EIO;
-                }
-            }
-        } else if (rc == -EACCES || rc == -EINVAL || rc == -ENOMEM) {
-            char addr[300];
-            mr_addr(p, addr, sizeof(addr));
-            KEG_ERR("%s: redis %s: %s", what, addr, why);
-            return rc;
-        }
-        if (keg_mono_ns() + (int64_t)backoff * 1000000 > deadline) {
-            char addr[300];
-            mr_addr(p, addr, sizeof(addr));
-            KEG_ERR("%s: redis %s unavailable for %d s: %s", what, addr, MR_RETRY_MS / 1000,
-                    why);
-            return -EIO;
-        }
-        KEG_DEBUG("%s: %s; retrying in %d ms", what, why, backoff);
-        keg_sleep_ms((uint64_t)backoff);
-        backoff = (int)keg_backoff_ms(1, (uint64_t)backoff, 500);
-    }
-}
 
 /*----------------------------------------------------------------------------
  * A volume whose keys vanished
@@ -1158,277 +604,9 @@ static size_t mr_key(const struct mr_priv *p, char *buf, size_t len, char tag, u
 /* Inode numbers and slice ids must stay exact as Lua doubles. */
 #define MR_ID_MAX (1ULL << 53)
 
-static int mr_check_name(const char *name)
-{
-    if (!name || !*name || strchr(name, '/'))
-        return -EINVAL;
-    if (strlen(name) > KEG_NAME_MAX)
-        return -ENAMETOOLONG;
-    return 0;
-}
-
-static int mr_check_xname(const char *name)
-{
-    if (!name || !*name)
-        return -EINVAL;
-    return strlen(name) > KEG_XATTR_NAME_MAX ? -ERANGE : 0;
-}
-
 /*----------------------------------------------------------------------------
- * URL parsing, open, close
+ * Open, close
  *--------------------------------------------------------------------------*/
-
-static int mr_ns_valid(const char *ns)
-{
-    size_t n = strlen(ns);
-    if (n == 0 || n > MR_NS_MAX)
-        return 0;
-    for (size_t i = 0; i < n; i++) {
-        char c = ns[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '-' || c == '_' || c == '.' || c == ':'))
-            return 0;
-    }
-    return 1;
-}
-
-static int mr_parse_db(const char *s, int *db)
-{
-    char *end;
-    if (!*s)
-        return -EINVAL;
-    long v = strtol(s, &end, 10);
-    if (*end || v < 0 || v > 1000000)
-        return -EINVAL;
-    *db = (int)v;
-    return 0;
-}
-
-static int mr_parse_spin(const char *s, int *us)
-{
-    char *end;
-    if (!*s)
-        return -EINVAL;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (*end || errno || v < 0 || v > MR_SPIN_MAX_US)
-        return -EINVAL;
-    *us = (int)v;
-    return 0;
-}
-
-/* Parses the query string (ns=, db=, spin=, dircache=).  An unknown parameter is an
- * error (-EINVAL, logged). */
-static int mr_parse_query(struct mr_priv *p, const char *query, const char *red, char **ns)
-{
-    char *q = keg_strdup(query);
-    int rc = 0;
-    if (!q)
-        return -ENOMEM;
-    for (char *s = q; s && *s;) {
-        char *amp = strchr(s, '&');
-        if (amp)
-            *amp = '\0';
-        char *eq = strchr(s, '=');
-        const char *val = eq ? eq + 1 : "";
-        if (eq)
-            *eq = '\0';
-        if (strcmp(s, "ns") == 0) {
-            keg_free(*ns);
-            *ns = keg_strdup(val);
-            if (!*ns) {
-                rc = -ENOMEM;
-                break;
-            }
-            if (keg_url_unescape(*ns) || !mr_ns_valid(*ns)) {
-                KEG_ERR("META_URL %s: ns must be 1-%d characters of [A-Za-z0-9._:-]", red,
-                        MR_NS_MAX);
-                rc = -EINVAL;
-                break;
-            }
-        } else if (strcmp(s, "db") == 0) {
-            if (mr_parse_db(val, &p->db)) {
-                KEG_ERR("META_URL %s: db must be a number", red);
-                rc = -EINVAL;
-                break;
-            }
-        } else if (strcmp(s, "spin") == 0) {
-            if (mr_parse_spin(val, &p->spin_us)) {
-                KEG_ERR("META_URL %s: spin must be a number of microseconds 0-%d "
-                        "(how long to busy-poll for a reply; 0: never)", red, MR_SPIN_MAX_US);
-                rc = -EINVAL;
-                break;
-            }
-        } else if (strcmp(s, "dircache") == 0) {
-            char *end;
-            errno = 0;
-            long long v = *val ? strtoll(val, &end, 10) : -1;
-            if (!*val || *end || errno || v < 0 || v > MR_DIRCACHE_MAX) {
-                KEG_ERR("META_URL %s: dircache must be a number of names 0-%d "
-                        "(names of directories cached to answer lookups; 0: none)", red,
-                        MR_DIRCACHE_MAX);
-                rc = -EINVAL;
-                break;
-            }
-            p->names_cap = (uint32_t)v;
-        } else if (*s) {
-            /* Refused, not ignored: a misspelt ns= would otherwise format or mount
-             * the default namespace, which may be another volume. */
-            KEG_ERR("META_URL %s: unknown parameter '%s' (known: ns, db, spin, dircache)",
-                    red, s);
-            rc = -EINVAL;
-            break;
-        } else if (eq) {
-            KEG_ERR("META_URL %s: a parameter without a name ('=%s')", red, val);
-            rc = -EINVAL;
-            break;
-        }
-        s = amp ? amp + 1 : NULL;
-    }
-    keg_free(q);
-    return rc;
-}
-
-static int mr_parse_url(struct mr_priv *p, const char *url, const char *red)
-{
-    struct keg_url u;
-    const char *why = NULL;
-    char *ns = NULL;
-    int rc = keg_url_parse(url, &u, &why);
-    if (rc) {
-        KEG_ERR("malformed META_URL %s: %s", red, why ? why : "?");
-        return rc == -ENOMEM ? rc : -EINVAL;
-    }
-    const char *path = u.path;
-    if (strcmp(u.scheme, "rediss") == 0) {
-        KEG_ERR("META_URL %s: rediss:// needs hiredis with TLS; use stunnel (redis:// to a "
-                "local stunnel that wraps the TLS connection)", red);
-        rc = -EINVAL;
-        goto out;
-    } else if (strcmp(u.scheme, "redis") == 0) {
-        p->kind = MR_TCP;
-        if (!u.host[0] || strchr(u.host, ',')) {
-            KEG_ERR("META_URL %s: expected redis://[[user]:password@]host[:port][/db][?ns=NAME]",
-                    red);
-            rc = -EINVAL;
-            goto out;
-        }
-        p->host = keg_strdup(u.host);
-        p->port = u.port ? u.port : 6379;
-    } else if (strcmp(u.scheme, "unix") == 0) {
-        p->kind = MR_UNIX;
-        if (u.host[0] || u.path[0] != '/' || u.path[1] == '\0') {
-            KEG_ERR("META_URL %s: expected unix:///path/to/redis.sock[?db=N&ns=NAME]", red);
-            rc = -EINVAL;
-            goto out;
-        }
-        p->sock = keg_strdup(u.path);
-        if (p->sock && keg_url_unescape(p->sock)) {
-            KEG_ERR("META_URL %s: bad %%-escape in the socket path", red);
-            rc = -EINVAL;
-            goto out;
-        }
-        path = "";
-    } else if (strcmp(u.scheme, "redis+sentinel") == 0) {
-        p->kind = MR_SENTINEL;
-        if (!u.host[0]) {
-            KEG_ERR("META_URL %s: expected redis+sentinel://[:password@]host1:26379,"
-                    "host2:26379/mastername[/db][?ns=NAME]", red);
-            rc = -EINVAL;
-            goto out;
-        }
-        /* host list "h1:p1,h2:p2" (a single host has its port split off) */
-        char *hosts = u.port ? keg_asprintf("%s:%d", u.host, u.port) : keg_strdup(u.host);
-        if (!hosts) {
-            rc = -ENOMEM;
-            goto out;
-        }
-        int n = 1;
-        for (const char *c = hosts; *c; c++)
-            n += *c == ',';
-        p->sentinels = keg_calloc((size_t)n, sizeof(char *));
-        for (char *s = hosts; p->sentinels && s;) {
-            char *comma = strchr(s, ',');
-            if (comma)
-                *comma = '\0';
-            if (*s)
-                p->sentinels[p->nsentinels++] = keg_strdup(s);
-            s = comma ? comma + 1 : NULL;
-        }
-        keg_free(hosts);
-        if (!p->sentinels) {
-            rc = -ENOMEM;
-            goto out;
-        }
-        for (int i = 0; i < p->nsentinels; i++)
-            if (!p->sentinels[i]) {
-                rc = -ENOMEM;
-                goto out;
-            }
-        /* path: /mastername[/db] */
-        const char *mn = u.path[0] == '/' ? u.path + 1 : u.path;
-        const char *sl = strchr(mn, '/');
-        size_t mlen = sl ? (size_t)(sl - mn) : strlen(mn);
-        if (mlen == 0 || p->nsentinels == 0) {
-            KEG_ERR("META_URL %s: the sentinel URL names no master "
-                    "(redis+sentinel://host1:26379,host2:26379/mastername)", red);
-            rc = -EINVAL;
-            goto out;
-        }
-        p->master = keg_strndup(mn, mlen);
-        path = sl ? sl : "";
-        p->port = 0;
-    } else {
-        KEG_ERR("META_URL %s: not a redis URL", red);
-        rc = -EINVAL;
-        goto out;
-    }
-    p->user = keg_strdup(u.user);
-    p->password = keg_strdup(u.password);
-    if ((p->kind == MR_TCP && !p->host) || (p->kind == MR_UNIX && !p->sock) ||
-        (p->kind == MR_SENTINEL && !p->master) || !p->user || !p->password) {
-        rc = -ENOMEM;
-        goto out;
-    }
-    /* path: "", "/" or "/db" */
-    if (path[0] == '/' && path[1]) {
-        if (mr_parse_db(path + 1, &p->db)) {
-            KEG_ERR("META_URL %s: the path must be a database number (/0 .. /15)", red);
-            rc = -EINVAL;
-            goto out;
-        }
-    }
-    p->spin_us = MR_SPIN_US;
-    p->names_cap = MR_NAMES_DEFAULT;
-    rc = mr_parse_query(p, u.query, red, &ns);
-    if (rc)
-        goto out;
-    p->prefix = keg_asprintf("{%s}", ns ? ns : MR_NS_DEFAULT);
-    if (!p->prefix)
-        rc = -ENOMEM;
-out:
-    keg_free(ns);
-    keg_url_free(&u);
-    return rc;
-}
-
-static void mr_free_conf(struct mr_priv *p)
-{
-    keg_free(p->host);
-    keg_free(p->sock);
-    keg_free(p->user);
-    if (p->password)
-        memset(p->password, 0, strlen(p->password));
-    keg_free(p->password);
-    keg_free(p->prefix);
-    for (int i = 0; i < p->nsentinels; i++)
-        keg_free(p->sentinels[i]);
-    keg_free(p->sentinels);
-    keg_free(p->master);
-    p->host = p->sock = p->user = p->password = p->prefix = p->master = NULL;
-    p->sentinels = NULL;
-    p->nsentinels = 0;
-}
 
 /* Reads maxmemory-policy through CONFIG GET, or INFO memory when CONFIG is
  * renamed away (managed services). */
@@ -1993,9 +1171,7 @@ static int mr_lookup(struct keg_meta *m, uint64_t parent, const char *name, stru
 {
     struct mr_args a = {0};
     redisReply *r;
-    int rc = mr_check_name(name);
-    if (rc)
-        return rc;
+    int rc;
     struct mr_priv *p = PRIV(m);
     uint64_t ticket;
     uint32_t want;
@@ -2082,23 +1258,11 @@ static int mr_mknod(struct keg_meta *m, uint64_t parent, const char *name, uint6
 {
     struct mr_args a = {0};
     keg_meta_parents_begin();
-    int rc = mr_check_name(name);
-    if (rc)
-        return rc;
-    switch (mode & S_IFMT) {
-    case S_IFREG: case S_IFDIR: case S_IFCHR: case S_IFBLK: case S_IFIFO: case S_IFSOCK:
+    int rc;
+    /* name, type, symlink target and ino > root: checked by keg_meta_mknod */
+    if (!S_ISLNK(mode))
         target = "";
-        break;
-    case S_IFLNK:
-        if (!target || !*target)
-            return -EINVAL;
-        if (strlen(target) > KEG_SYMLINK_MAX)
-            return -ENAMETOOLONG;
-        break;
-    default:
-        return -EINVAL;
-    }
-    if (ino <= KEG_ROOT_INO || ino >= MR_ID_MAX)
+    if (ino >= MR_ID_MAX)
         return -EINVAL;
     mr_arg_u64(&a, parent);
     mr_arg_str(&a, name);
@@ -2138,9 +1302,6 @@ static int mr_link(struct keg_meta *m, uint64_t ino, uint64_t newparent, const c
 {
     struct mr_args a = {0};
     keg_meta_parents_begin();
-    int rc = mr_check_name(newname);
-    if (rc)
-        return rc;
     mr_arg_u64(&a, ino);
     mr_arg_u64(&a, newparent);
     mr_arg_str(&a, newname);
@@ -2187,9 +1348,7 @@ static int mr_unlink(struct keg_meta *m, uint64_t parent, const char *name,
     struct mr_args a = {0};
     redisReply *r;
     keg_meta_parents_begin();
-    int rc = mr_check_name(name);
-    if (rc)
-        return rc;
+    int rc;
     char openset[KEG_META_OPEN_MAX * 21 + 2];
     mr_arg_u64(&a, parent);
     mr_arg_str(&a, name);
@@ -2209,9 +1368,7 @@ static int mr_rmdir(struct keg_meta *m, uint64_t parent, const char *name)
     struct mr_args a = {0};
     redisReply *r;
     keg_meta_parents_begin();
-    int rc = mr_check_name(name);
-    if (rc)
-        return rc;
+    int rc;
     mr_arg_u64(&a, parent);
     mr_arg_str(&a, name);
     rc = mr_eval(PRIV(m), S_RMDIR, &a, &r);
@@ -2230,14 +1387,7 @@ static int mr_rename(struct keg_meta *m, uint64_t parent, const char *name, uint
     struct keg_attr tmp;
     redisReply *r;
     keg_meta_parents_begin();
-    int rc = mr_check_name(name);
-    if (!rc)
-        rc = mr_check_name(newname);
-    if (rc)
-        return rc;
-    if ((flags & ~(KEG_RENAME_NOREPLACE | KEG_RENAME_EXCHANGE)) ||
-        ((flags & KEG_RENAME_NOREPLACE) && (flags & KEG_RENAME_EXCHANGE)))
-        return -EINVAL;
+    int rc;
     mr_arg_u64(&a, parent);
     mr_arg_str(&a, name);
     mr_arg_u64(&a, newparent);
@@ -2584,9 +1734,7 @@ static ssize_t mr_getxattr(struct keg_meta *m, uint64_t ino, const char *name, v
 {
     struct mr_args a = {0};
     redisReply *r;
-    int rc = mr_check_xname(name);
-    if (rc)
-        return rc;
+    int rc;
     mr_arg_u64(&a, ino);
     mr_arg_str(&a, name);
     rc = mr_eval(PRIV(m), S_XGET, &a, &r);
@@ -2600,14 +1748,8 @@ static int mr_setxattr(struct keg_meta *m, uint64_t ino, const char *name, const
 {
     struct mr_args a = {0};
     redisReply *r;
-    int rc = mr_check_xname(name);
-    if (rc)
-        return rc;
-    if (len > KEG_XATTR_SIZE_MAX)
-        return -E2BIG;
-    if ((flags & ~(XATTR_CREATE | XATTR_REPLACE)) ||
-        ((flags & XATTR_CREATE) && (flags & XATTR_REPLACE)))
-        return -EINVAL;
+    int rc;
+    /* name, size and flags: checked by keg_meta_setxattr */
     mr_arg_u64(&a, ino);
     mr_arg_str(&a, name);
     mr_arg_bin(&a, len ? val : "", len);
@@ -2650,9 +1792,7 @@ static int mr_removexattr(struct keg_meta *m, uint64_t ino, const char *name)
 {
     struct mr_args a = {0};
     redisReply *r;
-    int rc = mr_check_xname(name);
-    if (rc)
-        return rc;
+    int rc;
     mr_arg_u64(&a, ino);
     mr_arg_str(&a, name);
     rc = mr_eval(PRIV(m), S_XREMOVE, &a, &r);

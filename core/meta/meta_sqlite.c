@@ -815,15 +815,6 @@ static int sq_lost_last_link(struct keg_meta *m, struct sq_conn *c, struct keg_a
  * Name checks and directory entries
  *--------------------------------------------------------------------------*/
 
-static int sq_check_name(const char *name)
-{
-    if (!name || !*name || strchr(name, '/'))
-        return -EINVAL;
-    if (strlen(name) > KEG_NAME_MAX)
-        return -ENAMETOOLONG;
-    return 0;
-}
-
 /* The directory parent: 0, -ENOENT, -ENOTDIR. */
 static int sq_get_dir(struct sq_conn *c, uint64_t ino, struct keg_attr *a)
 {
@@ -1451,10 +1442,7 @@ static int sq_lookup_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
 static int sq_lookup(struct keg_meta *m, uint64_t parent, const char *name, struct keg_attr *out)
 {
     struct sq_ns_arg a = {.parent = parent, .name = name};
-    int rc = sq_check_name(name);
-    if (rc)
-        return rc;
-    rc = sq_txn(m, SQ_READ, sq_lookup_fn, &a);
+    int rc = sq_txn(m, SQ_READ, sq_lookup_fn, &a);
     if (rc == 0)
         *out = a.out;
     return rc;
@@ -1602,24 +1590,8 @@ static int sq_mknod(struct keg_meta *m, uint64_t parent, const char *name, uint6
     struct sq_ns_arg a = {.parent = parent, .name = name, .ino = ino, .mode = mode, .uid = uid,
                           .gid = gid, .rdev = rdev, .target = target};
     keg_meta_parents_begin();
-    int rc = sq_check_name(name);
-    if (rc)
-        return rc;
-    switch (mode & S_IFMT) {
-    case S_IFREG: case S_IFDIR: case S_IFCHR: case S_IFBLK: case S_IFIFO: case S_IFSOCK:
-        break;
-    case S_IFLNK:
-        if (!target || !*target)
-            return -EINVAL;
-        if (strlen(target) > KEG_SYMLINK_MAX)
-            return -ENAMETOOLONG;
-        break;
-    default:
-        return -EINVAL;
-    }
-    if (ino <= KEG_ROOT_INO)
-        return -EINVAL;
-    rc = sq_txn(m, SQ_WRITE, sq_mknod_fn, &a);
+    /* name, type, symlink target and ino > root: checked by keg_meta_mknod */
+    int rc = sq_txn(m, SQ_WRITE, sq_mknod_fn, &a);
     if (rc == 0) {
         *out = a.out;
         sq_note_parents(&a);
@@ -1669,10 +1641,7 @@ static int sq_link(struct keg_meta *m, uint64_t ino, uint64_t newparent, const c
 {
     struct sq_ns_arg a = {.ino = ino, .newparent = newparent, .newname = newname};
     keg_meta_parents_begin();
-    int rc = sq_check_name(newname);
-    if (rc)
-        return rc;
-    rc = sq_txn(m, SQ_WRITE, sq_link_fn, &a);
+    int rc = sq_txn(m, SQ_WRITE, sq_link_fn, &a);
     if (rc == 0) {
         *out = a.out;
         sq_note_parents(&a);
@@ -1715,11 +1684,8 @@ static int sq_unlink(struct keg_meta *m, uint64_t parent, const char *name,
 {
     struct sq_ns_arg a = {.parent = parent, .name = name};
     keg_meta_parents_begin();
-    int rc = sq_check_name(name);
-    if (rc)
-        return rc;
     a.nopen = keg_meta_open_set(m, sq_sid(m) != 0, a.open);
-    rc = sq_txn(m, SQ_WRITE, sq_unlink_fn, &a);
+    int rc = sq_txn(m, SQ_WRITE, sq_unlink_fn, &a);
     if (rc == 0 && gone)
         *gone = a.gone;
     if (rc == 0)
@@ -1761,10 +1727,7 @@ static int sq_rmdir(struct keg_meta *m, uint64_t parent, const char *name)
 {
     struct sq_ns_arg a = {.parent = parent, .name = name};
     keg_meta_parents_begin();
-    int rc = sq_check_name(name);
-    if (rc)
-        return rc;
-    rc = sq_txn(m, SQ_WRITE, sq_rmdir_fn, &a);
+    int rc = sq_txn(m, SQ_WRITE, sq_rmdir_fn, &a);
     if (rc == 0)
         sq_note_parents(&a);
     return rc;
@@ -1798,133 +1761,187 @@ static void sq_move_dir(struct keg_attr *d, struct keg_attr *op, struct keg_attr
     np->nlink++;
 }
 
-static int sq_rename_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
+/* The records one rename works on, through the steps of sq_rename_fn. */
+struct sq_rn {
+    struct keg_attr op;         /* the source parent */
+    struct keg_attr npa;        /* the target parent, when it is another directory */
+    struct keg_attr *np;        /* the target parent: &npa, or &op (one record) */
+    struct keg_attr src;        /* the inode moved */
+    struct keg_attr dst;        /* the inode at the target name (have_dst) */
+    int same_dir;
+    int have_dst;
+};
+
+/* Step 1: both parents, the source and what the target name holds. */
+static int sq_rn_load(struct sq_conn *c, const struct sq_ns_arg *a, struct sq_rn *r)
 {
-    struct sq_ns_arg *a = arg;
-    struct keg_attr op, npa, src, dst;
     uint64_t dino = 0;
     uint32_t dtype = 0;
-    int same_dir = a->parent == a->newparent;
-    struct keg_attr *np = same_dir ? &op : &npa;   /* one record when both are the same */
-    int rc;
-
-    memset(&a->gone, 0, sizeof(a->gone));
-    memset(&dst, 0, sizeof(dst));
-    a->npar = 0;
-    rc = sq_get_dir(c, a->parent, &op);
+    r->same_dir = a->parent == a->newparent;
+    r->np = r->same_dir ? &r->op : &r->npa;
+    int rc = sq_get_dir(c, a->parent, &r->op);
     if (rc)
         return rc;
-    if (!same_dir) {
-        rc = sq_get_dir(c, a->newparent, &npa);
+    if (!r->same_dir) {
+        rc = sq_get_dir(c, a->newparent, &r->npa);
         if (rc)
             return rc;
     }
-    rc = sq_lookup_attr(c, a->parent, a->name, &src);
+    rc = sq_lookup_attr(c, a->parent, a->name, &r->src);
     if (rc)
         return rc;
     rc = sq_get_entry(c, a->newparent, a->newname, &dino, &dtype);
     if (rc < 0)
         return rc;
-    int have_dst = rc == 1;
-    if (have_dst) {
-        rc = sq_get_inode(c, dino, &dst);
+    r->have_dst = rc == 1;
+    if (r->have_dst) {
+        rc = sq_get_inode(c, dino, &r->dst);
         if (rc)
             return rc == -ENOENT ? -EIO : rc;
     }
+    return 0;
+}
+
+/* Step 2: what the flags allow, and no directory moved inside itself.
+ * Returns 0, 1 (source and target are one inode: nothing to do) or -errno. */
+static int sq_rn_check(struct sq_conn *c, const struct sq_ns_arg *a, const struct sq_rn *r)
+{
+    int rc;
     if (a->flags & KEG_RENAME_EXCHANGE) {
-        if (!have_dst)
+        if (!r->have_dst)
             return -ENOENT;
-    } else if (have_dst && (a->flags & KEG_RENAME_NOREPLACE)) {
+    } else if (r->have_dst && (a->flags & KEG_RENAME_NOREPLACE)) {
         return -EEXIST;
     }
-    if (have_dst && dst.ino == src.ino) {
-        a->out = src;   /* hard links of one inode, or the same name: nothing to do */
-        return 0;
-    }
-    /* A directory must not end up inside itself. */
-    if (S_ISDIR(src.mode) && !same_dir) {
-        rc = sq_is_ancestor(c, src.ino, a->newparent);
+    if (r->have_dst && r->dst.ino == r->src.ino)
+        return 1;       /* hard links of one inode, or the same name */
+    if (S_ISDIR(r->src.mode) && !r->same_dir) {
+        rc = sq_is_ancestor(c, r->src.ino, a->newparent);
         if (rc)
             return rc < 0 ? rc : -EINVAL;
     }
-    if ((a->flags & KEG_RENAME_EXCHANGE) && S_ISDIR(dst.mode) && !same_dir) {
-        rc = sq_is_ancestor(c, dst.ino, a->parent);
+    if ((a->flags & KEG_RENAME_EXCHANGE) && S_ISDIR(r->dst.mode) && !r->same_dir) {
+        rc = sq_is_ancestor(c, r->dst.ino, a->parent);
         if (rc)
             return rc < 0 ? rc : -EINVAL;
     }
+    return 0;
+}
 
-    if (a->flags & KEG_RENAME_EXCHANGE) {
-        rc = sq_put_entry(c, a->parent, a->name, dst.ino, dst.mode);
-        if (!rc)
-            rc = sq_put_entry(c, a->newparent, a->newname, src.ino, src.mode);
-        if (rc)
-            return rc;
-        if (!same_dir) {
-            if (S_ISDIR(src.mode))
-                sq_move_dir(&src, &op, np);
-            if (S_ISDIR(dst.mode))
-                sq_move_dir(&dst, np, &op);
-        }
-        sq_now(&dst, 0, 1);
-        rc = sq_put_inode(c, &dst);
-        if (rc)
-            return rc;
-    } else {
-        if (have_dst) {
-            if (S_ISDIR(src.mode) && !S_ISDIR(dst.mode))
-                return -ENOTDIR;
-            if (!S_ISDIR(src.mode) && S_ISDIR(dst.mode))
-                return -EISDIR;
-            if (S_ISDIR(dst.mode)) {
-                rc = sq_dir_has_entries(c, dst.ino);
-                if (rc)
-                    return rc < 0 ? rc : -ENOTEMPTY;
-            }
-        }
-        rc = sq_del_entry(c, a->parent, a->name);
-        if (!rc)
-            rc = sq_put_entry(c, a->newparent, a->newname, src.ino, src.mode);
-        if (rc)
-            return rc;
-        if (have_dst) {
-            if (S_ISDIR(dst.mode)) {
-                /* the replaced empty directory goes at once */
-                if (np->nlink > 2)
-                    np->nlink--;
-                a->gone.ino = dst.ino;
-                a->gone.mode = dst.mode;
-                a->gone.size = dst.size;
-                a->gone.purged = 1;
-                rc = sq_purge_inode(c, &dst);
-            } else {
-                dst.nlink = dst.nlink ? dst.nlink - 1 : 0;
-                sq_now(&dst, 0, 1);
-                if (dst.nlink == 0)
-                    rc = sq_lost_last_link(m, c, &dst, a->nopen, a->open, &a->gone);
-                else
-                    rc = sq_put_inode(c, &dst);
-            }
-            if (rc)
-                return rc;
-        }
-        if (S_ISDIR(src.mode) && !same_dir)
-            sq_move_dir(&src, &op, np);
-    }
-    sq_now(&src, 0, 1);
-    rc = sq_put_inode(c, &src);
-    sq_now(&op, 1, 1);
+/* Step 3 (RENAME_EXCHANGE): the two names swap inodes. */
+static int sq_rn_exchange(struct sq_conn *c, const struct sq_ns_arg *a, struct sq_rn *r)
+{
+    int rc = sq_put_entry(c, a->parent, a->name, r->dst.ino, r->dst.mode);
     if (!rc)
-        rc = sq_put_inode(c, &op);
-    if (!rc && !same_dir) {
-        sq_now(np, 1, 1);
-        rc = sq_put_inode(c, np);
+        rc = sq_put_entry(c, a->newparent, a->newname, r->src.ino, r->src.mode);
+    if (rc)
+        return rc;
+    if (!r->same_dir) {
+        if (S_ISDIR(r->src.mode))
+            sq_move_dir(&r->src, &r->op, r->np);
+        if (S_ISDIR(r->dst.mode))
+            sq_move_dir(&r->dst, r->np, &r->op);
+    }
+    sq_now(&r->dst, 0, 1);
+    return sq_put_inode(c, &r->dst);
+}
+
+/* May src replace dst?  -ENOTDIR, -EISDIR (types differ), -ENOTEMPTY. */
+static int sq_rn_may_replace(struct sq_conn *c, const struct sq_rn *r)
+{
+    if (S_ISDIR(r->src.mode) && !S_ISDIR(r->dst.mode))
+        return -ENOTDIR;
+    if (!S_ISDIR(r->src.mode) && S_ISDIR(r->dst.mode))
+        return -EISDIR;
+    if (S_ISDIR(r->dst.mode)) {
+        int rc = sq_dir_has_entries(c, r->dst.ino);
+        if (rc)
+            return rc < 0 ? rc : -ENOTEMPTY;
+    }
+    return 0;
+}
+
+/* The replaced inode loses the target name: an (empty) directory goes at once,
+ * a file loses a link (its last: as for unlink, into a->gone). */
+static int sq_rn_drop_dst(struct keg_meta *m, struct sq_conn *c, struct sq_ns_arg *a,
+                          struct sq_rn *r)
+{
+    struct keg_attr *dst = &r->dst;
+    if (S_ISDIR(dst->mode)) {
+        if (r->np->nlink > 2)
+            r->np->nlink--;
+        a->gone.ino = dst->ino;
+        a->gone.mode = dst->mode;
+        a->gone.size = dst->size;
+        a->gone.purged = 1;
+        return sq_purge_inode(c, dst);
+    }
+    dst->nlink = dst->nlink ? dst->nlink - 1 : 0;
+    sq_now(dst, 0, 1);
+    if (dst->nlink == 0)
+        return sq_lost_last_link(m, c, dst, a->nopen, a->open, &a->gone);
+    return sq_put_inode(c, dst);
+}
+
+/* Step 3 (move, maybe replacing): the name moves, what it replaces is dropped. */
+static int sq_rn_move(struct keg_meta *m, struct sq_conn *c, struct sq_ns_arg *a,
+                      struct sq_rn *r)
+{
+    int rc = r->have_dst ? sq_rn_may_replace(c, r) : 0;
+    if (rc)
+        return rc;
+    rc = sq_del_entry(c, a->parent, a->name);
+    if (!rc)
+        rc = sq_put_entry(c, a->newparent, a->newname, r->src.ino, r->src.mode);
+    if (!rc && r->have_dst)
+        rc = sq_rn_drop_dst(m, c, a, r);
+    if (rc)
+        return rc;
+    if (S_ISDIR(r->src.mode) && !r->same_dir)
+        sq_move_dir(&r->src, &r->op, r->np);
+    return 0;
+}
+
+/* Step 4: the moved inode and the parents are written (times: now), and the
+ * parents' new attributes noted for keg_meta_parents. */
+static int sq_rn_store(struct sq_conn *c, struct sq_ns_arg *a, struct sq_rn *r)
+{
+    sq_now(&r->src, 0, 1);
+    int rc = sq_put_inode(c, &r->src);
+    sq_now(&r->op, 1, 1);
+    if (!rc)
+        rc = sq_put_inode(c, &r->op);
+    if (!rc && !r->same_dir) {
+        sq_now(r->np, 1, 1);
+        rc = sq_put_inode(c, r->np);
     }
     if (!rc) {
-        a->out = src;
-        a->par[0] = op;
-        a->par[1] = *np;
-        a->npar = same_dir ? 1 : 2;
+        a->out = r->src;
+        a->par[0] = r->op;
+        a->par[1] = *r->np;
+        a->npar = r->same_dir ? 1 : 2;
     }
+    return rc;
+}
+
+static int sq_rename_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
+{
+    struct sq_ns_arg *a = arg;
+    struct sq_rn r;
+    memset(&a->gone, 0, sizeof(a->gone));
+    memset(&r, 0, sizeof(r));
+    a->npar = 0;
+    int rc = sq_rn_load(c, a, &r);
+    if (!rc)
+        rc = sq_rn_check(c, a, &r);
+    if (rc == 1) {
+        a->out = r.src;     /* one inode under both names: nothing to do */
+        return 0;
+    }
+    if (!rc)
+        rc = (a->flags & KEG_RENAME_EXCHANGE) ? sq_rn_exchange(c, a, &r) : sq_rn_move(m, c, a, &r);
+    if (!rc)
+        rc = sq_rn_store(c, a, &r);
     return rc;
 }
 
@@ -1935,14 +1952,7 @@ static int sq_rename(struct keg_meta *m, uint64_t parent, const char *name, uint
     struct sq_ns_arg a = {.parent = parent, .name = name, .newparent = newparent,
                           .newname = newname, .flags = flags};
     keg_meta_parents_begin();
-    int rc = sq_check_name(name);
-    if (!rc)
-        rc = sq_check_name(newname);
-    if (rc)
-        return rc;
-    if ((flags & ~(KEG_RENAME_NOREPLACE | KEG_RENAME_EXCHANGE)) ||
-        ((flags & KEG_RENAME_NOREPLACE) && (flags & KEG_RENAME_EXCHANGE)))
-        return -EINVAL;
+    int rc;
     a.nopen = keg_meta_open_set(m, sq_sid(m) != 0, a.open);
     rc = sq_txn(m, SQ_WRITE, sq_rename_fn, &a);
     if (rc == 0) {
@@ -2497,20 +2507,10 @@ static int sq_getxattr_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
     return sq_copy_blob(st, a->buf, a->size);
 }
 
-static int sq_check_xname(const char *name)
-{
-    if (!name || !*name)
-        return -EINVAL;
-    return strlen(name) > KEG_XATTR_NAME_MAX ? -ERANGE : 0;
-}
-
 static ssize_t sq_getxattr(struct keg_meta *m, uint64_t ino, const char *name, void *buf,
                            size_t size)
 {
     struct sq_buf_arg a = {.ino = ino, .name = name, .buf = buf, .size = size};
-    int rc = sq_check_xname(name);
-    if (rc)
-        return rc;
     return sq_txn(m, SQ_READ, sq_getxattr_fn, &a);
 }
 
@@ -2544,14 +2544,7 @@ static int sq_setxattr(struct keg_meta *m, uint64_t ino, const char *name, const
                        size_t len, int flags)
 {
     struct sq_buf_arg a = {.ino = ino, .name = name, .val = val, .len = len, .flags = flags};
-    int rc = sq_check_xname(name);
-    if (rc)
-        return rc;
-    if (len > KEG_XATTR_SIZE_MAX)
-        return -E2BIG;
-    if ((flags & ~(XATTR_CREATE | XATTR_REPLACE)) ||
-        ((flags & XATTR_CREATE) && (flags & XATTR_REPLACE)))
-        return -EINVAL;
+    /* name, size and flags: checked by keg_meta_setxattr */
     return sq_txn(m, SQ_WRITE, sq_setxattr_fn, &a);
 }
 
@@ -2606,9 +2599,6 @@ static int sq_removexattr_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
 static int sq_removexattr(struct keg_meta *m, uint64_t ino, const char *name)
 {
     struct sq_buf_arg a = {.ino = ino, .name = name};
-    int rc = sq_check_xname(name);
-    if (rc)
-        return rc;
     return sq_txn(m, SQ_WRITE, sq_removexattr_fn, &a);
 }
 

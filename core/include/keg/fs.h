@@ -234,6 +234,23 @@ struct keg_fs_mem_stats {
 /* A snapshot (the figures move independently).  Returns 0. */
 int keg_fs_mem_stats(struct keg_fs *fs, struct keg_fs_mem_stats *st);
 
+/* The mount's background work (`kegfs mount --metrics`). */
+struct keg_fs_bg_stats {
+    uint64_t compact_queued;    /* chunks queued for compaction or being compacted */
+    uint64_t compact_parked;    /* chunks parked: not worth merging yet */
+    uint64_t compact_done;      /* chunks compacted since open */
+    uint64_t compact_abandoned; /* compactions abandoned because the chunk changed */
+    uint64_t compact_bytes;     /* bytes written by compactions */
+    uint64_t purge_queued;      /* unlinked inodes waiting to be purged here */
+    uint64_t deleted_slices;    /* slices of the deletion queue whose objects this mount
+                                 * deleted */
+    int      has_session;       /* 0: no session (read-only tools): no heartbeat */
+    int64_t  heartbeat_age_ns;  /* since the session's last successful heartbeat (or its
+                                 * start) */
+};
+/* A snapshot (the figures move independently).  Returns 0. */
+int keg_fs_bg_stats(struct keg_fs *fs, struct keg_fs_bg_stats *st);
+
 /* Inspection for `kegfs info`: calls cb for every slice reference of every
  * chunk of ino (after flushing buffered data of this mount). */
 typedef int keg_fs_info_cb(void *arg, uint32_t indx, const struct keg_slice *s);

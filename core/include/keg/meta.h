@@ -533,12 +533,6 @@ int keg_meta_sync(struct keg_meta *m);
 int keg_meta_next_chunk(struct keg_meta *m, uint64_t ino, uint32_t from, uint32_t *indx);
 int keg_meta_name_cache_stats(struct keg_meta *m, struct keg_meta_name_cache *st);
 
-/* Kept until every caller uses the wrappers above. */
-#define KEG_META_CALL(m, op, ...) \
-    ((m)->ops->op ? (m)->ops->op((m), __VA_ARGS__) : -ENOSYS)
-#define KEG_META_CALL0(m, op) \
-    ((m)->ops->op ? (m)->ops->op((m)) : -ENOSYS)
-
 /* Parent attributes after a namespace op.  mknod, link, unlink, rmdir and
  * rename record, in the CALLING THREAD, the attributes that the directories
  * they changed have right after the op -- exactly what a getattr following

@@ -4,7 +4,11 @@
 # page cache dropped, written/read bytes cover them, the write/create/fsync op counters
 # and the object store's put requests and bytes moved, a failing rmdir counts as an
 # error, histograms are consistent (+Inf bucket = _count), other paths get 404, other
-# methods 405, and no secret or URL appears in the output.
+# methods 405, and no secret or URL appears in the output.  The metadata engine's
+# counters follow the work too: mknod requests grow by at least the files created, with
+# a latency observation each and no engine error; the session heartbeat (every second
+# here) is recent and its requests grow; deleting files moves the deletion counter; many
+# small appends to one file get its chunk compacted or queued for compaction.
 # timeout: 120
 . "$(dirname "$0")/../lib.sh"
 need_kegfs
@@ -12,7 +16,7 @@ need_cmd curl
 
 PORT=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 mt_umount
-mt_mount --metrics "127.0.0.1:$PORT"
+mt_mount --metrics "127.0.0.1:$PORT" --heartbeat 1
 URL="http://127.0.0.1:$PORT/metrics"
 wait_for 10 curl -sf -o /dev/null "$URL" || fail "no metrics endpoint at $URL"
 
@@ -48,6 +52,48 @@ r=$(value kegfs_read_bytes_total '')
 [ "$(value kegfs_object_errors_total 'verb="put"')" = 0 ] || fail "object put errors counted"
 grep -q "^kegfs_memory_budget_bytes{volume=\"$VOL\"} [1-9]" "$WORK/scrape" || fail "no memory budget"
 
+# metadata engine: requests per op follow the creates, each with a latency observation
+scrape
+mk0=$(value kegfs_meta_requests_total 'op="mknod"')
+[ "$mk0" -ge 7 ] || fail "meta mknod requests $mk0 < 7 (5 files, d, d/x)"
+hb0=$(value kegfs_meta_requests_total 'op="session_heartbeat"')
+mkdir "$MNT/many" || fail "mkdir many"
+for i in $(seq 1 40); do : > "$MNT/many/e$i" || fail "create many/e$i"; done
+sleep 2.5
+scrape
+mk1=$(value kegfs_meta_requests_total 'op="mknod"')
+[ "$mk1" -ge $((mk0 + 41)) ] || fail "meta mknod requests grew by $((mk1 - mk0)), expected >= 41"
+[ "$(value kegfs_meta_request_duration_seconds_count 'op="mknod"')" = "$mk1" ] \
+  || fail "mknod latency count differs from its requests"
+[ "$(value kegfs_meta_requests_total 'op="lookup"')" -ge 1 ] || fail "no meta lookups"
+[ "$(value kegfs_meta_requests_total 'op="write_slices"')" -ge 5 ] || fail "meta write_slices < 5"
+errs=$(awk '$1 ~ /^kegfs_meta_errors_total\{/ {s += $2} END {print s + 0}' "$WORK/scrape")
+[ "$errs" = 0 ] || fail "metadata engine errors counted: $errs"
+hb1=$(value kegfs_meta_requests_total 'op="session_heartbeat"')
+[ "$hb1" -ge $((hb0 + 1)) ] || fail "heartbeat requests did not grow ($hb0 -> $hb1)"
+age=$(value kegfs_session_heartbeat_age_seconds '')
+awk -v a="$age" 'BEGIN {exit !(a >= 0 && a < 5)}' || fail "heartbeat age $age s not in [0, 5)"
+
+# compaction: 30 appended-and-fsynced pieces make one chunk of 30 slices
+for i in $(seq 1 30); do
+  printf 'piece %04d\n' "$i" | dd of="$MNT/frag" oflag=append conv=notrunc,fsync status=none \
+    || fail "append $i"
+done
+cmp_seen() {
+  scrape
+  local n
+  n=$(( $(value kegfs_compactions_total '') + $(value kegfs_compaction_queue_chunks '') \
+        + $(value kegfs_compaction_parked_chunks '') ))
+  [ "$n" -ge 1 ]
+}
+wait_for 10 cmp_seen || fail "a chunk of 30 slices was neither compacted, queued nor parked"
+# deletion: removing the 1 MiB files sends their slices' objects to the deleter
+del0=$(value kegfs_deleted_slices_total '')
+rm -f "$MNT"/f? || fail "rm"
+del_seen() { scrape; [ "$(value kegfs_deleted_slices_total '')" -ge $((del0 + 5)) ]; }
+wait_for 15 del_seen || fail "deleted slices $(value kegfs_deleted_slices_total '') after removing 5 files (was $del0)"
+[ "$(value kegfs_deletion_queue_inodes '')" -ge 0 ] || fail "no deletion queue gauge"
+
 # histograms: the +Inf bucket of each series equals its _count
 awk '/_bucket\{.*le="\+Inf"\}/ {k=$1; sub(/_bucket\{/, "{", k); sub(/,?le="\+Inf"/, "", k); inf[k]=$2}
      /_count\{/ {k=$1; sub(/_count\{/, "{", k); cnt[k]=$2}
@@ -70,4 +116,4 @@ code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/metrics/..
 [ "$code" = 404 ] || fail "GET of a traversal path gave $code, expected 404"
 code=$(curl -s -X POST -o /dev/null -w '%{http_code}' "$URL")
 [ "$code" = 405 ] || fail "POST gave $code, expected 405"
-note "written $w read $r bytes; puts $(value kegfs_object_requests_total 'verb="put"')"
+note "written $w read $r bytes; puts $(value kegfs_object_requests_total 'verb="put"'); meta mknod $mk1, heartbeat age $age s"
