@@ -17,8 +17,11 @@
  * classic "direct write must invalidate read-ahead pages" test, so a page
  * fetched before its direct write and not dropped after shows old bytes.
  *
- * Usage: keg_dio [-r ROUNDS] [-t SECONDS] [-p READERS] [-z SIZE_KIB] [-s] [-k] [-b] FILE
- *   -s: pwrite, not aio; -k: each reader keeps one descriptor (no reopen);
+ * Usage: keg_dio [-r ROUNDS] [-t SECONDS] [-p READERS] [-z SIZE_KIB] [-c PIECE_BYTES]
+ *               [-s] [-k] [-b] FILE
+ *   -c: bytes per direct write (default 128 KiB; a multiple of 512, so pieces need
+ *   not cover whole pages); -s: pwrite, not aio; -k: each reader keeps one
+ *   descriptor (no reopen);
  *   -b: readers read behind the writer (above); -t: run rounds for SECONDS
  *   (at least -r rounds)
  * Exit 0 = every round read back new bytes, 1 = stale or wrong bytes / error, 2 = usage.
@@ -40,7 +43,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define PIECE (128u << 10)
+static unsigned piece_bytes = 128u << 10;     /* -c */
+#define PIECE ((uint64_t)piece_bytes)
 #define DEPTH 8
 #define KEG_DIO_STEP (16u << 10)    /* -b: bytes per read of the readers */
 
@@ -89,7 +93,7 @@ static void pause_us(long us)
 
 static void behind_reader(const char *path, uint64_t size, unsigned id)
 {
-    unsigned char *b = malloc(PIECE);
+    unsigned char *b = malloc(KEG_DIO_STEP);
     unsigned seen = 0;
     int fd = -1;
     prctl(PR_SET_PDEATHSIG, SIGKILL);   /* never outlive a writer that died */
@@ -111,7 +115,7 @@ static void behind_reader(const char *path, uint64_t size, unsigned id)
         }
         /* pieces of 16 KiB: the kernel's read-ahead runs well past each */
         for (uint64_t off = 0; off < size && !sh->stop;) {
-            uint64_t len = KEG_DIO_STEP;
+            uint64_t len = size - off < KEG_DIO_STEP ? size - off : KEG_DIO_STEP;
             while (__atomic_load_n(&sh->done, __ATOMIC_ACQUIRE) < off + len) {
                 if (sh->stop || __atomic_load_n(&sh->round, __ATOMIC_ACQUIRE) != r)
                     goto next;
@@ -253,8 +257,9 @@ int main(int argc, char **argv)
     uint64_t size = 8u << 20;
     int sync_write = 0, behind = 0;
     int c;
-    while ((c = getopt(argc, argv, "r:t:p:z:skb")) != -1) {
+    while ((c = getopt(argc, argv, "r:t:p:z:c:skb")) != -1) {
         switch (c) {
+        case 'c': piece_bytes = (unsigned)strtoul(optarg, NULL, 0); break;
         case 'k': keep_open = 1; break;
         case 'b': behind = 1; break;
         case 't': seconds = (unsigned)strtoul(optarg, NULL, 0); break;
@@ -264,12 +269,14 @@ int main(int argc, char **argv)
         case 's': sync_write = 1; break;
         default:
             fprintf(stderr, "usage: keg_dio [-r ROUNDS] [-t SECONDS] [-p READERS] [-z SIZE_KIB] "
-                    "[-s] [-k] [-b] FILE\n");
+                    "[-c PIECE_BYTES] [-s] [-k] [-b] FILE\n");
             return 2;
         }
     }
-    if (optind + 1 != argc || size == 0 || size % PIECE || readers > 64) {
-        fprintf(stderr, "keg_dio: bad arguments (SIZE a multiple of 128 KiB, <= 64 readers)\n");
+    if (optind + 1 != argc || size == 0 || piece_bytes < 512 || piece_bytes % 512 ||
+        piece_bytes > (8u << 20) || size % PIECE || readers > 64) {
+        fprintf(stderr, "keg_dio: bad arguments (PIECE a multiple of 512 up to 8 MiB, SIZE a "
+                "multiple of PIECE, <= 64 readers)\n");
         return 2;
     }
     const char *path = argv[optind];
