@@ -16,10 +16,18 @@
  * Once rmdir or a replacing rename removed the engine's record, those stand
  * in for it until the last handle closes: fstat answers them with nlink 0,
  * fchmod/fchown/futimens change them in memory.  (The kernel refuses
- * readdir and creation in a removed directory itself.)
+ * readdir and creation in a removed directory itself.)  Its extended
+ * attributes are gone with the record too: when rmdir or a replacing rename
+ * through this mount removes a directory open here, its xattrs are read just
+ * before (only when a directory open here had that parent, so rm -r costs
+ * nothing more) and kept with the open directory, where the xattr calls read
+ * and change them in memory (FS_ODIR_XBYTES at most, then ENOSPC).  A
+ * directory removed by another mounter starts with none.
  */
+#include <inttypes.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 
 #define KEG_LOG_TAG "fs"
 #include "keg/log.h"
@@ -27,6 +35,7 @@
 #include "fs_i.h"
 
 #define FS_DIR_BATCH 512
+#define FS_ODIR_XBYTES 65536    /* names + values of a removed directory's xattrs */
 
 struct fs_dent {
     char           *name;
@@ -166,6 +175,15 @@ static struct fs_odir **odir_slot(struct keg_fs *fs, uint64_t ino)
     return pp;
 }
 
+static void oxattr_free(struct fs_oxattr *x)
+{
+    while (x) {
+        struct fs_oxattr *n = x->next;
+        keg_free(x);
+        x = n;
+    }
+}
+
 static int odir_open(struct keg_fs *fs, const struct keg_attr *a)
 {
     struct fs_odir *o;
@@ -202,6 +220,8 @@ static void odir_close(struct keg_fs *fs, uint64_t ino)
         *pp = o->next;
     }
     pthread_mutex_unlock(&fs->odir_mu);
+    if (o)
+        oxattr_free(o->xa);
     keg_free(o);
 }
 
@@ -285,9 +305,256 @@ void fs_odir_free(struct keg_fs *fs)
         while (fs->odir[h]) {
             struct fs_odir *o = fs->odir[h];
             fs->odir[h] = o->next;
+            oxattr_free(o->xa);
             keg_free(o);
         }
     }
+}
+
+/*----------------------------------------------------------------------------
+ * Extended attributes of removed open directories
+ *--------------------------------------------------------------------------*/
+
+static struct fs_oxattr *oxattr_new(const char *name, const void *val, size_t len)
+{
+    size_t nl = strlen(name) + 1;
+    struct fs_oxattr *x = keg_malloc(sizeof(*x) + nl + len);
+    if (!x)
+        return NULL;
+    x->next = NULL;
+    x->vlen = len;
+    memcpy(x->data, name, nl);
+    if (len)
+        memcpy(x->data + nl, val, len);
+    return x;
+}
+
+static size_t oxattr_bytes(const struct fs_oxattr *x)
+{
+    return strlen(x->data) + 1 + x->vlen;
+}
+
+static struct fs_oxattr **oxattr_find(struct fs_odir *o, const char *name)
+{
+    struct fs_oxattr **pp = &o->xa;
+    while (*pp && strcmp((*pp)->data, name) != 0)
+        pp = &(*pp)->next;
+    return pp;
+}
+
+/* Whether a directory open here was last seen in parent. */
+static int odir_child_open(struct keg_fs *fs, uint64_t parent)
+{
+    int found = 0;
+    pthread_mutex_lock(&fs->odir_mu);
+    for (size_t h = 0; h < FS_ODIR_BUCKETS && !found; h++)
+        for (struct fs_odir *o = fs->odir[h]; o && !found; o = o->next)
+            found = o->a.parent == parent && o->a.ino != parent;
+    pthread_mutex_unlock(&fs->odir_mu);
+    return found;
+}
+
+/* Reads every xattr of ino into a list.  OWNERSHIP: caller frees *out with
+ * oxattr_free.  Returns 0 or -errno (then *out = NULL). */
+static int oxattr_read(struct keg_fs *fs, uint64_t ino, struct fs_oxattr **out)
+{
+    struct fs_oxattr *head = NULL, **tail = &head;
+    char *names = NULL, *val = NULL;
+    ssize_t n;
+    int rc = 0;
+    *out = NULL;
+    n = keg_meta_listxattr(fs->meta, ino, NULL, 0);
+    if (n <= 0)
+        return (int)n;
+    names = keg_malloc((size_t)n + 1);
+    val = keg_malloc(KEG_XATTR_SIZE_MAX);
+    if (!names || !val) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    n = keg_meta_listxattr(fs->meta, ino, names, (size_t)n);
+    if (n < 0) {
+        rc = (int)n;
+        goto out;
+    }
+    names[n] = '\0';
+    for (char *p = names; p < names + n; p += strlen(p) + 1) {
+        ssize_t vl = keg_meta_getxattr(fs->meta, ino, p, val, KEG_XATTR_SIZE_MAX);
+        if (vl == -ENODATA)
+            continue;               /* removed meanwhile */
+        if (vl < 0) {
+            rc = (int)vl;
+            goto out;
+        }
+        struct fs_oxattr *x = oxattr_new(p, val, (size_t)vl);
+        if (!x) {
+            rc = -ENOMEM;
+            goto out;
+        }
+        *tail = x;
+        tail = &x->next;
+    }
+out:
+    keg_free(names);
+    keg_free(val);
+    if (rc < 0)
+        oxattr_free(head);
+    else
+        *out = head;
+    return rc;
+}
+
+uint64_t fs_odir_snap_xattrs(struct keg_fs *fs, uint64_t parent, const char *name)
+{
+    struct keg_attr a;
+    struct fs_oxattr *xa;
+    if (!odir_child_open(fs, parent))
+        return 0;
+    if (keg_meta_lookup(fs->meta, parent, name, &a) != 0 || !S_ISDIR(a.mode))
+        return 0;
+    pthread_mutex_lock(&fs->odir_mu);
+    int open_here = *odir_slot(fs, a.ino) != NULL;
+    pthread_mutex_unlock(&fs->odir_mu);
+    if (!open_here)
+        return 0;
+    int rc = oxattr_read(fs, a.ino, &xa);
+    if (rc < 0) {
+        KEG_WARN("directory %" PRIu64 " open while removed: its xattrs could not be read (%s); "
+                 "its descriptors will show none", a.ino, strerror(-rc));
+        return 0;
+    }
+    size_t bytes = 0;
+    for (struct fs_oxattr *x = xa; x; x = x->next)
+        bytes += oxattr_bytes(x);
+    pthread_mutex_lock(&fs->odir_mu);
+    struct fs_odir *o = *odir_slot(fs, a.ino);
+    if (o) {
+        oxattr_free(o->xa);
+        o->xa = xa;
+        o->xbytes = bytes;
+        xa = NULL;
+    }
+    pthread_mutex_unlock(&fs->odir_mu);
+    oxattr_free(xa);
+    return a.ino;
+}
+
+void fs_odir_snap_end(struct keg_fs *fs, uint64_t ino, int removed)
+{
+    struct fs_oxattr *xa = NULL;
+    if (!ino || removed)
+        return;
+    pthread_mutex_lock(&fs->odir_mu);   /* still alive: the engine answers */
+    struct fs_odir *o = *odir_slot(fs, ino);
+    if (o) {
+        xa = o->xa;
+        o->xa = NULL;
+        o->xbytes = 0;
+    }
+    pthread_mutex_unlock(&fs->odir_mu);
+    oxattr_free(xa);
+}
+
+ssize_t fs_odir_getxattr(struct keg_fs *fs, uint64_t ino, const char *name, void *buf,
+                         size_t size)
+{
+    ssize_t rc = -ENOENT;
+    pthread_mutex_lock(&fs->odir_mu);
+    struct fs_odir *o = *odir_slot(fs, ino);
+    if (o) {
+        struct fs_oxattr *x = *oxattr_find(o, name);
+        if (!x)
+            rc = -ENODATA;
+        else if (size == 0)
+            rc = (ssize_t)x->vlen;
+        else if (size < x->vlen)
+            rc = -ERANGE;
+        else {
+            memcpy(buf, x->data + strlen(x->data) + 1, x->vlen);
+            rc = (ssize_t)x->vlen;
+        }
+    }
+    pthread_mutex_unlock(&fs->odir_mu);
+    return rc;
+}
+
+ssize_t fs_odir_listxattr(struct keg_fs *fs, uint64_t ino, char *buf, size_t size)
+{
+    ssize_t rc = -ENOENT;
+    pthread_mutex_lock(&fs->odir_mu);
+    struct fs_odir *o = *odir_slot(fs, ino);
+    if (o) {
+        size_t need = 0;
+        for (struct fs_oxattr *x = o->xa; x; x = x->next)
+            need += strlen(x->data) + 1;
+        rc = (ssize_t)need;
+        if (size && size < need) {
+            rc = -ERANGE;
+        } else if (size) {
+            char *p = buf;
+            for (struct fs_oxattr *x = o->xa; x; x = x->next) {
+                size_t l = strlen(x->data) + 1;
+                memcpy(p, x->data, l);
+                p += l;
+            }
+        }
+    }
+    pthread_mutex_unlock(&fs->odir_mu);
+    return rc;
+}
+
+int fs_odir_setxattr(struct keg_fs *fs, uint64_t ino, const char *name, const void *val,
+                     size_t len, int flags)
+{
+    struct fs_oxattr *nx = oxattr_new(name, val, len), *old = NULL;
+    int rc = -ENOENT;
+    if (!nx)
+        return -ENOMEM;
+    pthread_mutex_lock(&fs->odir_mu);
+    struct fs_odir *o = *odir_slot(fs, ino);
+    if (o) {
+        struct fs_oxattr **pp = oxattr_find(o, name);
+        size_t drop = *pp ? oxattr_bytes(*pp) : 0;
+        if (*pp && (flags & XATTR_CREATE))
+            rc = -EEXIST;
+        else if (!*pp && (flags & XATTR_REPLACE))
+            rc = -ENODATA;
+        else if (o->xbytes - drop + oxattr_bytes(nx) > FS_ODIR_XBYTES)
+            rc = -ENOSPC;
+        else {
+            old = *pp;
+            nx->next = old ? old->next : NULL;
+            *pp = nx;
+            o->xbytes = o->xbytes - drop + oxattr_bytes(nx);
+            nx = NULL;
+            rc = 0;
+        }
+    }
+    pthread_mutex_unlock(&fs->odir_mu);
+    keg_free(old);
+    keg_free(nx);
+    return rc;
+}
+
+int fs_odir_removexattr(struct keg_fs *fs, uint64_t ino, const char *name)
+{
+    struct fs_oxattr *old = NULL;
+    int rc = -ENOENT;
+    pthread_mutex_lock(&fs->odir_mu);
+    struct fs_odir *o = *odir_slot(fs, ino);
+    if (o) {
+        struct fs_oxattr **pp = oxattr_find(o, name);
+        rc = -ENODATA;
+        if (*pp) {
+            old = *pp;
+            *pp = old->next;
+            o->xbytes -= oxattr_bytes(old);
+            rc = 0;
+        }
+    }
+    pthread_mutex_unlock(&fs->odir_mu);
+    keg_free(old);
+    return rc;
 }
 
 int keg_fs_opendir(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, struct keg_dh **out)

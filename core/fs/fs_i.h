@@ -292,12 +292,21 @@ struct fs_seen {
 
 struct fs_waiter;
 
+/* One extended attribute of a removed open directory (dir.c). */
+struct fs_oxattr {
+    struct fs_oxattr *next;
+    size_t            vlen;     /* value bytes, after the name's NUL */
+    char              data[];   /* name, NUL, value */
+};
+
 /* A directory with open handles here (dir.c). */
 #define FS_ODIR_BUCKETS 64
 struct fs_odir {
-    struct fs_odir  *next;      /* protected by fs->odir_mu, as all fields */
-    uint32_t         nopen;     /* open handles */
-    struct keg_attr  a;         /* attributes as last seen here */
+    struct fs_odir   *next;     /* protected by fs->odir_mu, as all fields */
+    uint32_t          nopen;    /* open handles */
+    struct keg_attr   a;        /* attributes as last seen here */
+    struct fs_oxattr *xa;       /* the xattrs once the engine's record is gone */
+    size_t            xbytes;   /* names and values in xa */
 };
 
 /* One slot of the directory-attribute cache (ns.c). */
@@ -521,6 +530,22 @@ int  fs_odir_dead(struct keg_fs *fs, uint64_t ino, struct keg_attr *out);
 int  fs_odir_setattr(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, unsigned set,
                      const struct keg_attr *in, struct keg_attr *out);
 void fs_odir_free(struct keg_fs *fs);
+/* Extended attributes of such a removed directory.  Its xattrs are read
+ * just before rmdir or a replacing rename through this mount removes it
+ * while it is open here (fs_odir_snap_xattrs returns that directory's ino, 0
+ * if none; fs_odir_snap_end drops them again unless it was removed), and kept
+ * in memory, where the calls below read
+ * and change them until the last close.  A directory removed by another
+ * mounter starts with none.  Each returns -ENOENT unless ino is open here,
+ * else what getxattr/listxattr/setxattr/removexattr return. */
+uint64_t fs_odir_snap_xattrs(struct keg_fs *fs, uint64_t parent, const char *name);
+void    fs_odir_snap_end(struct keg_fs *fs, uint64_t ino, int removed);
+ssize_t fs_odir_getxattr(struct keg_fs *fs, uint64_t ino, const char *name, void *buf,
+                         size_t size);
+ssize_t fs_odir_listxattr(struct keg_fs *fs, uint64_t ino, char *buf, size_t size);
+int     fs_odir_setxattr(struct keg_fs *fs, uint64_t ino, const char *name, const void *val,
+                         size_t len, int flags);
+int     fs_odir_removexattr(struct keg_fs *fs, uint64_t ino, const char *name);
 
 /* lock.c */
 void fs_waiters_wake_all(struct keg_fs *fs);

@@ -496,10 +496,12 @@ int keg_fs_rmdir(struct keg_fs *fs, const struct keg_ctx *c, uint64_t parent, co
     rc = fs_check_name(name);
     if (rc < 0)
         return rc;
+    uint64_t snap = fs_odir_snap_xattrs(fs, parent, name);    /* open here? (dir.c) */
     struct fs_pattr_tok t;
     fs_pattr_begin(fs, parent, &t);
     rc = keg_meta_rmdir(fs->meta, parent, name);
     pa_end_op(fs, &t, rc);
+    fs_odir_snap_end(fs, snap, rc == 0);
     return rc;
 }
 
@@ -533,9 +535,12 @@ int keg_fs_rename(struct keg_fs *fs, const struct keg_ctx *c, uint64_t parent, c
             return rc;
         }
     }
+    /* a directory replaced at newname, open here, keeps its xattrs (dir.c) */
+    uint64_t snap = (flags & KEG_RENAME_NOREPLACE) ? 0 : fs_odir_snap_xattrs(fs, newparent, newname);
     memset(&gone, 0, sizeof(gone));
     rc = keg_meta_rename(fs->meta, parent, name, newparent, newname, flags, &moved, &gone);
     pa_rename_end(fs, &t1, &t2, rc);
+    fs_odir_snap_end(fs, snap, rc == 0 && !(flags & KEG_RENAME_EXCHANGE) && gone.ino == snap);
     if (rc == 0)
         fs_handle_gone(fs, &gone);
     if (rc == 0 && whiteout) {

@@ -14,6 +14,9 @@
  * through this mount forget the entry at once; one set by another mounter is
  * seen here within FS_CAP_TTL_NS (the kernel's own attribute cache is as
  * stale).  The table never answers "present": only absence is cached.
+ *
+ * A directory removed while open here has no engine record: the engine's
+ * -ENOENT sends each call to the xattrs kept with the open directory (dir.c).
  */
 #include <pthread.h>
 #include <string.h>
@@ -98,6 +101,8 @@ ssize_t fs_xattr_get_raw(struct keg_fs *fs, uint64_t ino, const char *name, void
     if (kind && cap_known_absent(fs, ino, kind))
         return -ENODATA;
     ssize_t n = keg_meta_getxattr(fs->meta, ino, name, buf, size);
+    if (n == -ENOENT)
+        return fs_odir_getxattr(fs, ino, name, buf, size);    /* removed, open here */
     if (kind && n == -ENODATA)
         cap_set_absent(fs, ino, kind);
     return n;
@@ -144,6 +149,8 @@ int keg_fs_setxattr(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, co
         rc = fs_acl_set(fs, c, ino, name, val, len, flags);    /* also the mode (acl.c) */
     else
         rc = keg_meta_setxattr(fs->meta, ino, name, val, len, flags);
+    if (rc == -ENOENT)
+        rc = fs_odir_setxattr(fs, ino, name, val, len, flags);  /* removed, open here */
     fs_pattr_end(fs, &t, NULL);
     if (kind)
         cap_forget(fs, ino, kind);
@@ -154,7 +161,10 @@ ssize_t keg_fs_listxattr(struct keg_fs *fs, const struct keg_ctx *c, uint64_t in
                          size_t size)
 {
     KEG_UNUSED(c);
-    return keg_meta_listxattr(fs->meta, ino, buf, size);
+    ssize_t n = keg_meta_listxattr(fs->meta, ino, buf, size);
+    if (n == -ENOENT)
+        n = fs_odir_listxattr(fs, ino, buf, size);      /* removed, open here */
+    return n;
 }
 
 int keg_fs_removexattr(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino,
@@ -170,6 +180,8 @@ int keg_fs_removexattr(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino,
     int kind = xname_kind(name);
     fs_pattr_begin(fs, ino, &t);
     rc = keg_meta_removexattr(fs->meta, ino, name);
+    if (rc == -ENOENT)
+        rc = fs_odir_removexattr(fs, ino, name);            /* removed, open here */
     fs_pattr_end(fs, &t, NULL);
     if (kind)
         cap_forget(fs, ino, kind);

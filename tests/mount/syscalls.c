@@ -1227,18 +1227,56 @@ static void t_ofd_locks(void)
     close(b);
 }
 
+/* The xattr calls on the descriptor of a removed directory: the xattr it
+ * had (name, value) is still there, others can be set and removed (as on
+ * ext4).  Skipped where user xattrs are not supported (xattr_ok 0). */
+static void removed_dir_xattrs(int fd, const char *name, const char *value, int xattr_ok)
+{
+    char buf[256];
+    ssize_t n;
+    size_t vl = strlen(value);
+    if (!xattr_ok)
+        return;
+    memset(buf, 0, sizeof(buf));
+    EQ(fgetxattr(fd, name, buf, sizeof(buf)), (long)vl);
+    TRUE(memcmp(buf, value, vl) == 0);
+    ERR(fgetxattr(fd, "user.none", buf, sizeof(buf)), ENODATA);
+    n = flistxattr(fd, NULL, 0);
+    EQ(n, (long)strlen(name) + 1);
+    n = flistxattr(fd, buf, sizeof(buf));
+    EQ(n, (long)strlen(name) + 1);
+    TRUE(n > 0 && strcmp(buf, name) == 0);
+    OK(fsetxattr(fd, "user.after", "later", 5, 0));
+    ERR(fsetxattr(fd, "user.after", "x", 1, XATTR_CREATE), EEXIST);
+    ERR(fsetxattr(fd, "user.nope", "x", 1, XATTR_REPLACE), ENODATA);
+    EQ(fgetxattr(fd, "user.after", NULL, 0), 5);
+    EQ(fgetxattr(fd, "user.after", buf, sizeof(buf)), 5);
+    TRUE(memcmp(buf, "later", 5) == 0);
+    ERR(fgetxattr(fd, "user.after", buf, 2), ERANGE);
+    EQ(flistxattr(fd, NULL, 0), (long)(strlen(name) + 1 + sizeof("user.after")));
+    OK(fremovexattr(fd, "user.after"));
+    ERR(fremovexattr(fd, "user.after"), ENODATA);
+    ERR(fgetxattr(fd, "user.after", buf, sizeof(buf)), ENODATA);
+    OK(fremovexattr(fd, name));
+    EQ(flistxattr(fd, buf, sizeof(buf)), 0);
+}
+
 /* A directory removed (rmdir, or replaced by rename) while open keeps its
- * identity until the last close: fstat, fchmod, futimens work on the
- * descriptor; it lists nothing and refuses new entries (ENOENT). */
+ * identity until the last close: fstat, fchmod, futimens and the xattr calls
+ * work on the descriptor; it lists nothing and refuses new entries (ENOENT). */
 static void t_open_dirs(void)
 {
     struct stat st, st2;
-    int fd, fd2, cwd;
+    int fd, fd2, cwd, xattr_ok;
 
     OK(mkdir("d", 0755));
+    xattr_ok = setxattr("d", "user.kept", "v1", 2, 0) == 0;
+    if (!xattr_ok)
+        TRUE(errno == ENOTSUP || errno == EOPNOTSUPP);
     fd = OK(open("d", O_RDONLY | O_DIRECTORY));
     OK(fstat(fd, &st));
     OK(rmdir("d"));
+    removed_dir_xattrs(fd, "user.kept", "v1", xattr_ok);
     OK(fstat(fd, &st2));
     EQ(st2.st_ino, st.st_ino);
     TRUE(S_ISDIR(st2.st_mode));
@@ -1274,6 +1312,8 @@ static void t_open_dirs(void)
     /* a directory replaced by rename */
     OK(mkdir("a", 0755));
     OK(mkdir("b", 0751));
+    if (xattr_ok)
+        OK(setxattr("b", "user.old-b", "bb", 2, 0));
     fd = OK(open("b", O_RDONLY | O_DIRECTORY));
     OK(fstat(fd, &st));
     OK(rename("a", "b"));
@@ -1282,6 +1322,23 @@ static void t_open_dirs(void)
     EQ(st2.st_mode & 07777, 0751);
     EQ(st2.st_nlink, 0);
     TRUE(xstat("b").st_ino != st.st_ino);
+    removed_dir_xattrs(fd, "user.old-b", "bb", xattr_ok);
+    if (xattr_ok)           /* the new b has none of them */
+        EQ(listxattr("b", NULL, 0), 0);
+    close(fd);
+    /* a live directory open here: rmdir refused, its xattrs stay in the engine */
+    fd = OK(open("b", O_RDONLY | O_DIRECTORY));
+    if (xattr_ok) {
+        OK(mkdir("b/x", 0755));
+        OK(setxattr("b", "user.live", "1", 1, 0));
+        ERR(rmdir("b"), ENOTEMPTY);
+        OK(fsetxattr(fd, "user.live", "2", 1, 0));
+        char v = 0;
+        EQ(getxattr("b", "user.live", &v, 1), 1);
+        EQ(v, '2');
+        OK(removexattr("b", "user.live"));
+        OK(rmdir("b/x"));
+    }
     close(fd);
     /* the same with renameat2(RENAME_NOREPLACE) refused: nothing changes */
     fd = OK(open("b", O_RDONLY | O_DIRECTORY));

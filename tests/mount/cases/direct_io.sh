@@ -4,7 +4,10 @@
 # flight) and with plain O_DIRECT pwrite, under 3 buffered readers (reopening, or keeping
 # their descriptors), several rounds each;
 # after each write has completed and the file is closed, a fresh buffered read (and an
-# O_DIRECT one) must return the new bytes of every page.  Then keg_iomix mixes buffered,
+# O_DIRECT one) must return the new bytes of every page.  keg_dio -b: 3 readers follow the
+# asynchronous and the synchronous writer sequentially, checking every piece whose write
+# has completed while the kernel reads ahead into the range being written.  (Longer runs
+# of every mode, also with --writeback: direct_io_long.sh.)  Then keg_iomix mixes buffered,
 # O_DIRECT, O_APPEND and mmap I/O with copies and truncates on 3 files against its model.
 # timeout: 300
 . "$(dirname "$0")/../lib.sh"
@@ -16,6 +19,9 @@ for i in 1 2; do
   "$KEG_DIO" $keep -r 3 -p 3 -z 4096 "$MNT/aio$i" || fail "asynchronous direct writes, run $i: stale bytes"
   "$KEG_DIO" -s -r 2 -p 3 -z 4096 "$MNT/dio$i" || fail "direct pwrite, run $i: stale bytes"
 done
+"$KEG_DIO" -b -r 4 -p 3 -z 4096 "$MNT/behind" || fail "readers behind asynchronous direct writes: stale bytes"
+"$KEG_DIO" -b -s -k -r 3 -p 2 -z 4096 "$MNT/behind" || fail "readers behind direct pwrite: stale bytes"
+rm -f "$MNT/behind"
 
 seed=${KEG_TEST_SEED:-$(( (RANDOM << 15) | RANDOM ))}
 mkdir -p "$MNT/mix" || fail "mkdir mix"
