@@ -536,11 +536,12 @@ int keg_fs_rename(struct keg_fs *fs, const struct keg_ctx *c, uint64_t parent, c
         }
     }
     /* a directory replaced at newname, open here, keeps its xattrs (dir.c) */
-    uint64_t snap = (flags & KEG_RENAME_NOREPLACE) ? 0 : fs_odir_snap_xattrs(fs, newparent, newname);
+    uint64_t snap = (flags & (KEG_RENAME_NOREPLACE | KEG_RENAME_EXCHANGE)) ? 0 :
+                    fs_odir_snap_xattrs(fs, newparent, newname);
     memset(&gone, 0, sizeof(gone));
     rc = keg_meta_rename(fs->meta, parent, name, newparent, newname, flags, &moved, &gone);
     pa_rename_end(fs, &t1, &t2, rc);
-    fs_odir_snap_end(fs, snap, rc == 0 && !(flags & KEG_RENAME_EXCHANGE) && gone.ino == snap);
+    fs_odir_snap_end(fs, snap, rc == 0 && gone.ino == snap);
     if (rc == 0)
         fs_handle_gone(fs, &gone);
     if (rc == 0 && whiteout) {
