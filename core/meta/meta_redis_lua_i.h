@@ -32,8 +32,11 @@
  *         rdev parent atime mtime ctime atimensec mtimensec ctimensec chunks alloc
  *         (alloc: regular files, the data bytes written and not truncated away,
  *         at most size: st_blocks.  Records written by older versions are 80
- *         bytes, without alloc: getattr reads them with alloc = size, and the
- *         next putattr of the inode writes the 88-byte form)
+ *         bytes, without alloc: getattr reads them with alloc = size.  The
+ *         88-byte form is written only when {NS}counter's attrAlloc is 1, which
+ *         `format` sets (a new volume, or --force on an existing one once every
+ *         mounter of it reads 88-byte records); until then putattr keeps
+ *         writing 80 bytes, so older mounters of the volume keep working)
  *         (chunks: only in records written by older versions: 1 + the highest
  *         chunk index written; such an inode's chunks are indexed into
  *         {NS}C<ino> the first time it is truncated or purged, then it is 0)
@@ -78,7 +81,14 @@
 "local CNT = P .. 'counter'\n", \
 "local band, bor = bit.band, bit.bor\n", \
 "local function N(n) return string.format('%d', n) end\n", \
+"local ALLOCREC = nil\n", \
 "local function packattr(a)\n" \
+"  if ALLOCREC == nil then ALLOCREC = redis.call('HGET', CNT, 'attrAlloc') == '1' end\n" \
+"  if not ALLOCREC then\n" \
+"    return struct.pack(string.sub(AFMT, 1, -3), a.mode, a.uid, a.gid, a.nlink, a.size,\n" \
+"      a.rdev, a.parent, a.atime, a.mtime, a.ctime, a.atimensec, a.mtimensec, a.ctimensec,\n" \
+"      a.chunks)\n" \
+"  end\n" \
 "  return struct.pack(AFMT, a.mode, a.uid, a.gid, a.nlink, a.size, a.rdev, a.parent,\n" \
 "    a.atime, a.mtime, a.ctime, a.atimensec, a.mtimensec, a.ctimensec, a.chunks, a.alloc)\n" \
 "end\n", \
@@ -784,12 +794,12 @@
 "if redis.call('EXISTS', sk) == 1 then\n" \
 "  if ARGV[8] ~= '1' then return {EEXIST} end\n" \
 "  redis.call('SET', sk, ARGV[4])\n" \
-"  redis.call('HSET', CNT, 'capacity', ARGV[9], 'inodes', ARGV[10])\n" \
+"  redis.call('HSET', CNT, 'capacity', ARGV[9], 'inodes', ARGV[10], 'attrAlloc', 1)\n" \
 "  return {0}\n" \
 "end\n" \
 "redis.call('SET', sk, ARGV[4])\n" \
 "redis.call('HSET', CNT, 'capacity', ARGV[9], 'inodes', ARGV[10], 'lastInode', 1,\n" \
-"  'lastSlice', 0, 'lastSession', 0, 'usedSpace', 0, 'usedInodes', 0)\n" \
+"  'lastSlice', 0, 'lastSession', 0, 'usedSpace', 0, 'usedInodes', 0, 'attrAlloc', 1)\n" \
 "putattr({ino = 1, mode = bor(IFDIR, band(tonumber(ARGV[5]), 4095)), uid = tonumber(ARGV[6]),\n" \
 "  gid = tonumber(ARGV[7]), nlink = 2, size = 4096, rdev = 0, parent = 1, atime = NOW,\n" \
 "  mtime = NOW, ctime = NOW, atimensec = NOWNS, mtimensec = NOWNS, ctimensec = NOWNS, chunks = 0,\n" \

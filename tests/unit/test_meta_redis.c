@@ -1371,6 +1371,19 @@ static void test_legacy_attr_record(void **state)
     assert_int_equal(a.alloc, 61000);
     assert_int_equal(keg_meta_getattr(m, ino, &a), 0);
     assert_int_equal(a.alloc, 61000);
+    /* a volume whose format predates alloc (no attrAlloc): records stay 80
+     * bytes, so an older mounter of the same volume can still read them */
+    cmd_ok(c, "HDEL {%s}counter attrAlloc", ns);
+    assert_int_equal(mkfile(m, KEG_ROOT_INO, "new", &a), 0);
+    r = redisCommand(c, "STRLEN {%s}i%" PRIu64, ns, a.ino);
+    assert_int_equal(r->integer, 80);
+    freeReplyObject(r);
+    assert_int_equal(a.alloc, KEG_ALLOC_UNKNOWN);
+    assert_int_equal(keg_meta_write_slices(m, a.ino, 1, &cs, 71000, 0, NULL, &a), 0);
+    r = redisCommand(c, "STRLEN {%s}i%" PRIu64, ns, a.ino);
+    assert_int_equal(r->integer, 80);
+    freeReplyObject(r);
+    assert_int_equal(a.alloc, KEG_ALLOC_UNKNOWN);
     redisFree(c);
     close_vol(m);
 }
