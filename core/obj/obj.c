@@ -22,6 +22,7 @@ extern const struct keg_obj_ops keg_obj_file_ops;
 extern const struct keg_obj_ops keg_obj_mem_ops;
 extern const struct keg_obj_ops keg_obj_faulty_ops;
 extern const struct keg_obj_ops keg_obj_metrics_ops;
+extern const struct keg_obj_ops keg_obj_retry_ops;
 #ifdef KEG_WITH_S3
 extern const struct keg_obj_ops keg_obj_s3_ops;
 #endif
@@ -64,6 +65,7 @@ static void register_builtins(void)
     register_one(&keg_obj_mem_ops);
     register_one(&keg_obj_faulty_ops);
     register_one(&keg_obj_metrics_ops);
+    register_one(&keg_obj_retry_ops);
 #ifdef KEG_WITH_S3
     register_one(&keg_obj_s3_ops);
 #endif

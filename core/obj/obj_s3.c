@@ -1578,7 +1578,8 @@ out:
 const struct keg_obj_ops keg_obj_s3_ops = {
     .name = "s3",
     .version = 1,
-    .caps = KEG_OBJ_CAP_RANGE_GET | KEG_OBJ_CAP_LIST | KEG_OBJ_CAP_DURABLE,
+    .caps = KEG_OBJ_CAP_RANGE_GET | KEG_OBJ_CAP_LIST | KEG_OBJ_CAP_DURABLE |
+            KEG_OBJ_CAP_RETRIES,
     .priv_size = sizeof(struct obj_s3),
     .open = obj_s3_open,
     .close = obj_s3_close,

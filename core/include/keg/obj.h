@@ -42,7 +42,8 @@ struct keg_obj_conf {
     const char *ca_file;         /* s3, optional CA bundle */
     int         insecure;        /* s3: skip TLS verification */
     unsigned    concurrency;     /* s3: connection pool size (default 16) */
-    unsigned    retry_deadline_ms; /* s3: total time retries may take (default 60000) */
+    unsigned    retry_deadline_ms; /* s3, retry: total time one request may spend retrying
+                                    * (default 60000) */
     int         fsync;           /* file: fsync each object before rename */
     /* faulty: */
     uint64_t    seed;
@@ -56,6 +57,13 @@ typedef int keg_obj_list_cb(void *arg, const char *key, uint64_t size);
 #define KEG_OBJ_CAP_RANGE_GET (1u << 0)
 #define KEG_OBJ_CAP_LIST      (1u << 1)
 #define KEG_OBJ_CAP_DURABLE   (1u << 2)   /* a successful put is durable on return */
+#define KEG_OBJ_CAP_RETRIES   (1u << 3)   /* retries transient errors inside each request
+                                           * (s3); the stack adds no retry layer above it */
+
+/* 1 if rc is an error that a later attempt of the same request may not get:
+ * -EAGAIN, -ETIMEDOUT, -EIO, -ECONNRESET, -ECONNREFUSED, -EINTR (the retry
+ * layer, obj_retry.c, retries these within its deadline). */
+int keg_obj_transient(int rc);
 
 /* put_file's callback: move the caller's file to dst.  Returns 0 or -errno
  * (then the file was not moved). */
@@ -129,7 +137,7 @@ struct keg_obj {
     void                     *priv;  /* ops->priv_size bytes, owned by the core */
 };
 
-/* Registry: backends by name ("file", "s3", "mem", "faulty"). */
+/* Registry: backends by name ("file", "s3", "mem", "faulty", "metrics", "retry"). */
 int keg_obj_register(const struct keg_obj_ops *ops);
 const struct keg_obj_ops *keg_obj_find(const char *name);
 
