@@ -100,7 +100,7 @@ int keg_stack_open(const struct keg_format *f, const struct keg_stack_conf *sc,
     struct keg_obj *bottom = NULL, *top = NULL;
     const char *faulty = getenv("KEG_FAULTY");
     const char *storage = f->storage;
-    int rc;
+    int known, rc;
 
     *out = NULL;
     if (sc && sc->cache_dir && *sc->cache_dir && sc->cache_dir[0] != '/') {
@@ -112,12 +112,14 @@ int keg_stack_open(const struct keg_format *f, const struct keg_stack_conf *sc,
         KEG_ERR("volume %s: writeback needs a cache directory (--cache-dir)", f->name);
         return -EINVAL;
     }
-    if (strcmp(storage, "file") != 0 && strcmp(storage, "s3") != 0 &&
-        strcmp(storage, "mem") != 0) {
-        KEG_ERR("volume %s: unknown storage \"%s\" (expected file, s3 or mem)", f->name, storage);
+    known = keg_obj_store_known(storage);
+    if (known < 0) {
+        char names[128];
+        keg_obj_store_names(names, sizeof(names));
+        KEG_ERR("volume %s: unknown storage \"%s\" (expected %s)", f->name, storage, names);
         return -EINVAL;
     }
-    if (!keg_obj_find(storage)) {
+    if (!known) {
         KEG_ERR("volume %s: storage \"%s\" is not compiled into this build", f->name, storage);
         return -ENOTSUP;
     }

@@ -69,6 +69,19 @@ static void test_errors(void **state)
         fmt_init(&f, "s3", "http://127.0.0.1:1/b");
         assert_int_equal(keg_stack_open(&f, NULL, &o), -ENOTSUP);
     }
+
+    /* the stores come from obj.c's one table; layers are no stores */
+    char names[64];
+    assert_int_equal(keg_obj_store_known("file"), 1);
+    assert_int_equal(keg_obj_store_known("mem"), 1);
+    assert_int_equal(keg_obj_store_known("s3"), keg_obj_find("s3") != NULL);
+    assert_int_equal(keg_obj_store_known("ftp"), -ENOENT);
+    assert_int_equal(keg_obj_store_known("faulty"), -ENOENT);
+    assert_int_equal(keg_obj_store_known("retry"), -ENOENT);
+    keg_obj_store_names(names, sizeof(names));
+    assert_string_equal(names, "file, s3 or mem");
+    keg_obj_store_names(names, 7);
+    assert_string_equal(names, "file, ");
 }
 
 static void test_faulty_env(void **state)

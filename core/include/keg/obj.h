@@ -140,6 +140,11 @@ struct keg_obj {
 /* Registry: backends by name ("file", "s3", "mem", "faulty", "metrics", "retry"). */
 int keg_obj_register(const struct keg_obj_ops *ops);
 const struct keg_obj_ops *keg_obj_find(const char *name);
+/* Whether name is a store a volume may use (its format's storage): 1 compiled
+ * in, 0 known but not compiled into this build, -ENOENT unknown. */
+int keg_obj_store_known(const char *name);
+/* The names of those stores for a message ("file, s3 or mem"), truncated to size. */
+void keg_obj_store_names(char *buf, size_t size);
 
 /* Open the store `name` with conf, on top of inner (NULL for a bottom store;
  * TAKES inner: it is closed with the new store, and on failure).
