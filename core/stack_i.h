@@ -48,7 +48,7 @@ extern const struct keg_obj_ops keg_cache_ssd_ops;
  * disk full: staging comes before caching.  Returns the bytes freed (0 if o is
  * not a cache layer).  LOCKS: takes the cache's lock. */
 uint64_t keg_cache_ssd_make_room(struct keg_obj *o, uint64_t need);
-/* The cache layer's pool of spare files (core/cache/ssd_file_i.h), NULL if o
+/* The cache layer's pool of spare files (core/ssdf/ssd_file.h), NULL if o
  * is not a cache layer or has none.  BORROWED: lives as long as o. */
 struct keg_ssd_spare *keg_cache_ssd_spare(struct keg_obj *o);
 

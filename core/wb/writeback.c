@@ -2,7 +2,7 @@
  *
  * DESIGN
  * put of a block object writes it to <dir>/staging/<slot>/<escaped key> (same
- * file format as the SSD cache, cache_ssd_format.h, kind "staged"; temp +
+ * file format as the SSD cache, ssdf/ssd_format.h, kind "staged"; temp +
  * rename, NOT fsync'ed), queues it and returns: once put returned, a crash of
  * the mounter cannot lose the object, because the file is on disk.  sync()
  * fsyncs every staged file not yet fsync'ed and the slot directory, then
@@ -76,8 +76,8 @@
 #include <unistd.h>
 
 #define KEG_LOG_TAG "wb"
-#include "../cache/cache_ssd_format.h"
-#include "../cache/ssd_file_i.h"
+#include "../ssdf/ssd_file.h"
+#include "../ssdf/ssd_format.h"
 #include "../stack_i.h"
 #include "keg/hash.h"
 #include "keg/log.h"
@@ -1170,7 +1170,18 @@ static int wb_sync_keys(struct keg_obj *o, const char *const *keys, size_t n)
  * Drain, stats
  *-------------------------------------------------------------------------*/
 
-/* Waits until nothing is QUEUED, UPLOADING or being written, or until
+/* 1 if a PARKED object failed with a transient error (it is retried after its
+ * backoff, so a drain waits for it).  LOCKS: caller holds wb->mu. */
+static int wb_parked_transient(const struct wb *wb)
+{
+    for (const struct wb_ent *e = wb->parked.next; e != &wb->parked; e = e->next)
+        if (e->retry_at == 0 || !wb_permanent(e->last_err))
+            return 1;
+    return 0;
+}
+
+/* Waits until nothing is QUEUED, UPLOADING, being written or PARKED after a
+ * transient error (those are retried meanwhile, with their backoff), or until
  * deadline (monotonic ns).  LOCKS: caller holds wb->mu. */
 static void wb_wait_idle(struct wb *wb, int64_t deadline)
 {
@@ -1180,7 +1191,7 @@ static void wb_wait_idle(struct wb *wb, int64_t deadline)
     wb->hurry++;                    /* queued objects go now, whatever their delay */
     pthread_cond_broadcast(&wb->work_cv);
     while ((wb->ready.next != &wb->ready || wb->uploading || wb->reserving ||
-            (wb->nparked && wb->parked.next->retry_at == 0)) &&
+            wb_parked_transient(wb)) &&
            keg_mono_ns() < deadline)
         pthread_cond_timedwait(&wb->done_cv, &wb->mu, &ts);
     wb->hurry--;

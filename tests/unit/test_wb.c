@@ -20,8 +20,8 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "cache/cache_ssd_format.h"
-#include "cache/ssd_file_i.h"
+#include "ssdf/ssd_format.h"
+#include "ssdf/ssd_file.h"
 #include "keg/log.h"
 #include "keg/obj.h"
 #include "keg/stack.h"

@@ -113,7 +113,7 @@ struct keg_obj_ops {
      * not an error.  Optional (NULL: sync, which does more). */
     int     (*sync_keys)(struct keg_obj *o, const char *const *keys, size_t n);
     /* put() from a caller that also holds the object in a local file in the
-     * SSD-file format (core/cache/cache_ssd_format.h).  After the object is
+     * SSD-file format (core/ssdf/ssd_format.h).  After the object is
      * stored, a layer that keeps local copies may call take(arg, dst) to have
      * that file moved (rename, same filesystem) to dst and adopt it instead of
      * writing a copy of its own.  Returns 1 if the file was taken, 0 if it was
