@@ -8,7 +8,7 @@ FROM debian:12-slim AS builder
 ARG DEBIAN_FRONTEND=noninteractive
 RUN apt-get update && apt-get install -y --no-install-recommends \
       build-essential cmake pkg-config ca-certificates \
-      libfuse3-dev libsqlite3-dev libhiredis-dev libcurl4-openssl-dev libssl-dev \
+      libfuse3-dev libsqlite3-dev libhiredis-dev libcurl4-openssl-dev libssl-dev libexpat1-dev \
       libyaml-dev libyajl-dev libmicrohttpd-dev liblz4-dev libzstd-dev \
       protobuf-c-compiler libprotobuf-c-dev libgrpc-dev libprotobuf-dev \
     && rm -rf /var/lib/apt/lists/*
@@ -23,7 +23,7 @@ RUN cmake -S . -B /build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKEG_WERROR=ON \
 FROM debian:12-slim
 ARG DEBIAN_FRONTEND=noninteractive
 RUN apt-get update && apt-get install -y --no-install-recommends \
-      fuse3 libfuse3-3 libsqlite3-0 libhiredis0.14 libcurl4 libssl3 libyaml-0-2 libyajl2 libmicrohttpd12 \
+      fuse3 libfuse3-3 libsqlite3-0 libhiredis0.14 libcurl4 libssl3 libexpat1 libyaml-0-2 libyajl2 libmicrohttpd12 \
       libgrpc29 libprotobuf-c1 liblz4-1 libzstd1 ca-certificates util-linux \
     && rm -rf /var/lib/apt/lists/* \
     && echo user_allow_other >> /etc/fuse.conf

@@ -2,9 +2,13 @@
  *
  * DESIGN
  * The stack is
- *     [writeback]  ->  [cache_ssd]  ->  [metrics]  ->  [faulty]  ->  file | s3 | mem
+ *     [writeback] -> [cache_ssd] -> [metrics] -> [retry] -> [faulty] -> file | s3 | mem
  * metrics (with sc->metrics, `kegfs mount --metrics`) counts every request that
  * reaches the store (obj_metrics.c).
+ * retry (obj_retry.c) retries transient errors within one deadline per request
+ * (sc->retry_deadline_ms); it is added unless the store retries by itself
+ * (KEG_OBJ_CAP_RETRIES: s3) and no faulty layer injects errors above it, or
+ * sc->no_retries.  No layer above retries a request (docs/durability.md).
  * faulty is added only when the environment variable
  * KEG_FAULTY="seed=N,err=P,corrupt=P,delay=MS" is set (tests; every field
  * optional); cache_ssd when sc->cache_dir is set; writeback when
@@ -16,7 +20,7 @@
  * Both local layers keep their files in <cache_dir>/<volume uuid, or name>/
  * so a reformatted volume of the same name never sees stale blocks.
  * The S3 client settings of sc (insecure, ca_file, concurrency,
- * retry_deadline_ms) go to the bottom store only; they are mount-time
+ * retry_deadline_ms) go to the bottom store (and retry_deadline_ms to retry); they are mount-time
  * options and never stored in the volume's format.
  * Each open TAKES the layer below, so a failure at any level has already
  * closed everything beneath it: unwinding is free.  See docs/internals/CACHE.md.
@@ -96,7 +100,7 @@ int keg_stack_open(const struct keg_format *f, const struct keg_stack_conf *sc,
     struct keg_obj *bottom = NULL, *top = NULL;
     const char *faulty = getenv("KEG_FAULTY");
     const char *storage = f->storage;
-    int rc;
+    int known, rc;
 
     *out = NULL;
     if (sc && sc->cache_dir && *sc->cache_dir && sc->cache_dir[0] != '/') {
@@ -108,12 +112,14 @@ int keg_stack_open(const struct keg_format *f, const struct keg_stack_conf *sc,
         KEG_ERR("volume %s: writeback needs a cache directory (--cache-dir)", f->name);
         return -EINVAL;
     }
-    if (strcmp(storage, "file") != 0 && strcmp(storage, "s3") != 0 &&
-        strcmp(storage, "mem") != 0) {
-        KEG_ERR("volume %s: unknown storage \"%s\" (expected file, s3 or mem)", f->name, storage);
+    known = keg_obj_store_known(storage);
+    if (known < 0) {
+        char names[128];
+        keg_obj_store_names(names, sizeof(names));
+        KEG_ERR("volume %s: unknown storage \"%s\" (expected %s)", f->name, storage, names);
         return -EINVAL;
     }
-    if (!keg_obj_find(storage)) {
+    if (!known) {
         KEG_ERR("volume %s: storage \"%s\" is not compiled into this build", f->name, storage);
         return -ENOTSUP;
     }
@@ -150,6 +156,12 @@ int keg_stack_open(const struct keg_format *f, const struct keg_stack_conf *sc,
     top = bottom;
     if (faulty && *faulty) {
         rc = keg_obj_open("faulty", &fconf, top, &top);   /* TAKES top */
+        if (rc < 0)
+            return rc;
+    }
+    if ((top != bottom || !(bottom->ops->caps & KEG_OBJ_CAP_RETRIES)) &&
+        !(sc && sc->no_retries)) {
+        rc = keg_obj_open("retry", &conf, top, &top);     /* TAKES top */
         if (rc < 0)
             return rc;
     }

@@ -48,7 +48,7 @@ extern const struct keg_obj_ops keg_cache_ssd_ops;
  * disk full: staging comes before caching.  Returns the bytes freed (0 if o is
  * not a cache layer).  LOCKS: takes the cache's lock. */
 uint64_t keg_cache_ssd_make_room(struct keg_obj *o, uint64_t need);
-/* The cache layer's pool of spare files (core/cache/ssd_file_i.h), NULL if o
+/* The cache layer's pool of spare files (core/ssdf/ssd_file.h), NULL if o
  * is not a cache layer or has none.  BORROWED: lives as long as o. */
 struct keg_ssd_spare *keg_cache_ssd_spare(struct keg_obj *o);
 
@@ -61,9 +61,12 @@ struct keg_wb_conf {
     unsigned    workers;      /* upload threads (0: 4) */
     uint64_t    max_staging;  /* staged object bytes before put blocks (0: 1 GiB) */
     unsigned    drain_ms;     /* close() waits this long for uploads (0: 30000) */
-    unsigned    retries;      /* attempts on a transient error before parking (0: 6) */
-    unsigned    backoff_ms;   /* first retry delay, doubled per attempt, max 5 s (0: 100) */
-    unsigned    park_ms;      /* a parked (failing) object is retried after this (0: 60000) */
+    unsigned    retries;      /* failed uploads of an object in a row before each further
+                               * one is an ERROR line (0: 6); uploads are retried for ever */
+    unsigned    backoff_ms;   /* wait after an object's first failed upload, doubled per
+                               * failure in a row up to park_ms (0: 100) */
+    unsigned    park_ms;      /* longest wait between attempts, and the wait after a
+                               * permanent error (0: 60000) */
     unsigned    upload_delay_ms; /* a new object is uploaded no sooner than this (0: at once);
                                   * ignored while puts wait for room and during drain/close */
     int         keys_write_once; /* every key is put once (block keys of core/fs): a key

@@ -36,6 +36,8 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <float.h>
+#include <stddef.h>
 #include <malloc.h>
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
@@ -205,8 +207,9 @@ static void usage(FILE *out)
         "                           (testing only; anyone on the path can read and alter data)\n"
         "      --ca-file FILE       s3 over https: trust the CA certificates in FILE (PEM)\n"
         "      --s3-concurrency N   s3 connection pool size (default 16)\n"
-        "      --s3-retry-deadline SEC  time one s3 request may spend retrying throttling,\n"
-        "                           5xx and connection errors (default 60)\n"
+        "      --s3-retry-deadline SEC  time one object-store request may spend retrying\n"
+        "                           throttling, 5xx and connection errors (default 60; every\n"
+        "                           store, the end-to-end bounds in docs/durability.md)\n"
         "      --config FILE        YAML file of defaults (keys: long option names, and\n"
         "                           meta-url, access-key, secret-key, session-token)\n"
         "      --meta-password-file FILE  the META_URL's password is the first line of FILE\n"
@@ -244,121 +247,125 @@ static int parse_bool(const char *v, int *out)
     return -EINVAL;
 }
 
-/* Apply option `id` with value v (NULL for a flag given without value).
- * `src` names where it came from, for messages.  Returns 0 or 2 (usage). */
-static int apply_opt(struct mount_opts *o, int id, const char *name, const char *v,
-                     const char *src)
+/* How the value of an option is read into struct mount_opts. */
+enum opt_kind {
+    OK_BOOL,       /* int: true/yes/on/1 (or no value), false/no/off/0 */
+    OK_SECONDS,    /* double: seconds (mnt_parse_seconds), within [min, max] */
+    OK_COUNT,      /* uint64_t: a number (mnt_parse_u64), within [min, max] */
+    OK_SIZE,       /* uint64_t: bytes with an optional unit (mnt_parse_size), within [min, max] */
+    OK_PATH,       /* char *: a non-empty string; OWNERSHIP: keg_free */
+    OK_STR,        /* char *: any string, also empty; OWNERSHIP: keg_free */
+};
+
+struct opt_rule {
+    int           id;
+    enum opt_kind kind;
+    size_t        off;         /* of the field in struct mount_opts */
+    double        min, max;    /* OK_SECONDS, OK_COUNT, OK_SIZE */
+};
+
+#define OPT_ANY -DBL_MAX, DBL_MAX
+#define RULE(id, kind, field, range) {id, kind, offsetof(struct mount_opts, field), range}
+#define RANGE(lo, hi) lo, hi
+
+/* Every option with a value of its own; the others are in apply_special. */
+static const struct opt_rule opt_rules[] = {
+    RULE(OPT_BACKGROUND, OK_BOOL, background, OPT_ANY),
+    RULE(OPT_READ_ONLY, OK_BOOL, read_only, OPT_ANY),
+    RULE(OPT_NO_ALLOW_OTHER, OK_BOOL, no_allow_other, OPT_ANY),
+    RULE(OPT_WRITEBACK, OK_BOOL, writeback, OPT_ANY),
+    RULE(OPT_NO_SUPERVISOR, OK_BOOL, no_supervisor, OPT_ANY),
+    RULE(OPT_OVER_STALE, OK_BOOL, over_stale, OPT_ANY),
+    RULE(OPT_INSECURE, OK_BOOL, insecure, OPT_ANY),
+    RULE(OPT_ATTR_CACHE, OK_SECONDS, attr_cache, OPT_ANY),
+    RULE(OPT_ENTRY_CACHE, OK_SECONDS, entry_cache, OPT_ANY),
+    RULE(OPT_DIR_ENTRY_CACHE, OK_SECONDS, dir_entry_cache, OPT_ANY),
+    RULE(OPT_DRAIN_TIMEOUT, OK_SECONDS, drain_timeout, OPT_ANY),
+    RULE(OPT_MISSING_WAIT, OK_SECONDS, missing_wait, OPT_ANY),
+    RULE(OPT_UPLOAD_DELAY, OK_SECONDS, upload_delay, RANGE(-DBL_MAX, 3600)),
+    RULE(OPT_SESSION_TIMEOUT, OK_SECONDS, session_timeout, RANGE(1, DBL_MAX)),
+    RULE(OPT_HEARTBEAT, OK_SECONDS, heartbeat, RANGE(1, DBL_MAX)),
+    RULE(OPT_S3_RETRY_DEADLINE, OK_SECONDS, s3_retry_deadline, RANGE(0.001, 86400)),
+    RULE(OPT_BUFFER_SIZE, OK_COUNT, buffer_mib, RANGE(16, 1u << 20)),
+    RULE(OPT_MEM_CACHE_SIZE, OK_COUNT, mem_cache_mib, OPT_ANY),
+    RULE(OPT_UPLOAD_WORKERS, OK_COUNT, upload_workers, RANGE(1, 256)),
+    RULE(OPT_S3_CONCURRENCY, OK_COUNT, s3_concurrency, RANGE(1, 1024)),
+    RULE(OPT_CACHE_SIZE, OK_SIZE, cache_size, RANGE(1, DBL_MAX)),
+    RULE(OPT_MAX_STAGING, OK_SIZE, max_staging, RANGE(1, DBL_MAX)),
+    RULE(OPT_CA_FILE, OK_PATH, ca_file, OPT_ANY),
+    RULE(OPT_METRICS, OK_PATH, metrics, OPT_ANY),
+    RULE(OPT_CACHE_DIR, OK_PATH, cache_dir, OPT_ANY),
+    RULE(OPT_META_PASSWORD_FILE, OK_PATH, meta_password_file, OPT_ANY),
+    RULE(MNT_OPT_LOG_FILE, OK_STR, log_file, OPT_ANY),
+    RULE(OPT_CONFIG, OK_STR, config, OPT_ANY),
+};
+
+/* -ERANGE if x is outside the rule's range, else rc. */
+static int opt_in_range(const struct opt_rule *r, int rc, double x)
 {
-    int rc = 0;
-    int b = 0;
-    uint64_t u = 0;
+    return rc == 0 && (x < r->min || x > r->max) ? -ERANGE : rc;
+}
+
+/* Reads v into o as rule r says.  Returns 0 or -errno. */
+static int apply_rule(struct mount_opts *o, const struct opt_rule *r, const char *v)
+{
+    void *field = (char *)o + r->off;
+    char **str = field;
+    int rc;
+
+    switch (r->kind) {
+    case OK_BOOL:
+        return parse_bool(v, field);
+    case OK_SECONDS:
+        rc = mnt_parse_seconds(v, field);
+        return opt_in_range(r, rc, *(double *)field);
+    case OK_COUNT:
+        rc = mnt_parse_u64(v, field);
+        return opt_in_range(r, rc, (double)*(uint64_t *)field);
+    case OK_SIZE:
+        rc = mnt_parse_size(v, field);
+        return opt_in_range(r, rc, (double)*(uint64_t *)field);
+    case OK_PATH:
+    case OK_STR:
+        keg_free(*str);
+        *str = v && (*v || r->kind == OK_STR) ? keg_strdup(v) : NULL;
+        return *str ? 0 : -EINVAL;
+    }
+    return -EINVAL;
+}
+
+/* The options that do more than set a field.  Returns 0 or -errno. */
+static int apply_special(struct mount_opts *o, int id, const char *v)
+{
+    int b = 0, rc;
+
     switch (id) {
-    case OPT_BACKGROUND: rc = parse_bool(v, &o->background); break;
-    case OPT_READ_ONLY: rc = parse_bool(v, &o->read_only); break;
-    case OPT_NO_ALLOW_OTHER: rc = parse_bool(v, &o->no_allow_other); break;
-    case OPT_ATTR_CACHE: rc = mnt_parse_seconds(v, &o->attr_cache); break;
-    case OPT_ENTRY_CACHE: rc = mnt_parse_seconds(v, &o->entry_cache); break;
-    case OPT_DIR_ENTRY_CACHE: rc = mnt_parse_seconds(v, &o->dir_entry_cache); break;
-    case OPT_BUFFER_SIZE:
-        rc = mnt_parse_u64(v, &u);
-        if (!rc && (u < 16 || u > (1u << 20)))
-            rc = -ERANGE;
-        o->buffer_mib = u;
-        break;
-    case OPT_MEM_CACHE_SIZE:
-        rc = mnt_parse_u64(v, &u);
-        o->mem_cache_mib = u;
-        break;
-    case OPT_CACHE_SIZE:
-        rc = mnt_parse_size(v, &o->cache_size);
-        if (!rc && o->cache_size == 0)
-            rc = -ERANGE;
-        break;
-    case OPT_MAX_STAGING:
-        rc = mnt_parse_size(v, &o->max_staging);
-        if (!rc && o->max_staging == 0)
-            rc = -ERANGE;
-        break;
-    case OPT_UPLOAD_WORKERS:
-        rc = mnt_parse_u64(v, &u);
-        if (!rc && (u < 1 || u > 256))
-            rc = -ERANGE;
-        o->upload_workers = u;
-        break;
-    case OPT_WRITEBACK: rc = parse_bool(v, &o->writeback); break;
-    case OPT_NO_SUPERVISOR: rc = parse_bool(v, &o->no_supervisor); break;
-    case OPT_OVER_STALE: rc = parse_bool(v, &o->over_stale); break;
-    case OPT_INSECURE: rc = parse_bool(v, &o->insecure); break;
-    case OPT_CA_FILE:
-        keg_free(o->ca_file);
-        o->ca_file = v && *v ? keg_strdup(v) : NULL;
-        rc = o->ca_file ? 0 : -EINVAL;
-        break;
-    case OPT_METRICS:
-        keg_free(o->metrics);
-        o->metrics = v && *v ? keg_strdup(v) : NULL;
-        rc = o->metrics ? 0 : -EINVAL;
-        break;
-    case OPT_S3_CONCURRENCY:
-        rc = mnt_parse_u64(v, &o->s3_concurrency);
-        if (!rc && (o->s3_concurrency < 1 || o->s3_concurrency > 1024))
-            rc = -ERANGE;
-        break;
-    case OPT_S3_RETRY_DEADLINE:
-        rc = mnt_parse_seconds(v, &o->s3_retry_deadline);
-        if (!rc && (o->s3_retry_deadline < 0.001 || o->s3_retry_deadline > 86400))
-            rc = -ERANGE;
-        break;
-    case OPT_DRAIN_TIMEOUT: rc = mnt_parse_seconds(v, &o->drain_timeout); break;
-    case OPT_UPLOAD_DELAY:
-        rc = mnt_parse_seconds(v, &o->upload_delay);
-        if (!rc && o->upload_delay > 3600)
-            rc = -ERANGE;
-        break;
-    case OPT_MISSING_WAIT: rc = mnt_parse_seconds(v, &o->missing_wait); break;
-    case OPT_SESSION_TIMEOUT:
-        rc = mnt_parse_seconds(v, &o->session_timeout);
-        if (!rc && o->session_timeout < 1)
-            rc = -ERANGE;
-        break;
-    case OPT_HEARTBEAT:
-        rc = mnt_parse_seconds(v, &o->heartbeat);
-        if (!rc && o->heartbeat < 1)
-            rc = -ERANGE;
-        break;
-    case OPT_CACHE_DIR:
-        keg_free(o->cache_dir);
-        o->cache_dir = v && *v ? keg_strdup(v) : NULL;
-        rc = o->cache_dir ? 0 : -EINVAL;
-        break;
     case OPT_FUSE_OPTS:
-        rc = v ? append_fuse_opts(o, v) : -EINVAL;
-        break;
-    case MNT_OPT_LOG_FILE:
-        keg_free(o->log_file);
-        o->log_file = v ? keg_strdup(v) : NULL;
-        rc = o->log_file ? 0 : -EINVAL;
-        break;
-    case OPT_META_PASSWORD_FILE:
-        keg_free(o->meta_password_file);
-        o->meta_password_file = v && *v ? keg_strdup(v) : NULL;
-        rc = o->meta_password_file ? 0 : -EINVAL;
-        break;
-    case OPT_CONFIG:
-        keg_free(o->config);
-        o->config = v ? keg_strdup(v) : NULL;
-        rc = o->config ? 0 : -EINVAL;
-        break;
+        return v ? append_fuse_opts(o, v) : -EINVAL;
     case 'v':
     case MNT_OPT_DEBUG:
     case MNT_OPT_QUIET:
         rc = parse_bool(v, &b);
         if (!rc && b)
             mnt_common_opt(id, NULL);
-        break;
+        return rc;
     default:
-        rc = -EINVAL;
+        return -EINVAL;
     }
+}
+
+/* Apply option `id` with value v (NULL for a flag given without value).
+ * `src` names where it came from, for messages.  Returns 0 or 2 (usage). */
+static int apply_opt(struct mount_opts *o, int id, const char *name, const char *v,
+                     const char *src)
+{
+    const struct opt_rule *r = NULL;
+    int rc;
+
+    for (size_t i = 0; i < sizeof(opt_rules) / sizeof(opt_rules[0]) && !r; i++)
+        if (opt_rules[i].id == id)
+            r = &opt_rules[i];
+    rc = r ? apply_rule(o, r, v) : apply_special(o, id, v);
     if (rc) {
         if (v)
             mnt_error("%s: invalid value '%s' for %s", src, v, name);

@@ -13,7 +13,7 @@ RUN_PKGS=(
   fuse3 libfuse3-dev
   libsqlite3-dev sqlite3
   libhiredis-dev
-  libcurl4-openssl-dev libssl-dev
+  libcurl4-openssl-dev libssl-dev libexpat1-dev
   libyaml-dev libyajl-dev libmicrohttpd-dev
   liblz4-dev libzstd-dev
   protobuf-c-compiler libprotobuf-c-dev libgrpc-dev libprotobuf-dev protobuf-compiler

@@ -4,7 +4,7 @@
  * Block objects ("<vol>/chunks/.../<id>_<indx>_<blen>") are kept one per file
  * under <dir>/blocks/<hh>/<escaped key>, where hh is the low byte of the
  * key's CRC32C in hex (256 directories).  The file format (header with the
- * key, the length and two CRC32Cs, then the object) is cache_ssd_format.h,
+ * key, the length and two CRC32Cs, then the object) is ssdf/ssd_format.h,
  * specified in docs/internals/SSD-FORMAT.md.  Other objects pass through.
  *
  *   get   indexed -> read the file, verify its CRCs and key -> serve the range.
@@ -67,17 +67,17 @@
 #include <unistd.h>
 
 #define KEG_LOG_TAG "cache_ssd"
-#include "cache_ssd_format.h"
+#include "../ssdf/ssd_format.h"
 #include "keg/hash.h"
 #include "keg/log.h"
 #include "keg/mem.h"
-#include "ssd_file_i.h"
+#include "../ssdf/ssd_file.h"
 #include "../stack_i.h"
 
 /* no cache file is larger: header, longest key, largest encoded block */
 #define CS_FILE_MAX ((uint64_t)KEGC_HDR + KEGC_KEY_MAX + KEG_BLOCK_HDR + KEG_BLOCK_SIZE_MAX + 1)
 
-/* Spare files kept for reuse (ssd_file_i.h), emptied, so they hold no bytes
+/* Spare files kept for reuse (ssdf/ssd_file.h), emptied, so they hold no bytes
  * outside the budget.  Files of any size: a whole-block file costs the same
  * inode allocation as a small one (measured: 8 % of the mounter's CPU in a
  * sequential write on ext4 without a journal), and emptying it frees its

@@ -37,9 +37,11 @@
  * were uploaded are deleted again; the error is kept in ip->werr when the
  * commit was implicit and returned by the next flush/fsync (kernel writeback
  * semantics).  -ENOSPC/-EDQUOT are also returned by the following writes.
- * Each block put is retried against transient store errors (fs_retry_*,
- * bounded by io_retry_ms) before it counts as failed; what still fails then
- * is -EIO.
+ * A block put is one request to the object stack, which retries transient
+ * errors within its own deadline (obj_retry.c, obj_s3.c); what fails there
+ * is final here (-EIO for a transient error, fs_io_error), and once one
+ * upload of an inode failed, its queued uploads fail at once instead of each
+ * waiting out the store's deadline (docs/durability.md, "One retry policy").
  *
  * Writer states per block: buffering (i >= nup) -> uploading (in a job) ->
  * uploaded; per slice: buffering -> committed (freed).
@@ -227,70 +229,16 @@ static int ws_put(struct keg_fs *fs, struct fs_inode *ip, struct fs_wslice *ws, 
 }
 
 /*----------------------------------------------------------------------------
- * Retries of block I/O (uploads here, fetches in read.c)
- *
- * A transient store error (fs_io_transient) is retried with exponential
- * backoff and full jitter: attempt n sleeps a random time in
- * [delay/2, delay] with delay = min(FS_RETRY_CAP_MS, FS_RETRY_BASE_MS * 2^n),
- * and no attempt starts once io_retry_ms (default 30 s) has passed since the
- * first one.  The store may retry internally too (obj_s3 for up to its own
- * deadline): then one attempt can outlast io_retry_ms and is the last.
- * Everything else (-ENOENT, -EACCES, -EINVAL, -ENOSPC, -EDQUOT, -EFBIG,
- * -ENOMEM, ...) is final at once.  docs/durability.md, DATAPATH.md.
+ * Block uploads
  *--------------------------------------------------------------------------*/
 
-#define FS_RETRY_BASE_MS 20
-#define FS_RETRY_CAP_MS  2000
-
-int fs_io_transient(int rc)
+int fs_io_error(int rc)
 {
-    switch (rc) {
-    case -EAGAIN:
-    case -ETIMEDOUT:
-    case -EIO:
-    case -ECONNRESET:
-    case -ECONNREFUSED:
-    case -EINTR:
-        return 1;
-    default:
-        return 0;
-    }
-}
-
-void fs_retry_begin(struct keg_fs *fs, struct fs_retry *r)
-{
-    int ms = fs->io_retry_ms ? fs->io_retry_ms : KEG_FS_IO_RETRY_DEFAULT_MS;
-
-    r->start_ns = keg_mono_ns();
-    r->deadline_ns = ms > 0 ? r->start_ns + (int64_t)ms * 1000000 : 0;
-    r->attempt = 0;
-}
-
-int fs_retry_again(struct fs_retry *r, int rc, const char *op, const char *key)
-{
-    int64_t now = keg_mono_ns();
-    int64_t delay_ms, left;
-
-    r->attempt++;
-    if (!fs_io_transient(rc) || !r->deadline_ns || now >= r->deadline_ns)
-        return 0;
-    delay_ms = (int64_t)keg_backoff_ms(r->attempt - 1, FS_RETRY_BASE_MS, FS_RETRY_CAP_MS);
-    delay_ms = delay_ms / 2 + (int64_t)(keg_rand64() % (uint64_t)(delay_ms / 2 + 1));
-    /* the last attempt is made at the deadline rather than given up early */
-    left = r->deadline_ns - now;
-    int64_t delay_ns = KEG_MIN(delay_ms * 1000000, left);
-    if (r->attempt == 1)
-        KEG_WARN("%s of %s failed: %s; retrying for up to %lld ms", op, key, strerror(-rc),
-                 (long long)((r->deadline_ns - r->start_ns) / 1000000));
-    else
-        KEG_DEBUG("%s of %s failed: %s; retry %u in %lld ms", op, key, strerror(-rc),
-                  r->attempt, (long long)(delay_ns / 1000000));
-    keg_sleep_ns(delay_ns);
-    return 1;
+    return keg_obj_transient(rc) ? -EIO : rc;
 }
 
 /* BORROWS: raw.  Returns 0 or -errno (logged); transient errors that outlast
- * the retries become -EIO.  With head, raw has FS_WB_HEAD bytes of room in
+ * the store's retries become -EIO.  With head, raw has FS_WB_HEAD bytes of room in
  * front that an uncompressed block's header is written into. */
 int fs_put_block(struct keg_fs *fs, uint64_t id, uint32_t indx, uint8_t *raw, uint32_t blen,
                  int head)
@@ -298,7 +246,7 @@ int fs_put_block(struct keg_fs *fs, uint64_t id, uint32_t indx, uint8_t *raw, ui
     char key[256];
     size_t cap = keg_block_bound(fs->codec, blen);
     size_t olen = 0;
-    struct fs_retry r;
+    int64_t t0 = keg_mono_ns();
     uint8_t *enc = NULL;
     uint32_t big = 0;
     int inplace = head && fs->codec == KEG_CODEC_NONE;
@@ -318,19 +266,11 @@ int fs_put_block(struct keg_fs *fs, uint64_t id, uint32_t indx, uint8_t *raw, ui
             goto out;
     }
     keg_block_key(key, sizeof(key), fs->fmt.name, id, indx, blen);
-    fs_retry_begin(fs, &r);
-    for (;;) {
-        rc = keg_obj_put(fs->obj, key, enc, olen);
-        if (rc == 0 || !fs_retry_again(&r, rc, "upload", key))
-            break;
-    }
+    rc = keg_obj_put(fs->obj, key, enc, olen);
     if (rc < 0) {
-        KEG_ERR("upload of %s failed: %s (%u attempts in %lld ms)", key, strerror(-rc),
-                r.attempt, (long long)((keg_mono_ns() - r.start_ns) / 1000000));
-        if (fs_io_transient(rc))
-            rc = -EIO;
-    } else if (r.attempt > 0) {
-        KEG_DEBUG("upload of %s succeeded after %u failed attempts", key, r.attempt);
+        KEG_ERR("upload of %s failed: %s (after %lld ms)", key, strerror(-rc),
+                (long long)((keg_mono_ns() - t0) / 1000000));
+        rc = fs_io_error(rc);
     }
 out:
     if (!inplace)                               /* else: the caller's buffer */
@@ -359,8 +299,15 @@ static void up_run(struct fs_job *j)
 {
     struct fs_upjob *u = (struct fs_upjob *)j;
     struct keg_fs *fs = u->fs;
-    int rc = fs_put_block(fs, u->id, u->indx, u->p, u->blen, u->big);
+    int rc;
 
+    /* An upload of this inode failed already: its commit fails whatever
+     * happens here, so do not make it wait for one more store deadline. */
+    pthread_mutex_lock(&fs->up_mu);
+    rc = u->ip->up_err;
+    pthread_mutex_unlock(&fs->up_mu);
+    if (rc == 0)
+        rc = fs_put_block(fs, u->id, u->indx, u->p, u->blen, u->big);
     wbuf_free(fs, u->p, u->big);
     pthread_mutex_lock(&fs->up_mu);
     if (rc < 0 && u->ip->up_err == 0)
@@ -471,6 +418,39 @@ static int ws_upload_full(struct keg_fs *fs, struct fs_inode *ip, struct fs_wsli
     return 0;
 }
 
+/* Deletion of the uploaded blocks of a dropped slice, in the background: the
+ * failed commit that drops it returns without waiting for the store again
+ * (a store that just failed the upload fails the delete for a deadline too). */
+struct fs_deljob {
+    struct fs_job   job;        /* MUST be first */
+    struct keg_fs  *fs;
+    uint64_t        id;
+    uint32_t        size;
+};
+
+static void del_run(struct fs_job *j)
+{
+    struct fs_deljob *d = (struct fs_deljob *)j;
+    fs_delete_slice(d->fs, d->id, d->size);     /* a failure is logged; gc finds the rest */
+    keg_free(d);
+}
+
+static void writer_delete_later(struct keg_fs *fs, uint64_t id, uint32_t size)
+{
+    struct fs_deljob *d = keg_calloc(1, sizeof(*d));
+
+    if (d) {
+        d->job.fn = del_run;
+        d->fs = fs;
+        d->id = id;
+        d->size = size;
+        if (fs_pool_submit(&fs->up_pool, &d->job, 0) == 0)
+            return;
+        keg_free(d);
+    }
+    fs_delete_slice(fs, id, size);
+}
+
 void fs_writer_drop(struct keg_fs *fs, struct fs_inode *ip, int delete_uploaded)
 {
     struct fs_wslice *ws = ip->wfirst;
@@ -479,8 +459,8 @@ void fs_writer_drop(struct keg_fs *fs, struct fs_inode *ip, int delete_uploaded)
     while (ws) {
         struct fs_wslice *next = ws->next;
         if (delete_uploaded && ws->nup > 0)
-            fs_delete_slice(fs, ws->id,
-                            (uint32_t)KEG_MIN((uint64_t)ws->nup * fs->bs, ws->len));
+            writer_delete_later(fs, ws->id,
+                                (uint32_t)KEG_MIN((uint64_t)ws->nup * fs->bs, ws->len));
         ws_free(fs, ip, ws);
         ws = next;
     }

@@ -540,7 +540,6 @@ int keg_fs_new(const struct keg_fs_conf *conf, struct keg_fs **out)
     fs->heartbeat_sec = conf->heartbeat_sec ? conf->heartbeat_sec : 10;
     fs->session_timeout = conf->session_timeout ? conf->session_timeout : 60;
     fs->missing_wait_ms = conf->missing_block_wait_ms;
-    fs->io_retry_ms = conf->io_retry_ms;
 
     rc = keg_meta_open(conf->meta_url, &fs->meta);
     if (rc < 0)

@@ -341,7 +341,6 @@ struct keg_fs {
     unsigned          heartbeat_sec;
     unsigned          session_timeout;
     unsigned          missing_wait_ms;  /* conf->missing_block_wait_ms */
-    int               io_retry_ms;      /* conf->io_retry_ms (0: default, < 0: none) */
 
     /* attributes of directories as the last namespace change here left them,
      * for the kernel's getattr that follows it (ns.c) */
@@ -469,22 +468,10 @@ void     fs_bigbuf_put(struct keg_fs *fs, uint8_t *p);
 /* Frees the idle buffers (teardown). */
 void     fs_bigbuf_drop(struct keg_fs *fs);
 
-/* Retries of block I/O against transient object-store errors (file.c).
- * Usage: fs_retry_begin(), then after each failed attempt
- * `if (!fs_retry_again(fs, &r, rc, what)) break;` which sleeps the backoff. */
-struct fs_retry {
-    int64_t  start_ns;          /* keg_mono_ns() of the first attempt */
-    int64_t  deadline_ns;       /* no attempt starts after this (0: no retries) */
-    unsigned attempt;           /* attempts failed so far */
-};
-void fs_retry_begin(struct keg_fs *fs, struct fs_retry *r);
-/* 1 if rc is transient (fs_io_transient) and the deadline allows another
- * attempt: the backoff was slept and the caller tries again.  0: give up.
- * BORROWS: op ("upload", "read"), key (name the object in log lines). */
-int  fs_retry_again(struct fs_retry *r, int rc, const char *op, const char *key);
-/* 1 for errors worth retrying: -EAGAIN, -ETIMEDOUT, -EIO, -ECONNRESET,
- * -ECONNREFUSED, -EINTR. */
-int  fs_io_transient(int rc);
+/* What a failed block put or get of the store returns to the application:
+ * -EIO for an error the store's retries did not outlast (keg_obj_transient),
+ * the error itself otherwise (-ENOSPC, -EACCES, ...). */
+int  fs_io_error(int rc);
 
 /* read.c */
 ssize_t fs_read_range(struct keg_fs *fs, struct fs_inode *ip, uint64_t off, void *buf,

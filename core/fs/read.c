@@ -12,9 +12,9 @@
  * fetched buffer (base) with data pointing past the header: one allocation and
  * no copy; only compressed blocks are decoded into a second buffer.
  * Corruption, a missing object or any store failure becomes -EIO and an
- * ERROR log line naming the object key: never wrong bytes.  Before that, a
- * transient store error is retried with backoff (fs_retry_*, file.c; bounded
- * by io_retry_ms) and a block failing verification is read again up to
+ * ERROR log line naming the object key: never wrong bytes.  A store error is
+ * final here: the object stack retried it within its deadline (obj_retry.c,
+ * obj_s3.c).  A block failing verification is read again up to
  * FS_FETCH_CORRUPT_RETRIES times (a torn transfer); a missing object is not
  * retried here (see below).
  *
@@ -316,7 +316,7 @@ static int block_fetch(struct keg_fs *fs, uint64_t id, uint32_t indx, uint32_t b
     size_t cap = keg_block_bound(KEG_CODEC_NONE, blen);
     uint8_t *enc = NULL;
     uint8_t *raw = NULL;        /* decoded copy, compressed blocks only */
-    struct fs_retry r;
+    int64_t t0 = keg_mono_ns();
     unsigned bad = 0;           /* reads that failed verification */
     int decoded = 0;            /* the good read was decoded into raw */
     struct keg_block_id bid = fs_block_id(fs, id, indx, blen);
@@ -335,50 +335,44 @@ static int block_fetch(struct keg_fs *fs, uint64_t id, uint32_t indx, uint32_t b
         rc = -ENOMEM;
         goto out;
     }
-    fs_retry_begin(fs, &r);
     for (;;) {
         n = keg_obj_get(fs->obj, key, 0, enc, cap);
         if (n == -ENOENT) {
             rc = -ENOENT;       /* logged by the reader if its layout is current */
             goto out;
         }
-        if (n >= 0) {
-            olen = (size_t)n;
-            n = keg_block_decode_inplace(enc, olen, &bid, blen);
-            decoded = n == -ENOTSUP;
-            if (decoded) {
-                if (!raw)
-                    raw = keg_malloc(blen ? blen : 1);
-                if (!raw) {
-                    rc = -ENOMEM;
-                    goto out;
-                }
-                n = keg_block_decode(enc, olen, &bid, raw, blen);
-            }
-            if (n == (ssize_t)blen)
-                break;
-            /* A torn or damaged transfer reads differently next time; a block
-             * damaged at rest does not: a few tries, then EIO. */
-            if (++bad > FS_FETCH_CORRUPT_RETRIES) {
-                char why[160];
-                KEG_ERR("block %s is corrupt (%s; %u reads)", key,
-                        keg_block_why(enc, olen, &bid, why, sizeof(why)), bad);
-                rc = -EIO;
+        if (n < 0) {
+            /* the store retried what was worth retrying (obj_retry.c, obj_s3.c) */
+            KEG_ERR("reading block %s failed: %s (after %lld ms)", key, strerror((int)-n),
+                    (long long)((keg_mono_ns() - t0) / 1000000));
+            rc = -EIO;          /* any failure of a read is EIO (never ENOENT etc.) */
+            goto out;
+        }
+        olen = (size_t)n;
+        n = keg_block_decode_inplace(enc, olen, &bid, blen);
+        decoded = n == -ENOTSUP;
+        if (decoded) {
+            if (!raw)
+                raw = keg_malloc(blen ? blen : 1);
+            if (!raw) {
+                rc = -ENOMEM;
                 goto out;
             }
-            KEG_WARN("block %s failed verification (read %u); reading it again", key, bad);
-            n = -EIO;
+            n = keg_block_decode(enc, olen, &bid, raw, blen);
         }
-        if (!fs_retry_again(&r, (int)n, "read", key)) {
-            KEG_ERR("reading block %s failed: %s (%u attempts in %lld ms)", key,
-                    strerror((int)-n), r.attempt,
-                    (long long)((keg_mono_ns() - r.start_ns) / 1000000));
+        if (n == (ssize_t)blen)
+            break;
+        /* A torn or damaged transfer reads differently next time; a block
+         * damaged at rest does not: a few tries, then EIO. */
+        if (++bad > FS_FETCH_CORRUPT_RETRIES) {
+            char why[160];
+            KEG_ERR("block %s is corrupt (%s; %u reads)", key,
+                    keg_block_why(enc, olen, &bid, why, sizeof(why)), bad);
             rc = -EIO;
             goto out;
         }
+        KEG_WARN("block %s failed verification (read %u); reading it again", key, bad);
     }
-    if (r.attempt > 0)
-        KEG_DEBUG("block %s read after %u failed attempts", key, r.attempt);
     if (decoded) {
         *base = *data = raw;
         *base_size = blen ? blen : 1;

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdalign.h>
+#include <stdio.h>
 #include <string.h>
 
 #define KEG_LOG_TAG "obj"
@@ -22,6 +23,7 @@ extern const struct keg_obj_ops keg_obj_file_ops;
 extern const struct keg_obj_ops keg_obj_mem_ops;
 extern const struct keg_obj_ops keg_obj_faulty_ops;
 extern const struct keg_obj_ops keg_obj_metrics_ops;
+extern const struct keg_obj_ops keg_obj_retry_ops;
 #ifdef KEG_WITH_S3
 extern const struct keg_obj_ops keg_obj_s3_ops;
 #endif
@@ -58,15 +60,60 @@ static int register_one(const struct keg_obj_ops *ops)
     return rc;
 }
 
+#ifdef KEG_WITH_S3
+#define OBJ_S3_OPS (&keg_obj_s3_ops)
+#else
+#define OBJ_S3_OPS NULL
+#endif
+
+/* The stores a volume's format can name, in one table: a new store is its
+ * file plus one line here.  ops NULL: known, but not compiled into this build. */
+static const struct obj_store {
+    const char               *name;
+    const struct keg_obj_ops *ops;
+} obj_stores[] = {
+    {"file", &keg_obj_file_ops},
+    {"s3", OBJ_S3_OPS},
+    {"mem", &keg_obj_mem_ops},
+};
+
+/* The layers core/stack.c stacks by name. */
+static const struct keg_obj_ops *const obj_layers[] = {
+    &keg_obj_faulty_ops,
+    &keg_obj_metrics_ops,
+    &keg_obj_retry_ops,
+};
+
 static void register_builtins(void)
 {
-    register_one(&keg_obj_file_ops);
-    register_one(&keg_obj_mem_ops);
-    register_one(&keg_obj_faulty_ops);
-    register_one(&keg_obj_metrics_ops);
-#ifdef KEG_WITH_S3
-    register_one(&keg_obj_s3_ops);
-#endif
+    for (size_t i = 0; i < sizeof(obj_stores) / sizeof(obj_stores[0]); i++)
+        if (obj_stores[i].ops)
+            register_one(obj_stores[i].ops);
+    for (size_t i = 0; i < sizeof(obj_layers) / sizeof(obj_layers[0]); i++)
+        register_one(obj_layers[i]);
+}
+
+int keg_obj_store_known(const char *name)
+{
+    for (size_t i = 0; i < sizeof(obj_stores) / sizeof(obj_stores[0]); i++)
+        if (strcmp(obj_stores[i].name, name) == 0)
+            return obj_stores[i].ops != NULL;
+    return -ENOENT;
+}
+
+void keg_obj_store_names(char *buf, size_t size)
+{
+    size_t n = sizeof(obj_stores) / sizeof(obj_stores[0]), len = 0;
+
+    if (size)
+        buf[0] = '\0';
+    for (size_t i = 0; i < n && len < size; i++) {
+        int w = snprintf(buf + len, size - len, "%s%s", i == 0 ? "" : i + 1 == n ? " or " : ", ",
+                         obj_stores[i].name);
+        if (w < 0)
+            break;
+        len += (size_t)w;
+    }
 }
 
 /* Returns 0, -EINVAL (incomplete ops), -EEXIST (name taken) or -ENOSPC (table full). */

@@ -1,11 +1,15 @@
-/* obj_s3_i.h -- private interface of the S3 object store (obj_s3.c): its pure
- * helpers (no network I/O), which unit tests (test_obj_s3_parse.c) and
- * bench/s3_bench.c reach.  Everything else of obj_s3.c is static except
+/* obj_s3_i.h -- private interface of the S3 object store: the pure helpers (no
+ * network I/O) that obj_s3.c uses and unit tests (test_obj_s3_parse.c) and
+ * bench/s3_bench.c reach: s3_util.c (endpoint URL, classification, backoff)
+ * and s3_xml.c (S3's XML replies, with expat).  obj_s3.c itself exports only
  * its ops table. */
 #ifndef KEG_OBJ_S3_I_H
 #define KEG_OBJ_S3_I_H
 
+#include <stddef.h>
 #include <stdint.h>
+
+#define S3_DEFAULT_REGION "us-east-1"
 
 /* Where requests go, parsed from conf->bucket. */
 struct s3_target {

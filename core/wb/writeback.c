@@ -2,17 +2,22 @@
  *
  * DESIGN
  * put of a block object writes it to <dir>/staging/<slot>/<escaped key> (same
- * file format as the SSD cache, cache_ssd_format.h, kind "staged"; temp +
+ * file format as the SSD cache, ssdf/ssd_format.h, kind "staged"; temp +
  * rename, NOT fsync'ed), queues it and returns: once put returned, a crash of
  * the mounter cannot lose the object, because the file is on disk.  sync()
  * fsyncs every staged file not yet fsync'ed and the slot directory, then
  * syncs inner: after it returns, power loss cannot lose what was put before.
  * A pool of conf->workers threads uploads staged files to inner (reading and
- * verifying the file first), retrying transient errors with exponential
- * backoff; after conf->retries failed attempts, or at once on a permanent
- * error (-EACCES, -EPERM, -EINVAL, -EROFS, -ENAMETOOLONG, -ENOSYS, -ENOTSUP),
- * the object is PARKED: logged loudly, kept on disk and retried after
- * conf->park_ms (or at drain/close/next open).  A successful upload removes
+ * verifying the file first).  An upload is one request to inner, which
+ * retries transient errors within its own deadline (obj_retry.c, obj_s3.c);
+ * an upload that failed anyway is PARKED and tried again later, for ever:
+ * after conf->backoff_ms, doubling per failure of that object up to
+ * conf->park_ms (jittered), and after park_ms at once on a permanent error
+ * (-EACCES, -EPERM, -EINVAL, -EROFS, -ENAMETOOLONG, -ENOSYS, -ENOTSUP); drain,
+ * close and the next open try parked objects at once.  No application waits
+ * for an upload (fsync waits for the staging files only, see sync below), so
+ * no deadline ends these retries; from an object's conf->retries-th failure
+ * on, each failure is an ERROR line (docs/durability.md, "One retry policy").  A successful upload removes
  * the staging file; when the object had been fsync'ed and the bottom store
  * does not promise durable puts (KEG_OBJ_CAP_DURABLE: s3 does, file without
  * fsync does not), inner is synced first, so an fsync'ed object is always
@@ -71,8 +76,8 @@
 #include <unistd.h>
 
 #define KEG_LOG_TAG "wb"
-#include "../cache/cache_ssd_format.h"
-#include "../cache/ssd_file_i.h"
+#include "../ssdf/ssd_file.h"
+#include "../ssdf/ssd_format.h"
 #include "../stack_i.h"
 #include "keg/hash.h"
 #include "keg/log.h"
@@ -82,7 +87,6 @@
 #define WB_SLOTS          16
 #define WB_RATE_SLOTS     8
 #define WB_RATE_WINDOW    5         /* seconds averaged by rate_bps */
-#define WB_BACKOFF_MAX_MS 5000
 #define WB_HOLD_MAX_NS (4 * 1000000000LL) /* longest extra hold in a burst of puts */
 #define WB_DIRECT_WRITE (1u << 20) /* staged objects this large are written with O_DIRECT */
 #define WB_DIO_BUFS     2          /* aligned buffers for those (ssd_file.c) */
@@ -100,6 +104,7 @@ struct wb_ent {
     unsigned       gen;            /* bumped by each put of the key */
     int            last_err;       /* last upload error (-errno), 0 if none */
     int64_t        retry_at;       /* PARKED: monotonic ns of the next attempt */
+    unsigned       fails;          /* failed uploads in a row */
     int64_t        due;            /* QUEUED: not uploaded before (upload delay), ns */
     int            local_only;     /* put here and never handed to a worker: the store
                                     * cannot have it (with write-once keys) */
@@ -401,22 +406,6 @@ static void wb_quarantine(struct wb *wb, const char *key, const char *name)
  * Upload workers
  *-------------------------------------------------------------------------*/
 
-/* Sleeps ms unless the layer stops.  Returns 1 if stopping.  LOCKS: takes wb->mu. */
-static int wb_sleep(struct wb *wb, unsigned ms)
-{
-    int64_t until = keg_mono_ns() + (int64_t)ms * 1000000LL;
-    struct timespec ts;
-    int stop;
-
-    wb_deadline(&ts, until);
-    pthread_mutex_lock(&wb->mu);
-    while (!wb->stop && keg_mono_ns() < until)
-        pthread_cond_timedwait(&wb->work_cv, &wb->mu, &ts);
-    stop = wb->stop;
-    pthread_mutex_unlock(&wb->mu);
-    return stop;
-}
-
 /* A worker's read buffer for staged objects, kept between uploads. */
 struct wb_buf {
     uint8_t *p;
@@ -463,7 +452,33 @@ static int wb_take(void *arg, const char *dst)
     return rc;
 }
 
-/* Uploads one staged object, retrying transient errors.  With may_take the
+/* Counts a failed upload attempt of key (its attempt-th in a row).  Failed
+ * attempts are a WARN, at most one per WB_BYPASS_WARN_NS, and the next
+ * success after one says so: an outage the retries survive must not go
+ * unnoticed, nor flood the log.  LOCKS: takes wb->mu. */
+static void wb_upload_failed(struct wb *wb, const char *key, int rc, unsigned attempt)
+{
+    int64_t now = keg_mono_ns();
+    uint64_t fails;
+    int warn;
+
+    pthread_mutex_lock(&wb->mu);
+    wb->upload_errors++;
+    wb->fails_seen++;
+    warn = !wb->fail_warned || now - wb->fail_warned >= WB_BYPASS_WARN_NS;
+    if (warn) {
+        wb->fail_warned = now;
+        wb->fails_said = 1;
+    }
+    fails = wb->fails_seen;
+    pthread_mutex_unlock(&wb->mu);
+    if (warn)
+        KEG_WARN("upload of %s failed: %s (attempt %u; %llu failed attempts since the "
+                 "last success)%s", key, strerror(-rc), attempt, (unsigned long long)fails,
+                 wb_permanent(rc) ? "" : "; retrying");
+}
+
+/* Uploads one staged object: one request to inner.  With may_take the
  * layer below may take the staging file over (*taken = 1: it is gone).
  * Returns 0, -ENOENT (its file is gone), -EBADMSG (corrupt, quarantined) or the last -errno. */
 static int wb_upload(struct wb *wb, struct wb_ent *e, unsigned gen, uint64_t size,
@@ -475,7 +490,6 @@ static int wb_upload(struct wb *wb, struct wb_ent *e, unsigned gen, uint64_t siz
     uint8_t *file = NULL;
     const uint8_t *obj;
     uint64_t olen;
-    unsigned delay = wb->backoff_ms;
     int rc;
 
     *taken = 0;
@@ -497,48 +511,22 @@ static int wb_upload(struct wb *wb, struct wb_ent *e, unsigned gen, uint64_t siz
     }
     if (rc < 0)
         return rc;
-    for (unsigned attempt = 1;; attempt++) {
-        rc = may_take ? keg_obj_put_file(wb->o->inner, key, obj, (size_t)olen, wb_take, &t)
-                      : keg_obj_put(wb->o->inner, key, obj, (size_t)olen);
-        if (rc >= 0) {
-            *taken = rc == 1;
-            rc = 0;
-            pthread_mutex_lock(&wb->mu);
-            uint64_t fails = wb->fails_seen;
-            int said = wb->fails_said;
-            wb->fails_seen = 0;
-            wb->fails_said = 0;
-            pthread_mutex_unlock(&wb->mu);
-            if (fails && said)
-                KEG_INFO("uploads to the store work again (%llu failed attempts before)",
-                         (unsigned long long)fails);
-            break;
-        }
-        /* Failed attempts are a WARN, at most one per WB_BYPASS_WARN_NS, and the
-         * next success after one says so: an outage the retries survive must not
-         * go unnoticed, nor flood the log. */
-        int64_t now = keg_mono_ns();
+    rc = may_take ? keg_obj_put_file(wb->o->inner, key, obj, (size_t)olen, wb_take, &t)
+                  : keg_obj_put(wb->o->inner, key, obj, (size_t)olen);
+    if (rc >= 0) {
+        *taken = rc == 1;
+        rc = 0;
         pthread_mutex_lock(&wb->mu);
-        wb->upload_errors++;
-        wb->fails_seen++;
-        int warn = !wb->fail_warned || now - wb->fail_warned >= WB_BYPASS_WARN_NS;
-        if (warn) {
-            wb->fail_warned = now;
-            wb->fails_said = 1;
-        }
         uint64_t fails = wb->fails_seen;
+        int said = wb->fails_said;
+        wb->fails_seen = 0;
+        wb->fails_said = 0;
         pthread_mutex_unlock(&wb->mu);
-        if (warn)
-            KEG_WARN("upload of %s failed: %s (attempt %u; %llu failed attempts since the "
-                     "last success)%s", key, strerror(-rc), attempt, (unsigned long long)fails,
-                     wb_permanent(rc) || attempt >= wb->retries ? "" : "; retrying");
-        if (wb_permanent(rc) || attempt >= wb->retries)
-            break;
-        KEG_DEBUG("upload of %s failed (%s), attempt %u, retrying in %u ms", key, strerror(-rc),
-                  attempt, delay);
-        if (wb_sleep(wb, delay))
-            break;
-        delay = (unsigned)keg_backoff_ms(1, delay, WB_BACKOFF_MAX_MS);
+        if (fails && said)
+            KEG_INFO("uploads to the store work again (%llu failed attempts before)",
+                     (unsigned long long)fails);
+    } else {
+        wb_upload_failed(wb, key, rc, e->fails + 1);
     }
     keg_free(file);
     return rc;
@@ -606,6 +594,29 @@ static struct wb_ent *wb_pick(struct wb *wb)
     return NULL;
 }
 
+/* e's upload failed with rc: PARKED until its next attempt, after a backoff
+ * that doubles with each failure in a row (jittered: [d/2, d]), park_ms after
+ * a permanent error.  LOCKS: caller holds wb->mu. */
+static void wb_park(struct wb *wb, struct wb_ent *e, int rc)
+{
+    uint64_t ms = wb->park_ms;
+
+    e->fails++;
+    if (!wb_permanent(rc)) {
+        ms = keg_backoff_ms(e->fails - 1, wb->backoff_ms, wb->park_ms);
+        ms = ms / 2 + keg_rand64() % (ms / 2 + 1);
+    }
+    e->state = WB_PARKED;
+    e->last_err = rc;
+    e->retry_at = keg_mono_ns() + (int64_t)ms * 1000000LL;
+    list_add_tail(&wb->parked, e);
+    wb->nparked++;
+    if (!wb->stop && (wb_permanent(rc) || e->fails >= wb->retries))
+        KEG_ERR("upload of %s FAILED: %s%s (%u attempts); it stays staged in %s and is "
+                "retried in %.1f s", e->key, strerror(-rc),
+                wb_permanent(rc) ? " (permanent)" : "", e->fails, wb->dir, (double)ms / 1000);
+}
+
 /* LOCKS: takes wb->mu (dropped around the upload). */
 static void *wb_worker(void *arg)
 {
@@ -664,15 +675,7 @@ static void *wb_worker(void *arg)
             wb_forget(wb, e);
             keg_free(e);
         } else {
-            e->state = WB_PARKED;
-            e->last_err = rc;
-            e->retry_at = keg_mono_ns() + (int64_t)wb->park_ms * 1000000LL;
-            list_add_tail(&wb->parked, e);
-            wb->nparked++;
-            if (!wb->stop)
-                KEG_ERR("upload of %s FAILED: %s%s; it stays staged in %s and is retried in "
-                        "%u s", e->key, strerror(-rc), wb_permanent(rc) ? " (permanent)" : "",
-                        wb->dir, wb->park_ms / 1000);
+            wb_park(wb, e, rc);
         }
         pthread_cond_broadcast(&wb->done_cv);
     }
@@ -1167,7 +1170,18 @@ static int wb_sync_keys(struct keg_obj *o, const char *const *keys, size_t n)
  * Drain, stats
  *-------------------------------------------------------------------------*/
 
-/* Waits until nothing is QUEUED, UPLOADING or being written, or until
+/* 1 if a PARKED object failed with a transient error (it is retried after its
+ * backoff, so a drain waits for it).  LOCKS: caller holds wb->mu. */
+static int wb_parked_transient(const struct wb *wb)
+{
+    for (const struct wb_ent *e = wb->parked.next; e != &wb->parked; e = e->next)
+        if (e->retry_at == 0 || !wb_permanent(e->last_err))
+            return 1;
+    return 0;
+}
+
+/* Waits until nothing is QUEUED, UPLOADING, being written or PARKED after a
+ * transient error (those are retried meanwhile, with their backoff), or until
  * deadline (monotonic ns).  LOCKS: caller holds wb->mu. */
 static void wb_wait_idle(struct wb *wb, int64_t deadline)
 {
@@ -1177,7 +1191,7 @@ static void wb_wait_idle(struct wb *wb, int64_t deadline)
     wb->hurry++;                    /* queued objects go now, whatever their delay */
     pthread_cond_broadcast(&wb->work_cv);
     while ((wb->ready.next != &wb->ready || wb->uploading || wb->reserving ||
-            (wb->nparked && wb->parked.next->retry_at == 0)) &&
+            wb_parked_transient(wb)) &&
            keg_mono_ns() < deadline)
         pthread_cond_timedwait(&wb->done_cv, &wb->mu, &ts);
     wb->hurry--;

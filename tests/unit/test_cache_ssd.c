@@ -20,7 +20,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "cache/cache_ssd_format.h"
+#include "ssdf/ssd_format.h"
 #include "keg/log.h"
 #include "keg/mem.h"
 #include "keg/obj.h"
@@ -29,7 +29,7 @@
 /* raw byte i of test block id (make_block) */
 #define TEST_BLOCK_BYTE(id, i) ((uint8_t)((id) * 31 + (i) * 7 + ((i) >> 9)))
 #include "test_store_helpers.h"
-#include "cache/ssd_file_i.h"
+#include "ssdf/ssd_file.h"
 
 /*---------------------------------------------------------------------------
  * Fixtures
@@ -905,7 +905,8 @@ static void test_stack_cache(void **state)
     unsetenv("KEG_FAULTY");
 
     assert_int_equal(keg_stack_open(&f, &sc, &o), 0);
-    assert_string_equal(o->ops->name, "file");
+    assert_string_equal(o->ops->name, "retry");
+    assert_string_equal(o->inner->ops->name, "file");
     assert_int_equal(keg_stack_stats(o, &st), 0);
     assert_int_equal(st.has_cache, 0);
     assert_int_equal(keg_stack_drain(o, 10, NULL), 0);
@@ -918,8 +919,9 @@ static void test_stack_cache(void **state)
     assert_int_equal(keg_stack_open(&f, &sc, &o), 0);
     unsetenv("KEG_FAULTY");
     assert_string_equal(o->ops->name, "cache_ssd");
-    assert_string_equal(o->inner->ops->name, "faulty");
-    assert_string_equal(o->inner->inner->ops->name, "file");
+    assert_string_equal(o->inner->ops->name, "retry");
+    assert_string_equal(o->inner->inner->ops->name, "faulty");
+    assert_string_equal(o->inner->inner->inner->ops->name, "file");
     put_block(o, 1, 1000);
     check_block(o, 1, 1000);
     assert_int_equal(keg_stack_stats(o, &st), 0);

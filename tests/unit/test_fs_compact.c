@@ -15,6 +15,9 @@
 #include "fs/fs_i.h"
 #include "keg/stack.h"
 
+/* no retry layer: the first failed put fails the flush */
+static const struct keg_stack_conf nostack_retry = {.no_retries = 1};
+
 #define BS (64u << 10)
 
 struct slices {
@@ -431,7 +434,7 @@ static void test_upload_failures_commit_nothing(void **state)
     memset(&conf, 0, sizeof(conf));
     conf.meta_url = v.url;
     conf.heartbeat_sec = 1;
-    conf.io_retry_ms = -1;
+    conf.stack = &nostack_retry;
     assert_int_equal(keg_fs_new(&conf, &v.fs), 0);
     unsetenv("KEG_FAULTY");
     struct keg_fh *fh = tvol_create(&v, KEG_ROOT_INO, "flaky", &ino);
@@ -483,7 +486,7 @@ static void test_inline_put_failures(void **state)
     memset(&conf, 0, sizeof(conf));
     conf.meta_url = v.url;
     conf.heartbeat_sec = 1;
-    conf.io_retry_ms = -1;
+    conf.stack = &nostack_retry;
     assert_int_equal(keg_fs_new(&conf, &v.fs), 0);
     unsetenv("KEG_FAULTY");
     for (int i = 0; i < nfiles; i++) {

@@ -14,6 +14,7 @@
 
 #define TV_RND_SEED 0x243F6A8885A308D3ULL
 #include "test_fs_helpers.h"
+#include "keg/stack.h"
 
 #define BS (64u << 10)
 #define CHUNK KEG_CHUNK_SIZE
@@ -549,7 +550,8 @@ static void test_io_deferred_write_error(void **state)
     memset(&conf, 0, sizeof(conf));
     conf.meta_url = v.url;
     conf.heartbeat_sec = 1;
-    conf.io_retry_ms = 300;                            /* every op fails: keep retries short */
+    struct keg_stack_conf sc = {.retry_deadline_ms = 300};   /* every op fails: keep retries short */
+    conf.stack = &sc;
     assert_int_equal(keg_fs_new(&conf, &v.fs), 0);
     unsetenv("KEG_FAULTY");
     struct keg_fh *fh = tvol_create(&v, KEG_ROOT_INO, "e", &ino);

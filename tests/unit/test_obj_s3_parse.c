@@ -218,6 +218,98 @@ static void test_error_xml(void **state)
     assert_int_equal(s3_xml_text("<Code>Abc</Code>", 10, "Code", code, sizeof(code)), 0);
 }
 
+/* Replies as S3 servers send them (AWS layout, RGW's whitespace and namespace): a
+ * continued ListObjectsV2 page with CommonPrefixes and an Owner, the multipart
+ * initiate and complete answers, a DeleteObjects answer with an error, and an error
+ * reply that is not XML at all (a proxy's HTML page). */
+static void test_real_replies(void **state)
+{
+    (void)state;
+    static const char cont[] =
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+        "<ListBucketResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">\n"
+        "  <Name>kegtest</Name>\n  <Prefix>vol/</Prefix>\n"
+        "  <ContinuationToken>AAA=</ContinuationToken>\n"
+        "  <NextContinuationToken>1/Z+&amp;=</NextContinuationToken>\n"
+        "  <KeyCount>2</KeyCount>\n  <MaxKeys>2</MaxKeys>\n  <Delimiter>/</Delimiter>\n"
+        "  <IsTruncated>true</IsTruncated>\n"
+        "  <Contents>\n    <Key>vol/chunks/0/0/1_0_4096</Key>\n"
+        "    <LastModified>2026-12-01T10:00:00.000Z</LastModified>\n"
+        "    <ETag>&quot;9b2cf535f27731c974343645a3985328&quot;</ETag>\n"
+        "    <Size>4096</Size>\n"
+        "    <Owner><ID>keg</ID><DisplayName>Key &lt;one&gt;</DisplayName></Owner>\n"
+        "    <StorageClass>STANDARD</StorageClass>\n  </Contents>\n"
+        "  <Contents><Key>vol/x &amp; y\xc3\xa9</Key><Size>7</Size></Contents>\n"
+        "  <CommonPrefixes><Prefix>vol/dir/</Prefix></CommonPrefixes>\n"
+        "</ListBucketResult>\n";
+    struct got g = {0};
+    int trunc = 0;
+    char *tok = NULL;
+    assert_int_equal(s3_parse_list(cont, strlen(cont), got_cb, &g, &trunc, &tok), 0);
+    assert_int_equal(g.n, 2);                   /* the common prefix is no key */
+    assert_string_equal(g.keys[0], "vol/chunks/0/0/1_0_4096");
+    assert_int_equal(g.sizes[0], 4096);
+    assert_string_equal(g.keys[1], "vol/x & y\xc3\xa9");
+    assert_int_equal(g.sizes[1], 7);
+    assert_int_equal(trunc, 1);
+    assert_string_equal(tok, "1/Z+&=");         /* the next token, not this page's */
+    keg_free(tok);
+
+    /* a Key outside <Contents> is not an item */
+    static const char stray[] = "<ListBucketResult><Key>k</Key><IsTruncated>false</IsTruncated>"
+                                "</ListBucketResult>";
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(s3_parse_list(stray, strlen(stray), got_cb, &g, &trunc, &tok), 0);
+    assert_int_equal(g.n, 0);
+    /* cut off in the middle: malformed, nothing listed */
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(s3_parse_list(cont, strlen(cont) - 40, got_cb, &g, &trunc, &tok), -EIO);
+    assert_int_equal(g.n, 0);
+    assert_null(tok);
+
+    char text[128];
+    static const char init[] =
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+        "<InitiateMultipartUploadResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
+        "<Bucket>kegtest</Bucket><Key>vol/big&amp;1</Key>"
+        "<UploadId>2~iCw_lDY8VoRKLoVPYwr9aYtbcnGkv6C</UploadId>"
+        "</InitiateMultipartUploadResult>";
+    assert_int_equal(s3_xml_text(init, strlen(init), "UploadId", text, sizeof(text)), 1);
+    assert_string_equal(text, "2~iCw_lDY8VoRKLoVPYwr9aYtbcnGkv6C");
+    assert_int_equal(s3_xml_text(init, strlen(init), "Key", text, sizeof(text)), 1);
+    assert_string_equal(text, "vol/big&1");
+    static const char complete[] =
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+        "<CompleteMultipartUploadResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
+        "<Location>http://127.0.0.1:7480/kegtest/vol/big</Location><Bucket>kegtest</Bucket>"
+        "<Key>vol/big</Key><ETag>&quot;3858f62230ac3c915f300c664312c11f-2&quot;</ETag>"
+        "</CompleteMultipartUploadResult>";
+    assert_int_equal(s3_xml_text(complete, strlen(complete), "ETag", text, sizeof(text)), 1);
+    assert_string_equal(text, "\"3858f62230ac3c915f300c664312c11f-2\"");
+    /* a 200 answer to a complete that failed after all carries an <Error> */
+    static const char late[] = "<Error><Code>InternalError</Code><Message>try again</Message>"
+                               "</Error>";
+    assert_int_equal(s3_xml_text(late, strlen(late), "Code", text, sizeof(text)), 1);
+    assert_string_equal(text, "InternalError");
+
+    static const char del[] =
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+        "<DeleteResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
+        "<Error><Key>vol/a</Key><Code>AccessDenied</Code><Message>Access Denied</Message></Error>"
+        "</DeleteResult>";
+    assert_int_equal(s3_xml_text(del, strlen(del), "Code", text, sizeof(text)), 1);
+    assert_string_equal(text, "AccessDenied");
+    static const char quiet_ok[] = "<DeleteResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
+                                   "</DeleteResult>";
+    assert_int_equal(s3_xml_text(quiet_ok, strlen(quiet_ok), "Code", text, sizeof(text)), 0);
+
+    static const char html[] = "<html><body><h1>502 Bad Gateway</h1><hr><center>nginx</center>"
+                               "</body></html>";
+    assert_int_equal(s3_xml_text(html, strlen(html), "Code", text, sizeof(text)), 0);
+    assert_string_equal(text, "");
+    assert_int_equal(s3_xml_text("Service Unavailable", 19, "Code", text, sizeof(text)), 0);
+}
+
 /*----------------------------------------------------------------------------
  * Retry classification and backoff
  *--------------------------------------------------------------------------*/
@@ -302,6 +394,7 @@ int main(void)
         cmocka_unit_test(test_parse_list),
         cmocka_unit_test(test_parse_list_malformed),
         cmocka_unit_test(test_error_xml),
+        cmocka_unit_test(test_real_replies),
         cmocka_unit_test(test_classify),
         cmocka_unit_test(test_backoff),
     };

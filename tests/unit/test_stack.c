@@ -33,14 +33,16 @@ static void test_mem_and_file(void **state)
     unsetenv("KEG_FAULTY");
     fmt_init(&f, "mem", "anything");
     assert_int_equal(keg_stack_open(&f, NULL, &o), 0);
-    assert_string_equal(o->ops->name, "mem");
-    assert_null(o->inner);
+    assert_string_equal(o->ops->name, "retry");     /* mem does not retry by itself */
+    assert_string_equal(o->inner->ops->name, "mem");
+    assert_null(o->inner->inner);
     keg_obj_close(o);
 
     assert_non_null(mkdtemp(dir));
     fmt_init(&f, "file", dir);
     assert_int_equal(keg_stack_open(&f, NULL, &o), 0);
-    assert_string_equal(o->ops->name, "file");
+    assert_string_equal(o->ops->name, "retry");
+    assert_string_equal(o->inner->ops->name, "file");
     assert_int_equal(keg_obj_put(o, "vol1/x", "hello", 5), 0);
     assert_int_equal(keg_obj_get(o, "vol1/x", 0, buf, sizeof(buf)), 5);
     keg_obj_close(o);
@@ -67,6 +69,19 @@ static void test_errors(void **state)
         fmt_init(&f, "s3", "http://127.0.0.1:1/b");
         assert_int_equal(keg_stack_open(&f, NULL, &o), -ENOTSUP);
     }
+
+    /* the stores come from obj.c's one table; layers are no stores */
+    char names[64];
+    assert_int_equal(keg_obj_store_known("file"), 1);
+    assert_int_equal(keg_obj_store_known("mem"), 1);
+    assert_int_equal(keg_obj_store_known("s3"), keg_obj_find("s3") != NULL);
+    assert_int_equal(keg_obj_store_known("ftp"), -ENOENT);
+    assert_int_equal(keg_obj_store_known("faulty"), -ENOENT);
+    assert_int_equal(keg_obj_store_known("retry"), -ENOENT);
+    keg_obj_store_names(names, sizeof(names));
+    assert_string_equal(names, "file, s3 or mem");
+    keg_obj_store_names(names, 7);
+    assert_string_equal(names, "file, ");
 }
 
 static void test_faulty_env(void **state)
@@ -77,14 +92,22 @@ static void test_faulty_env(void **state)
                                 "err=0.5,,seed=1", "=1"};
     (void)state;
 
+    struct keg_stack_conf sc = {.retry_deadline_ms = 200};
     fmt_init(&f, "mem", "b");
     setenv("KEG_FAULTY", "seed=5,err=1,corrupt=0,delay=0", 1);
-    assert_int_equal(keg_stack_open(&f, NULL, &o), 0);
-    assert_string_equal(o->ops->name, "faulty");
-    assert_non_null(o->inner);
-    assert_string_equal(o->inner->ops->name, "mem");
+    assert_int_equal(keg_stack_open(&f, &sc, &o), 0);
+    assert_string_equal(o->ops->name, "retry");     /* retries what faulty injects */
+    assert_string_equal(o->inner->ops->name, "faulty");
+    assert_string_equal(o->inner->inner->ops->name, "mem");
+    int64_t t0 = keg_mono_ns();
     int rc = keg_obj_put(o, "k", "v", 1);
     assert_true(rc == -EIO || rc == -EAGAIN);
+    assert_true(keg_mono_ns() - t0 >= 200000000);    /* after the retry deadline */
+    keg_obj_close(o);
+
+    sc.no_retries = 1;
+    assert_int_equal(keg_stack_open(&f, &sc, &o), 0);
+    assert_string_equal(o->ops->name, "faulty");
     keg_obj_close(o);
 
     setenv("KEG_FAULTY", "err=0", 1);
@@ -102,8 +125,8 @@ static void test_faulty_env(void **state)
     unsetenv("KEG_FAULTY");
 }
 
-/* With sc.metrics the metrics layer sits right above the store and counts what
- * reaches it, per verb: requests, failures (not a missing key), bytes. */
+/* With sc.metrics the metrics layer sits right above the store (and its retry
+ * layer) and counts the requests that reach it, per verb: requests, failures (not a missing key), bytes. */
 static void test_metrics_layer(void **state)
 {
     struct keg_format f;
@@ -119,7 +142,8 @@ static void test_metrics_layer(void **state)
     fmt_init(&f, "mem", "anything");
     assert_int_equal(keg_stack_open(&f, &sc, &o), 0);
     assert_string_equal(o->ops->name, "metrics");
-    assert_string_equal(o->inner->ops->name, "mem");
+    assert_string_equal(o->inner->ops->name, "retry");
+    assert_string_equal(o->inner->inner->ops->name, "mem");
     assert_int_equal(keg_obj_put(o, "vol1/x", "hello", 5), 0);
     assert_int_equal(keg_obj_get(o, "vol1/x", 0, buf, sizeof(buf)), 5);
     assert_int_equal(keg_obj_get(o, "vol1/none", 0, buf, sizeof(buf)), -ENOENT);
@@ -139,8 +163,10 @@ static void test_metrics_layer(void **state)
 
     /* injected failures below it count as the store's */
     setenv("KEG_FAULTY", "seed=1,err=1", 1);
+    sc.retry_deadline_ms = 100;
     assert_int_equal(keg_stack_open(&f, &sc, &o), 0);
-    assert_string_equal(o->inner->ops->name, "faulty");
+    assert_string_equal(o->inner->ops->name, "retry");
+    assert_string_equal(o->inner->inner->ops->name, "faulty");
     assert_true(keg_obj_put(o, "vol1/y", "x", 1) < 0);
     v = keg_obj_metrics_stats(o);
     assert_int_equal(v[KEG_OBJ_VERB_PUT].errors, 1);

@@ -20,8 +20,8 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "cache/cache_ssd_format.h"
-#include "cache/ssd_file_i.h"
+#include "ssdf/ssd_format.h"
+#include "ssdf/ssd_file.h"
 #include "keg/log.h"
 #include "keg/obj.h"
 #include "keg/stack.h"
@@ -259,7 +259,8 @@ static void test_crash_recovery(void **state)
     assert_int_equal(keg_stack_open(&f, &sc, &o), 0);
     assert_string_equal(o->ops->name, "writeback");
     assert_string_equal(o->inner->ops->name, "cache_ssd");
-    assert_string_equal(o->inner->inner->ops->name, "file");
+    assert_string_equal(o->inner->inner->ops->name, "retry");
+    assert_string_equal(o->inner->inner->inner->ops->name, "file");
     assert_int_equal(count_files(fx->slot, NULL, ".tmp."), 0);
     assert_int_equal(keg_stack_drain(o, 10000, &remaining), 0);
     assert_int_equal(remaining, 0);
@@ -629,7 +630,7 @@ static void test_corrupt_staged_quarantined(void **state)
 }
 
 /* Stack assembly: zero conf = plain store; writeback needs a cache dir;
- * the order is writeback -> cache_ssd -> faulty -> store. */
+ * the order is writeback -> cache_ssd -> retry -> faulty -> store. */
 static void test_stack_order(void **state)
 {
     struct fx *fx = *state;
@@ -652,8 +653,9 @@ static void test_stack_order(void **state)
     unsetenv("KEG_FAULTY");
     assert_string_equal(o->ops->name, "writeback");
     assert_string_equal(o->inner->ops->name, "cache_ssd");
-    assert_string_equal(o->inner->inner->ops->name, "faulty");
-    assert_string_equal(o->inner->inner->inner->ops->name, "file");
+    assert_string_equal(o->inner->inner->ops->name, "retry");
+    assert_string_equal(o->inner->inner->inner->ops->name, "faulty");
+    assert_string_equal(o->inner->inner->inner->inner->ops->name, "file");
     assert_int_equal(keg_stack_stats(o, &st), 0);
     assert_int_equal(st.has_writeback, 1);
     assert_int_equal(st.has_cache, 1);

@@ -64,16 +64,7 @@ struct keg_fs_conf {
      * be staged by a writeback mounter elsewhere).  0: fail at once with EIO
      * after one reload of the layout. */
     unsigned    missing_block_wait_ms;
-    /* Block uploads and fetches that fail with a transient object-store error
-     * (-EAGAIN, -ETIMEDOUT, -EIO, -ECONNRESET, -ECONNREFUSED; a fetched block
-     * failing its checksum too, at most twice) are retried with exponential
-     * backoff and jitter; no new attempt starts once this much time has passed
-     * since the first.  0: KEG_FS_IO_RETRY_DEFAULT_MS; < 0: no retries (the
-     * first error is final).  See docs/durability.md. */
-    int         io_retry_ms;
 };
-
-#define KEG_FS_IO_RETRY_DEFAULT_MS 30000
 
 /* Open the volume at conf->meta_url: engine, format, object stack, session,
  * background workers.  -ENOENT if the volume is not formatted.

@@ -42,7 +42,8 @@ struct keg_obj_conf {
     const char *ca_file;         /* s3, optional CA bundle */
     int         insecure;        /* s3: skip TLS verification */
     unsigned    concurrency;     /* s3: connection pool size (default 16) */
-    unsigned    retry_deadline_ms; /* s3: total time retries may take (default 60000) */
+    unsigned    retry_deadline_ms; /* s3, retry: total time one request may spend retrying
+                                    * (default 60000) */
     int         fsync;           /* file: fsync each object before rename */
     /* faulty: */
     uint64_t    seed;
@@ -56,6 +57,13 @@ typedef int keg_obj_list_cb(void *arg, const char *key, uint64_t size);
 #define KEG_OBJ_CAP_RANGE_GET (1u << 0)
 #define KEG_OBJ_CAP_LIST      (1u << 1)
 #define KEG_OBJ_CAP_DURABLE   (1u << 2)   /* a successful put is durable on return */
+#define KEG_OBJ_CAP_RETRIES   (1u << 3)   /* retries transient errors inside each request
+                                           * (s3); the stack adds no retry layer above it */
+
+/* 1 if rc is an error that a later attempt of the same request may not get:
+ * -EAGAIN, -ETIMEDOUT, -EIO, -ECONNRESET, -ECONNREFUSED, -EINTR (the retry
+ * layer, obj_retry.c, retries these within its deadline). */
+int keg_obj_transient(int rc);
 
 /* put_file's callback: move the caller's file to dst.  Returns 0 or -errno
  * (then the file was not moved). */
@@ -105,7 +113,7 @@ struct keg_obj_ops {
      * not an error.  Optional (NULL: sync, which does more). */
     int     (*sync_keys)(struct keg_obj *o, const char *const *keys, size_t n);
     /* put() from a caller that also holds the object in a local file in the
-     * SSD-file format (core/cache/cache_ssd_format.h).  After the object is
+     * SSD-file format (core/ssdf/ssd_format.h).  After the object is
      * stored, a layer that keeps local copies may call take(arg, dst) to have
      * that file moved (rename, same filesystem) to dst and adopt it instead of
      * writing a copy of its own.  Returns 1 if the file was taken, 0 if it was
@@ -129,9 +137,14 @@ struct keg_obj {
     void                     *priv;  /* ops->priv_size bytes, owned by the core */
 };
 
-/* Registry: backends by name ("file", "s3", "mem", "faulty"). */
+/* Registry: backends by name ("file", "s3", "mem", "faulty", "metrics", "retry"). */
 int keg_obj_register(const struct keg_obj_ops *ops);
 const struct keg_obj_ops *keg_obj_find(const char *name);
+/* Whether name is a store a volume may use (its format's storage): 1 compiled
+ * in, 0 known but not compiled into this build, -ENOENT unknown. */
+int keg_obj_store_known(const char *name);
+/* The names of those stores for a message ("file, s3 or mem"), truncated to size. */
+void keg_obj_store_names(char *buf, size_t size);
 
 /* Open the store `name` with conf, on top of inner (NULL for a bottom store;
  * TAKES inner: it is closed with the new store, and on failure).

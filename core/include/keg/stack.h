@@ -1,6 +1,7 @@
 /* stack.h -- assembles the object-store stack of a volume in one place.
  *
- *   [writeback] -> [cache_ssd] -> [faulty (tests, KEG_FAULTY env)] -> file | s3 | mem
+ *   [writeback] -> [cache_ssd] -> [metrics] -> [retry] -> [faulty (tests, KEG_FAULTY env)]
+ *       -> file | s3 | mem
  *
  * cache_ssd is present when conf->cache_dir is set, writeback when
  * conf->writeback is also set (see docs/internals/CACHE.md, WRITEBACK.md).
@@ -33,7 +34,9 @@ struct keg_stack_conf {
     int         insecure;         /* skip TLS certificate and host verification */
     const char *ca_file;          /* CA bundle for TLS verification, or NULL/"": system */
     unsigned    concurrency;      /* connection pool size (0: 16) */
-    unsigned    retry_deadline_ms; /* total time one request may spend retrying (0: 60000) */
+    unsigned    retry_deadline_ms; /* total time one request may spend retrying (0: 60000);
+                                      s3 and the retry layer of the other stores */
+    int         no_retries;       /* tests: no retry layer (the first error is final) */
 };
 
 /* What the cache and writeback layers hold and have done (zero when absent). */

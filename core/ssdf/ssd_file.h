@@ -1,12 +1,13 @@
-/* ssd_file_i.h -- private: file I/O of the one-object-per-file format shared by the SSD cache
- * (core/cache/cache_ssd.c) and the writeback staging area (core/wb/writeback.c).
+/* ssd_file.h -- the ssdf layer: file I/O of the one-object-per-file format shared by the
+ * SSD cache (core/cache/cache_ssd.c) and the writeback staging area (core/wb/writeback.c);
+ * neither includes the other's headers.
  *
- * The format itself (header, escaping of names) is cache_ssd_format.h; this is the
+ * The format itself (header, escaping of names) is ssd_format.h; this is the
  * I/O around it: mkdir -p, writing a file image, publishing a temp file by rename,
  * reading a whole file back and serving a byte range of an object.
  */
-#ifndef KEG_SSD_FILE_I_H
-#define KEG_SSD_FILE_I_H
+#ifndef KEG_SSD_FILE_H
+#define KEG_SSD_FILE_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,4 +1,5 @@
-/* cache_ssd_format.h -- the on-disk format of SSD cache files and staged (writeback) files.
+/* ssd_format.h -- the on-disk format of SSD cache files and staged (writeback) files
+ * (the ssdf layer, used by core/cache and core/wb).
  *
  * DESIGN
  * Both the SSD cache (core/cache/cache_ssd.c) and the writeback staging area
@@ -22,8 +23,8 @@
  * objects: ".tmp.<name>.XXXXXX" is a file being written (removed at open),
  * ".bad.<name>" a quarantined corrupt staged file, ".lock" a lock file.
  */
-#ifndef KEG_CACHE_SSD_FORMAT_H
-#define KEG_CACHE_SSD_FORMAT_H
+#ifndef KEG_SSD_FORMAT_H
+#define KEG_SSD_FORMAT_H
 
 #include <errno.h>
 #include <stdint.h>

@@ -1,4 +1,4 @@
-/* ssd_file.c -- file I/O of cache and staging files (see ssd_file_i.h), shared by
+/* ssd_file.c -- file I/O of cache and staging files (see ssd_file.h), shared by
  * core/cache/cache_ssd.c and core/wb/writeback.c.
  */
 #define _GNU_SOURCE 1
@@ -14,8 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cache_ssd_format.h"
-#include "ssd_file_i.h"
+#include "ssd_format.h"
+#include "ssd_file.h"
 #include "keg/mem.h"
 
 int keg_ssd_mkdirs(const char *path)
