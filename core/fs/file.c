@@ -645,30 +645,30 @@ static struct fs_wslice *ws_find(struct keg_fs *fs, struct fs_inode *ip, uint32_
     return cand;
 }
 
-static int write_piece(struct keg_fs *fs, struct fs_inode *ip, uint32_t indx, uint32_t cpos,
-                       const uint8_t *src, uint32_t n)
+/* A new slice of chunk indx at pos, appended to ip's writer.  LOCKS: ip->mu held. */
+static int ws_add(struct keg_fs *fs, struct fs_inode *ip, uint32_t indx, uint32_t pos,
+                  struct fs_wslice **out)
 {
-    struct fs_wslice *ws = ws_find(fs, ip, indx, cpos, n);
-    int rc;
-    if (!ws) {
-        rc = ws_new(fs, indx, cpos, &ws);
-        if (rc < 0)
-            return rc;
-        if (ip->wlast)
-            ip->wlast->next = ws;
-        else
-            ip->wfirst = ws;
-        ip->wlast = ws;
-        ip->nws++;
-    }
-    rc = ws_put(fs, ip, ws, cpos - ws->pos, src, n);
+    int rc = ws_new(fs, indx, pos, out);
     if (rc < 0)
         return rc;
-    uint64_t end = (uint64_t)indx * KEG_CHUNK_SIZE + ws->pos + ws->len;
-    if (end > ip->wend)
-        ip->wend = end;
-    /* blocks the write has moved past are complete: upload them now */
-    rc = ws_upload_full(fs, ip, ws, cpos - ws->pos);
+    if (ip->wlast)
+        ip->wlast->next = *out;
+    else
+        ip->wfirst = *out;
+    ip->wlast = *out;
+    ip->nws++;
+    return 0;
+}
+
+/* After a piece went into ws: upload the blocks that end at or before slice
+ * offset upto (complete: the writes have moved past them), and commit when the
+ * slice fills its chunk (not more often than FS_COMMIT_INTERVAL_NS), the inode
+ * has too many slices or the buffers are over budget.  LOCKS: ip->mu held. */
+static int piece_done(struct keg_fs *fs, struct fs_inode *ip, struct fs_wslice *ws,
+                      uint32_t upto)
+{
+    int rc = ws_upload_full(fs, ip, ws, upto);
     if (rc < 0)
         return rc;
     if (((uint64_t)ws->pos + ws->len >= KEG_CHUNK_SIZE &&
@@ -678,12 +678,86 @@ static int write_piece(struct keg_fs *fs, struct fs_inode *ip, uint32_t indx, ui
     return 0;
 }
 
+static int write_piece(struct keg_fs *fs, struct fs_inode *ip, uint32_t indx, uint32_t cpos,
+                       const uint8_t *src, uint32_t n)
+{
+    struct fs_wslice *ws = ws_find(fs, ip, indx, cpos, n);
+    int rc;
+    if (!ws) {
+        rc = ws_add(fs, ip, indx, cpos, &ws);
+        if (rc < 0)
+            return rc;
+    }
+    rc = ws_put(fs, ip, ws, cpos - ws->pos, src, n);
+    if (rc < 0)
+        return rc;
+    uint64_t end = (uint64_t)indx * KEG_CHUNK_SIZE + ws->pos + ws->len;
+    if (end > ip->wend)
+        ip->wend = end;
+    return piece_done(fs, ip, ws, cpos - ws->pos);
+}
+
+/* Buffer one piece of an O_APPEND write: at the end of the newest buffered
+ * slice when that is an append slice with room, else in a new one.  Append
+ * slices are written in order and never rewritten, so every block before the
+ * end is complete.  LOCKS: ip->mu held. */
+static int append_piece(struct keg_fs *fs, struct fs_inode *ip, const uint8_t *src, uint32_t n)
+{
+    struct fs_wslice *ws = ip->wlast;
+    int rc;
+    if (!ws || ws->indx != KEG_INDX_APPEND || ws->len + (uint64_t)n > KEG_CHUNK_SIZE) {
+        rc = ws_add(fs, ip, KEG_INDX_APPEND, 0, &ws);
+        if (rc < 0)
+            return rc;
+    }
+    rc = ws_put(fs, ip, ws, ws->len, src, n);
+    if (rc < 0)
+        return rc;
+    ip->wappend += n;
+    return piece_done(fs, ip, ws, ws->len);
+}
+
+/* Buffers size bytes of src as pieces: at file offset off, or with append at
+ * the end (koff: where the kernel thinks that is), each piece within one chunk
+ * (append: one append slice).  A failed piece drops the whole buffer (it holds
+ * part of this write) and is kept in ip->werr; a full volume found meanwhile
+ * (ip->werr -ENOSPC/-EDQUOT) ends the write.  Returns 0 or -errno.
+ * LOCKS: ip->mu held. */
+static int write_pieces(struct keg_fs *fs, struct fs_inode *ip, int append, uint64_t off,
+                        const uint8_t *src, size_t size)
+{
+    size_t done = 0;
+
+    while (done < size) {
+        uint64_t p = off + done;
+        uint32_t cpos = append ? 0 : (uint32_t)(p % KEG_CHUNK_SIZE);
+        uint32_t n = (uint32_t)KEG_MIN((uint64_t)(size - done), KEG_CHUNK_SIZE - cpos);
+        int rc;
+
+        if (append && ip->wappend == 0)     /* (also after a commit inside this write) */
+            ip->wakoff = p;
+        up_throttle(fs);
+        rc = append ? append_piece(fs, ip, src + done, n)
+                    : write_piece(fs, ip, (uint32_t)(p / KEG_CHUNK_SIZE), cpos, src + done, n);
+        if (rc < 0) {
+            KEG_ERR("%s inode %llu failed: %s", append ? "append to" : "write to",
+                    (unsigned long long)ip->ino, strerror(-rc));
+            fs_writer_drop(fs, ip, 1);
+            ip->werr = rc;
+            return rc;
+        }
+        done += n;
+        ip->wtime_ns = keg_now_ns();
+        if (ip->werr == -ENOSPC || ip->werr == -EDQUOT)
+            return ip->werr;
+    }
+    return 0;
+}
+
 /* Buffer size bytes at file offset off.  LOCKS: takes ip->mu. */
 static ssize_t write_at(struct keg_fs *fs, struct fs_inode *ip, uint64_t off, const void *buf,
                         size_t size)
 {
-    const uint8_t *src = buf;
-    size_t done = 0;
     int rc = 0;
 
     if (off >= FS_MAX_FILE_SIZE)
@@ -697,71 +771,16 @@ static ssize_t write_at(struct keg_fs *fs, struct fs_inode *ip, uint64_t off, co
         rc = ip->werr;
         goto out;
     }
-    while (done < size) {
-        uint64_t p = off + done;
-        uint32_t indx = (uint32_t)(p / KEG_CHUNK_SIZE);
-        uint32_t cpos = (uint32_t)(p % KEG_CHUNK_SIZE);
-        uint32_t n = (uint32_t)KEG_MIN((uint64_t)(size - done), KEG_CHUNK_SIZE - cpos);
-        up_throttle(fs);
-        rc = write_piece(fs, ip, indx, cpos, src + done, n);
-        if (rc < 0) {
-            /* the buffer now holds part of this write: drop it all, report */
-            KEG_ERR("write to inode %llu failed: %s", (unsigned long long)ip->ino,
-                    strerror(-rc));
-            fs_writer_drop(fs, ip, 1);
-            ip->werr = rc;
-            goto out;
-        }
-        done += n;
-        ip->wtime_ns = keg_now_ns();
-        if (ip->werr == -ENOSPC || ip->werr == -EDQUOT) {
-            rc = ip->werr;
-            goto out;
-        }
-    }
+    rc = write_pieces(fs, ip, 0, off, buf, size);
 out:
     pthread_mutex_unlock(&ip->mu);
     return rc < 0 ? rc : (ssize_t)size;
-}
-
-/* Buffer one piece of an O_APPEND write: at the end of the newest buffered
- * slice when that is an append slice with room, else in a new one.  Append
- * slices are written in order and never rewritten, so every block before the
- * end is complete.  LOCKS: ip->mu held. */
-static int append_piece(struct keg_fs *fs, struct fs_inode *ip, const uint8_t *src, uint32_t n)
-{
-    struct fs_wslice *ws = ip->wlast;
-    int rc;
-    if (!ws || ws->indx != KEG_INDX_APPEND || ws->len + (uint64_t)n > KEG_CHUNK_SIZE) {
-        rc = ws_new(fs, KEG_INDX_APPEND, 0, &ws);
-        if (rc < 0)
-            return rc;
-        if (ip->wlast)
-            ip->wlast->next = ws;
-        else
-            ip->wfirst = ws;
-        ip->wlast = ws;
-        ip->nws++;
-    }
-    rc = ws_put(fs, ip, ws, ws->len, src, n);
-    if (rc < 0)
-        return rc;
-    ip->wappend += n;
-    rc = ws_upload_full(fs, ip, ws, ws->len);
-    if (rc < 0)
-        return rc;
-    if ((ws->len >= KEG_CHUNK_SIZE && keg_mono_ns() - ip->wcommit_ns >= FS_COMMIT_INTERVAL_NS) ||
-        ip->nws >= FS_MAX_WSLICES || atomic_load(&fs->wbytes) > fs->buffer_size)
-        commit_deferred(fs, ip);
-    return 0;
 }
 
 ssize_t keg_fs_append(struct keg_fs *fs, struct keg_fh *fh, uint64_t koff, const void *buf,
                       size_t size)
 {
     struct fs_inode *ip = fh->ip;
-    const uint8_t *src = buf;
-    size_t done = 0;
     int rc = 0;
 
     if (fs->read_only)
@@ -781,26 +800,7 @@ ssize_t keg_fs_append(struct keg_fs *fs, struct keg_fh *fh, uint64_t koff, const
     }
     if (ip->wappend > 0 && koff != ip->wakoff + ip->wappend)
         ip->wakoff = UINT64_MAX;    /* the kernel's idea moved: invalidate after the commit */
-    while (done < size) {
-        if (ip->wappend == 0)       /* (also after a commit inside this write) */
-            ip->wakoff = koff + done;
-        uint32_t n = (uint32_t)KEG_MIN((uint64_t)(size - done), (uint64_t)KEG_CHUNK_SIZE);
-        up_throttle(fs);
-        rc = append_piece(fs, ip, src + done, n);
-        if (rc < 0) {
-            KEG_ERR("append to inode %llu failed: %s", (unsigned long long)ip->ino,
-                    strerror(-rc));
-            fs_writer_drop(fs, ip, 1);
-            ip->werr = rc;
-            goto out;
-        }
-        done += n;
-        ip->wtime_ns = keg_now_ns();
-        if (ip->werr == -ENOSPC || ip->werr == -EDQUOT) {
-            rc = ip->werr;
-            goto out;
-        }
-    }
+    rc = write_pieces(fs, ip, 1, koff, buf, size);
 out:
     pthread_mutex_unlock(&ip->mu);
     return rc < 0 ? rc : (ssize_t)size;

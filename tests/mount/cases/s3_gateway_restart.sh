@@ -5,10 +5,8 @@
 # an unmount/remount; a file whose fsync failed may be missing or unreadable, but what
 # can be read of it is never wrong bytes.
 #
-# The gateway is the one of the runner's bucket: $KEG_S3_DIR (exported by
-# `eval "$(scripts/s3-server.sh env DIR)"`), and it must be the gateway that serves
-# BUCKET (its ceph.conf names the same port), else the case skips.  It is started again
-# on every way out.  Tunables: KEG_TEST_GW_DOWN (seconds down, default 6),
+# The gateway is the runner's (gw_lib.sh: $KEG_S3_DIR, the one serving BUCKET, else the
+# case skips).  It is started again on every way out.  Tunables: KEG_TEST_GW_DOWN (seconds down, default 6),
 # KEG_TEST_FILE_LIMIT (seconds one file may take, default 150: above the store's 60 s
 # retry deadline).
 # needs: s3
@@ -16,48 +14,9 @@
 # allow-log: [Cc]onnect|[Tt]imed out|timeout|ETIMEDOUT|upload|retr(y|ies)|flush|fsync|write
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/../obj_lib.sh"
+. "$(dirname "$0")/../gw_lib.sh"
 need_kegfs
-[ "${STORAGE:-}" = s3 ] || skip "needs --storage s3"
-need_objstore
-
-S3SRV=$(cd "$(dirname "$0")/../../.." && pwd)/scripts/s3-server.sh
-[ -x "$S3SRV" ] || skip "no $S3SRV"
-GW_DIR=${KEG_S3_DIR:-}
-[ -n "$GW_DIR" ] && [ -f "$GW_DIR/ceph.conf" ] \
-  || skip "KEG_S3_DIR does not name a running s3-server.sh directory (eval \"\$(scripts/s3-server.sh env DIR)\")"
-GW_PORT=${OBJ_S3_ENDPOINT##*:}
-case "$GW_PORT" in ''|*[!0-9]*) skip "cannot tell the gateway's port from $BUCKET" ;; esac
-grep -q "beast endpoint=127.0.0.1:$GW_PORT " "$GW_DIR/ceph.conf" \
-  || skip "the gateway of $GW_DIR does not serve port $GW_PORT of $BUCKET"
-[ -f "$GW_DIR/pids/rgw" ] || skip "no gateway running in $GW_DIR"
-export KEG_S3_PORT=$GW_PORT
-
-# The runner kills the case's cgroup at the end: a gateway started from here would die
-# with it, so it joins the cgroup (v2) of the cluster's monitor instead.
-gw_uncage() {
-  local pid mon path root
-  pid=$(cat "$GW_DIR/pids/rgw" 2>/dev/null) && mon=$(cat "$GW_DIR/pids/mon" 2>/dev/null) \
-    || return 0
-  path=$(sed -n 's/^0:://p' "/proc/$mon/cgroup" 2>/dev/null)
-  root=$(awk '{ for (i = 7; i < NF; i++) if ($i == "-") { if ($(i + 1) == "cgroup2") print $5; break } }' \
-         /proc/self/mountinfo | head -1)
-  [ -n "$path" ] && [ -n "$root" ] || return 0
-  echo "$pid" > "$root${path%/}/cgroup.procs" 2>/dev/null \
-    || echo "WARNING: could not move the gateway (pid $pid) to cgroup $path" >&2
-}
-gw() {   # gw kill-gw|start-gw
-  "$S3SRV" "$1" "$GW_DIR" >> "$WORK/gw.log" 2>&1 || return 1
-  [ "$1" != start-gw ] || gw_uncage
-}
-GW_KILLED=0
-writer=""
-on_exit() {
-  [ -z "$writer" ] || kill "$writer" 2>/dev/null
-  if [ $GW_KILLED = 1 ]; then
-    gw start-gw || echo "WARNING: could not start the gateway of $GW_DIR again" >&2
-  fi
-}
-trap on_exit EXIT
+need_gateway
 
 DOWN=${KEG_TEST_GW_DOWN:-6}
 LIMIT=${KEG_TEST_FILE_LIMIT:-150}
@@ -97,7 +56,6 @@ writer=$!
 
 sleep 4
 gw kill-gw || fail "kill-gw failed: $(tail -3 "$WORK/gw.log")"
-GW_KILLED=1
 t_kill=$(date +%s%N)
 echo down > "$WORK/phase"
 note "gateway on port $GW_PORT killed after $(wc -l < "$WORK/writes") files"
@@ -106,7 +64,6 @@ sleep "$DOWN"
 echo back > "$WORK/phase"
 t0=$(date +%s)
 gw start-gw || fail "start-gw failed: $(tail -5 "$WORK/gw.log")"
-GW_KILLED=0
 t_back=$(date +%s%N)
 note "gateway back after $DOWN s down (+$(( $(date +%s) - t0 )) s to start)"
 # let the writer finish a few files started after the gateway came back

@@ -10,51 +10,15 @@
 #      owns the retries, nothing above it retries again: docs/durability.md, "One retry
 #      policy"); once the gateway is back writes work again, the recovery is logged
 #      ("recovered after"), and `kegfs stats` shows the store ok again.
-# The gateway is the runner's ($KEG_S3_DIR, see s3_gateway_restart.sh); it is started
-# again on every way out.
+# The gateway is the runner's (gw_lib.sh); it is started again on every way out.
 # needs: s3
 # timeout: 180
 # allow-log: gave up after|reading block .* failed|upload of .* failed|[Cc]ouldn't connect
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/../obj_lib.sh"
+. "$(dirname "$0")/../gw_lib.sh"
 need_kegfs
-[ "${STORAGE:-}" = s3 ] || skip "needs --storage s3"
-need_objstore
-
-S3SRV=$(cd "$(dirname "$0")/../../.." && pwd)/scripts/s3-server.sh
-[ -x "$S3SRV" ] || skip "no $S3SRV"
-GW_DIR=${KEG_S3_DIR:-}
-[ -n "$GW_DIR" ] && [ -f "$GW_DIR/ceph.conf" ] \
-  || skip "KEG_S3_DIR does not name a running s3-server.sh directory"
-GW_PORT=${OBJ_S3_ENDPOINT##*:}
-case "$GW_PORT" in ''|*[!0-9]*) skip "cannot tell the gateway's port from $BUCKET" ;; esac
-grep -q "beast endpoint=127.0.0.1:$GW_PORT " "$GW_DIR/ceph.conf" \
-  || skip "the gateway of $GW_DIR does not serve port $GW_PORT of $BUCKET"
-[ -f "$GW_DIR/pids/rgw" ] || skip "no gateway running in $GW_DIR"
-export KEG_S3_PORT=$GW_PORT
-
-# a gateway started from here must outlive the case's cgroup (s3_gateway_restart.sh)
-gw_uncage() {
-  local pid mon path root
-  pid=$(cat "$GW_DIR/pids/rgw" 2>/dev/null) && mon=$(cat "$GW_DIR/pids/mon" 2>/dev/null) \
-    || return 0
-  path=$(sed -n 's/^0:://p' "/proc/$mon/cgroup" 2>/dev/null)
-  root=$(awk '{ for (i = 7; i < NF; i++) if ($i == "-") { if ($(i + 1) == "cgroup2") print $5; break } }' \
-         /proc/self/mountinfo | head -1)
-  [ -n "$path" ] && [ -n "$root" ] || return 0
-  echo "$pid" > "$root${path%/}/cgroup.procs" 2>/dev/null || true
-}
-gw() {   # gw kill-gw|start-gw
-  "$S3SRV" "$1" "$GW_DIR" >> "$WORK/gw.log" 2>&1 || return 1
-  [ "$1" != start-gw ] || gw_uncage
-}
-GW_KILLED=0
-writer=""
-on_exit() {
-  [ -z "$writer" ] || kill "$writer" 2>/dev/null
-  [ $GW_KILLED = 0 ] || gw start-gw || echo "WARNING: could not start the gateway again" >&2
-}
-trap on_exit EXIT
+need_gateway
 stats() { "$KEGFS" stats "$MNT" 2>&1; }
 
 head -c $((8 << 20)) /dev/urandom > "$WORK/f"
@@ -65,7 +29,6 @@ stats | grep -q '^ *store: *ok' || fail "stats before the outage: $(stats)"
 
 #--- 1. an uncached read while the gateway is down: EIO after one deadline ----------
 gw kill-gw || fail "kill-gw: $(tail -3 "$WORK/gw.log")"
-GW_KILLED=1
 t0=$(date +%s%N)
 err=$(timeout 120 cat "$MNT/f" 2>&1 >/dev/null) && fail "read of f succeeded with the gateway down"
 ms=$(( ($(date +%s%N) - t0) / 1000000 ))
@@ -99,7 +62,6 @@ grep -q 'Input/output error' "$WORK/dd.err" || fail "fsync error: $(cat "$WORK/d
 
 #--- 3. the gateway comes back: the recovery is logged, writes work again ---------------
 gw start-gw || fail "start-gw: $(tail -5 "$WORK/gw.log")"
-GW_KILLED=0
 wait_for 60 sh -c "dd if='$WORK/g' of='$MNT/g' bs=1M conv=fsync status=none 2>/dev/null" \
   || fail "write + fsync fails after the gateway came back"
 grep -q 'INFO \[obj_s3\] S3 store .* recovered after' "$MT_LOG" \
