@@ -1075,7 +1075,8 @@ static void holder_usage(FILE *out)
             "      --state-dir DIR     table, mounter configs, logs, run dir\n"
             "                          (default /var/lib/kegfs)\n"
             "      --mounter PATH      kegfs binary for mounters (default: this one)\n"
-            "      --memory-max SIZE   cgroup memory.max of each mounter (default: none)\n"
+            "      --memory-max SIZE   memory limit of each mounter: a cgroup of its own (v2\n"
+            "                          memory.max or v1 memory.limit_in_bytes; default: none)\n"
             "      --check-ms MS       how often dead mounters are found (default 200)\n"
             MNT_COMMON_HELP);
 }

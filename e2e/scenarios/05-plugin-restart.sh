@@ -9,7 +9,8 @@
 #       so the new plugin upgrades every mounter in place)
 # Pod `app` (app.pl append: append + fsync + read back every 50 ms, descriptor
 # kept open) and pod `lister` (list and read every 50 ms, mountPropagation
-# None: no propagation is needed for these events).  For each event the longest
+# None: no propagation is needed for these events).  First 10 s without an
+# event (0-baseline: the stall the node's load alone causes).  For each event the longest
 # stall of each and their errors are printed (FIGURES lines); the scenario fails
 # on any error, a stall of KEG_E2E_MAX_STALL_MS (2000) or more, or a mounter
 # that was restarted (its supervisor pid changed).
@@ -41,6 +42,12 @@ node_ready() {   # node_ready OLD_POD OLD_RESTARTS: a plugin pod other than that
   { [ "$p" != "$1" ] || [ "$r" != "$2" ]; } &&
     kubectl -n "$DRIVER_NS" wait --for=condition=Ready "$p" --timeout=5s >/dev/null 2>&1
 }
+
+# 0: nothing happens for 10 s: the stall the apps see without any event
+# (the cost of an iteration, scheduling on the node)
+t0=$(now_s)
+sleep 10
+report_event 0-baseline "$t0" "$(now_s)"
 
 # 1a: the plugin pod deleted
 old=$(node_pod)
