@@ -194,7 +194,10 @@ def main():
                 x = summary[n].get(t)
                 st = x if x and "median" in x else None
                 c = cell(st, unit)
-                if x and not x["all_ok"]:
+                cap = num(machine.get("cap_s"))
+                if x and unit == "s" and cap and st and st["max"] >= cap - 1:
+                    c = "> %d (cut at the cap)" % cap if st["median"] >= cap - 1 else c + " ⚠"
+                elif x and not x["all_ok"]:
                     c += " ⚠"
                 if durable_col and x and (x.get("durable_s") or x.get("durable_timeouts")):
                     d = "timeout" if x["durable_timeouts"] else fmt(x["durable_s"]["median"], "s")
