@@ -7,7 +7,8 @@
 raw.txt: one line per measurement, "TARGET REP NAME KEY=VALUE ...", NAME one of
 smallfile.{create,randmod,append,empty} (ops_s), meta.{create,readdir,rename,stat,unlink}
 (n, total_s), fio.RW.BS.JOBS (json=FIO_OUTPUT), tar / git / build / mfiles.{create,ls,rm}
-(secs, ok), with durable_s for the targets that buffer writes.
+(secs, ok), with durable_s for the targets that buffer writes.  machine.txt: key=value lines
+(bench/run.sh writes them; a "note" line is printed under the method).
 Exit status: 0 every goal met, 1 a goal missed or not measurable.
 """
 import json
@@ -178,6 +179,8 @@ def main():
                   machine.get("smallfile_n"), machine.get("meta_n"), machine.get("fio_mib"),
                   machine.get("fio_secs"), machine.get("mfiles") + " files",
                   machine.get("git_repo_files", "?"), machine.get("build_sources", "")))
+    if machine.get("note"):
+        md.append("Note: %s" % machine["note"])
     md.append("")
     cols = targets
 
