@@ -198,7 +198,7 @@ def main():
                 st = x if x and "median" in x else None
                 c = cell(st, unit)
                 cap = num(machine.get("cap_s"))
-                if x and unit == "s" and cap and st and st["max"] >= cap - 1:
+                if x and unit == "s" and cap and st and st["max"] >= cap - 1 and not x["all_ok"]:
                     c = "> %d (cut at the cap)" % cap if st["median"] >= cap - 1 else c + " ⚠"
                 elif x and not x["all_ok"]:
                     c += " ⚠"
