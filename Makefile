@@ -12,7 +12,7 @@ JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 PREFIX     ?= /usr/local
 
-.PHONY: all deps deps-test build build-asan install run umount test test-unit test-long bench clean e2e-k8s
+.PHONY: all deps deps-test deps-bench build build-asan install run umount test test-unit test-long bench clean e2e-k8s
 
 all: build
 
@@ -21,6 +21,9 @@ deps:
 
 deps-test:
 	@scripts/install-deps.sh test
+
+deps-bench:
+	@scripts/install-deps.sh bench
 
 $(BUILD)/CMakeCache.txt:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKEG_WERROR=ON $(CMAKE_FLAGS)
@@ -56,8 +59,10 @@ test-long: deps-test build build-asan
 e2e-k8s: deps-test
 	@e2e/k8s/run.sh
 
-bench: deps-test build
-	@bench/run.sh $(BUILD)
+# KegFS, local disk, libfuse's passthrough_hp, s3fs and rclone side by side (bench/README.md);
+# BENCH_FLAGS e.g. --quick, --targets LIST, --workloads LIST.  Report in $(BUILD)/bench-results.
+bench: deps-bench build
+	@bench/run.sh $(BUILD) $(BENCH_FLAGS)
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -13,6 +13,9 @@
  *   create  open(f<i>, O_CREAT|O_EXCL|O_WRONLY) + close      (lookup of a new name + create)
  *   rename  rename(f<i>, g<i>)
  *   stat    fstatat(g<i>)                                    (one path lookup + getattr)
+ *   readdir one opendir + readdir of the whole directory (N names after create or rename),
+ *           timed as one unit: n is the number of entries read, median_us = p99_us =
+ *           mean_us the time per entry
  *   fstat   fstat() of one open file N times                 (getattr only)
  *   unlink  unlink(g<i>)
  *   pair    create t<i> + close + rename(t<i>, p<i>): the write-then-rename idiom, timed
@@ -22,6 +25,7 @@
  * Exit status: 0 ok, 1 an operation failed (errno printed), 2 usage.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -104,12 +108,48 @@ static int fsops_rename(struct fsops_run *r, char from, char to, long i)
     return 0;
 }
 
+/* readdir: list the whole directory once through a fresh descriptor. */
+static int fsops_readdir(struct fsops_run *r)
+{
+    double t0 = fsops_now_us();
+    int fd = openat(r->dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return fsops_fail("open", ".");
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        close(fd);
+        return fsops_fail("fdopendir", ".");
+    }
+    long n = 0;
+    struct dirent *de;
+    errno = 0;
+    while ((de = readdir(d)) != NULL) {
+        if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+            n++;
+    }
+    int err = errno;
+    closedir(d);
+    if (err) {
+        errno = err;
+        return fsops_fail("readdir", ".");
+    }
+    double us = fsops_now_us() - t0;
+    double per = n ? us / (double)n : us;
+    printf("op=readdir n=%ld median_us=%.1f p99_us=%.1f mean_us=%.1f total_s=%.3f\n", n, per,
+           per, per, us / 1e6);
+    fflush(stdout);
+    return 0;
+}
+
 /* Run one op over all iterations; untimed ops return without a report line. */
 static int fsops_op(struct fsops_run *r, const char *op)
 {
     char name[FSOPS_NAME_MAX];
     struct stat st;
     int fd = -1;
+
+    if (!strcmp(op, "readdir"))
+        return fsops_readdir(r);
 
     if (!strcmp(op, "fstat")) {
         fsops_name(name, r, 'g', 0);
@@ -164,7 +204,7 @@ static int fsops_op(struct fsops_run *r, const char *op)
 static int fsops_usage(void)
 {
     fprintf(stderr, "usage: fsops [-n N] [-p PREFIX] "
-                    "create|rename|stat|fstat|unlink|pair|clean|all DIR\n");
+                    "create|rename|stat|fstat|readdir|unlink|pair|clean|all DIR\n");
     return 2;
 }
 

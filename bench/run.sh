@@ -1,36 +1,51 @@
 #!/usr/bin/env bash
-# run.sh -- the KegFS benchmark (`make bench`): small-file and sequential I/O on KegFS
-# against our own FUSE passthrough, all in one run, with the goals checked.
+# run.sh -- the KegFS benchmark (`make bench`): KegFS, local disk, the FUSE passthrough and
+# the peers (s3fs, rclone mount) measured in one run on one machine, with the goals checked.
 #
-#   bench/run.sh BUILD_DIR [--quick] [--reps N] [--n N] [--mib M] [--targets LIST] [--keep]
-#                          [--back-to-back]
+#   bench/run.sh BUILD_DIR [--quick] [--reps N] [--slow-reps N] [--slow-targets LIST]
+#                          [--fio-reps N] [--targets LIST] [--workloads LIST] [--out DIR]
+#                          [--cap SEC] [--keep]
 #
-# Builds nothing: needs BUILD_DIR/mounter/kegfs and BUILD_DIR/bench/{keg_passthrough,
-# smallfile,seqio}.  Starts on 127.0.0.1 what it needs and stops it on exit:
-#   redis   scripts/redis-server.sh on port $KEG_BENCH_REDIS_PORT (6395), dir DIR/redis
-#   S3      scripts/s3-server.sh (Ceph gateway) in $KEG_BENCH_S3_DIR (/tmp/bench-s3),
-#           S3 port $KEG_S3_PORT (7680), monitor port $KEG_S3_MON_PORT (6890)
-# and mounts three targets (LIST, default all: pt,s3wb,sqlite):
-#   pt      keg_passthrough over DIR/pt-src (a local directory)
-#   s3wb    KegFS, Redis metadata + S3 objects, --writeback, SSD cache (--cache-dir)
-#   sqlite  KegFS, SQLite metadata + file object store (the embedded default)
-# Each repetition (default 3) runs on every target in turn: bench/smallfile (ZeroFS's four
-# small-file workloads, N=2000), then bench/seqio: 1 GiB written (fsync at the end), for
-# s3wb the time until the last staged object is in the store, the page cache dropped
-# (echo 3 > /proc/sys/vm/drop_caches), the file read back and checked.  Medians of the
-# repetitions are printed as a table with ratios to the passthrough, then the goals:
-#   s3wb >= 0.5x passthrough ops/s on each small-file workload, with 100% success
-#   s3wb sequential write and read >= 0.7x passthrough
-# Each workload starts on an idle target: before it, on every target alike, the script runs
-# sync(1), waits until the s3wb target's staging area is empty (the previous workload's
-# uploads have landed; that time is reported as the workload's drain_s, its durability
-# point) and then $KEG_BENCH_PHASE_SETTLE seconds (default 2).  --back-to-back runs the four
-# small-file workloads in one process, one right after the other, instead: a workload then
-# shares the machine with the previous one's uploads (with S3 on the same host, the
-# gateway's CPU).  After each target's run and cleanup the script waits $KEG_BENCH_SETTLE
-# seconds (default 10) so that deferred deletions finish before the next target is measured.
-# DIR is $KEG_BENCH_DIR (default /tmp/bench-run; emptied first).  Raw results in
-# DIR/results.txt, mounter logs in DIR/*.log.
+# Targets (LIST, comma-separated, default all):
+#   disk     a directory on the local file system of the run directory (no FUSE)
+#   pthp     libfuse's passthrough_hp (bench/fuse-ref.sh builds it from Debian's fuse3
+#            source), default_permissions + allow_other, kernel cache timeouts 1 s as KegFS
+#   kpt      bench/'s own keg_passthrough (a second line)
+#   sqlite   KegFS, SQLite metadata + file object store (the embedded default)
+#   s3wb     KegFS, Redis metadata + S3 objects, --writeback, SSD cache
+#   s3       KegFS, Redis metadata + S3 objects, no writeback
+#   rclone   rclone mount --vfs-cache-mode writes, on the same S3 gateway
+#   s3fs     s3fs, on the same S3 gateway
+# Workloads (LIST, default all):
+#   smallfile  bench/smallfile's four workloads (create, randmod, append, empty), N files
+#   meta       bench/fsops: create, readdir, rename, stat, unlink of M names in one dir
+#   fio        fio: write, read, randwrite, randread x 4 MiB and 4 KiB blocks x 1 and 4
+#              jobs (psync, end_fsync for writes, page cache invalidated before each job)
+#   tar        tar -xf of a tarball of /usr/include (no chown)
+#   git        git clone file:// of a local repository of a few thousand files
+#   build      make -j2 of a copy of the first 8 C files of the project's core/ (cc -O1 -c,
+#              ar; a Makefile generated here)
+#   mfiles     10,000 files in 100 dirs: create, ls -lR, rm -rf
+# Each figure is repeated N times (--reps, default 3) and the median, min and max are
+# reported; the slow targets (--slow-targets, default s3,rclone,s3fs, whose repetitions take
+# minutes) run --slow-reps times (default 1) and fio runs once per target (--fio-reps).
+# Sizes: small files N=500, metadata ops M=1000 names, fio 16 MiB per job and at most
+# 1 s, tar of /usr/include, a repository of 3000 files, 10,000 files in 100 dirs.  The
+# workloads run in the order smallfile, tar, git, mfiles, build, fio, meta, each on every
+# target in turn (raw.txt grows as they finish: bench/report.py OUT reports a cut run).  For the targets that buffer writes (s3wb, rclone,
+# s3fs) the time from the end of each writing workload until its data is in the object
+# store (the durability point) is measured: s3wb until its staging area is empty; rclone
+# and s3fs until a listing of the workload's prefix in the bucket holds all its files
+# with their bytes.  Every timed command runs under `timeout --cap` (default 300 s).
+# --quick: tiny sizes, 1 repetition, the fio matrix cut to 2 jobs; a smoke test.
+#
+# Servers on 127.0.0.1, started and stopped here: Redis (scripts/redis-server.sh) on
+# $KEG_BENCH_REDIS_PORT (6395); the Ceph S3 gateway (scripts/s3-server.sh) in
+# $KEG_BENCH_S3_DIR (/tmp/bench-s3) on $KEG_S3_PORT (7680) / $KEG_S3_MON_PORT (6890).
+# Credentials reach s3fs and rclone in files (0600), never on a command line.
+# Run dir $KEG_BENCH_DIR (default /tmp/bench-run; emptied first).  Results go to --out
+# (default BUILD_DIR/bench-results): raw.txt, machine.json, results.json, results.md,
+# *.png (bench/report.py); the goals of issue 16 are printed.
 # Exit: 0 all goals met, 1 a goal missed or a run failed, 2 setup error / usage.
 set -uo pipefail
 
@@ -38,7 +53,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/.." && pwd)
 
 usage() {
-  sed -n '/^#   bench\/run.sh/p' "$0" | sed 's/^#   //' >&2
+  sed -n '/^#   bench\/run.sh/,/^#$/p' "$0" | sed 's/^#   //; /^#$/d' >&2
   exit 2
 }
 
@@ -46,112 +61,182 @@ usage() {
 case "$1" in -h|--help) usage ;; esac
 BUILD=$(cd "$1" 2>/dev/null && pwd) || { echo "run.sh: no build dir '$1'" >&2; exit 2; }
 shift
+ALL_TARGETS=disk,pthp,kpt,sqlite,s3wb,s3,rclone,s3fs
+ALL_WORKLOADS=smallfile,tar,git,mfiles,build,fio,meta
 REPS=3
-SETTLE=${KEG_BENCH_SETTLE:-10}
-PHASE_SETTLE=${KEG_BENCH_PHASE_SETTLE:-2}
-JOINED=0
-N=2000
-MIB=1024
-TARGETS=pt,s3wb,sqlite
+SLOW_REPS=1
+FIO_REPS=1
+TARGETS=$ALL_TARGETS
+WORKLOADS=$ALL_WORKLOADS
+OUT=""
+CAP=300
+SLOW_TARGETS=s3,rclone,s3fs
 KEEP=0
+QUICK=0
+SETTLE=${KEG_BENCH_PHASE_SETTLE:-2}
 while [ $# -gt 0 ]; do
   case "$1" in
-    --quick) REPS=1; N=200; MIB=128 ;;
+    --quick) QUICK=1 ;;
     --reps) REPS=$2; shift ;;
-    --n) N=$2; shift ;;
-    --mib) MIB=$2; shift ;;
+    --slow-reps) SLOW_REPS=$2; shift ;;
+    --slow-targets) SLOW_TARGETS=$2; shift ;;
+    --fio-reps) FIO_REPS=$2; shift ;;
     --targets) TARGETS=$2; shift ;;
+    --workloads) WORKLOADS=$2; shift ;;
+    --out) OUT=$2; shift ;;
+    --cap) CAP=$2; shift ;;
     --keep) KEEP=1 ;;
-    --back-to-back) JOINED=1 ;;
     *) echo "run.sh: unknown option '$1'" >&2; usage ;;
   esac
   shift
 done
-
-KEGFS=$BUILD/mounter/kegfs
-PT=$BUILD/bench/keg_passthrough
-SF=$BUILD/bench/smallfile
-SQ=$BUILD/bench/seqio
-for b in "$KEGFS" "$PT" "$SF" "$SQ"; do
-  [ -x "$b" ] || { echo "run.sh: $b is missing (build first: make build)" >&2; exit 2; }
+for t in ${TARGETS//,/ }; do
+  [[ ",$ALL_TARGETS," == *",$t,"* ]] || { echo "run.sh: unknown target '$t'" >&2; exit 2; }
 done
-[ "$(id -u)" = 0 ] || { echo "run.sh: needs root (FUSE mounts, drop_caches)" >&2; exit 2; }
-[ -c /dev/fuse ] || { echo "run.sh: no /dev/fuse" >&2; exit 2; }
+for w in ${WORKLOADS//,/ }; do
+  [[ ",$ALL_WORKLOADS," == *",$w,"* ]] || { echo "run.sh: unknown workload '$w'" >&2; exit 2; }
+done
+
+# sizes
+SF_N=500; META_N=1000; FIO_MIB=16; FIO_SECS=1; MF_DIRS=100; MF_PER=100
+GIT_FILES=3000; TAR_SRC=/usr/include; BUILD_FILES=8
+FIO_BS="4m 4k"; FIO_JOBS="1 4"
+if [ $QUICK = 1 ]; then
+  REPS=1; SLOW_REPS=1; FIO_REPS=1; CAP=120
+  SF_N=100; META_N=300; FIO_MIB=8; FIO_SECS=1; MF_DIRS=10; MF_PER=20
+  GIT_FILES=200; TAR_SRC=/usr/include/linux; BUILD_FILES=2
+  FIO_BS="4m 4k"; FIO_JOBS="1"
+fi
 
 D=${KEG_BENCH_DIR:-/tmp/bench-run}
+OUT=${OUT:-$BUILD/bench-results}
 REDIS_PORT=${KEG_BENCH_REDIS_PORT:-6395}
 S3DIR=${KEG_BENCH_S3_DIR:-/tmp/bench-s3}
 export KEG_S3_PORT=${KEG_S3_PORT:-7680}
 export KEG_S3_MON_PORT=${KEG_S3_MON_PORT:-6890}
-export KEGFS_RUN_DIR=$D/run      # the mounters' state and stats files
-RES=$D/results.txt
+[ "$(id -u)" = 0 ] || { echo "run.sh: needs root (FUSE mounts with allow_other)" >&2; exit 2; }
+[ -c /dev/fuse ] || { echo "run.sh: no /dev/fuse" >&2; exit 2; }
+for c in fio tar git make cc python3 gnuplot; do
+  command -v $c >/dev/null || { echo "run.sh: $c is missing (scripts/install-deps.sh bench)" >&2; exit 2; }
+done
 
 for m in $(awk -v d="$D/" 'index($5, d) == 1 { print $5 }' /proc/self/mountinfo); do
   echo "run.sh: $m is still mounted from an earlier run; unmounting" >&2
   umount -l "$m" 2>/dev/null
 done
 rm -rf "$D"
-mkdir -p "$D" "$KEGFS_RUN_DIR"
-: > "$RES"
+mkdir -p "$D/bin" "$D/run" "$D/data" "$OUT"
+export KEGFS_RUN_DIR=$D/run
+RAW=$OUT/raw.txt
+: > "$RAW"
+rm -f "$OUT"/*.png "$OUT"/*.dat "$OUT"/*.gp "$OUT"/fio-*.json
 
-has_target() { [[ ",$TARGETS," == *",$1,"* ]]; }
+# the binaries are copied so that a rebuild during the run does not change what runs
+for b in mounter/kegfs bench/keg_passthrough bench/smallfile bench/fsops; do
+  [ -x "$BUILD/$b" ] || { echo "run.sh: $BUILD/$b is missing (make build)" >&2; exit 2; }
+  cp "$BUILD/$b" "$D/bin/"
+done
+KEGFS=$D/bin/kegfs; KPT=$D/bin/keg_passthrough; SF=$D/bin/smallfile; FSOPS=$D/bin/fsops
 
-started_redis=0
-started_s3=0
-PT_PID=""
+has() { [[ ",$TARGETS," == *",$1,"* ]]; }
+hasw() { [[ ",$WORKLOADS," == *",$1,"* ]]; }
+drop_target() { TARGETS=$(echo ",$TARGETS," | sed "s/,$1,/,/; s/^,//; s/,$//"); }
+is_mounted() { grep -qs " $1 " /proc/self/mountinfo; }
+now() { date +%s.%N; }
+secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", b - a }'; }
+log() { echo "[$(date -u +%H:%M:%S)] $*"; }
+
+if has pthp; then
+  PTHP=$("$here/fuse-ref.sh" "$BUILD" 2> "$D/fuse-ref.log") ||
+    { tail -5 "$D/fuse-ref.log" >&2; echo "run.sh: no passthrough_hp; dropping target pthp" >&2;
+      drop_target pthp; }
+fi
+if has s3fs && ! command -v s3fs >/dev/null; then
+  echo "run.sh: s3fs is not installed; dropping it" >&2; drop_target s3fs
+fi
+if has rclone && ! command -v rclone >/dev/null; then
+  echo "run.sh: rclone is not installed; dropping it" >&2; drop_target rclone
+fi
+need_s3=0; need_redis=0
+for t in s3wb s3 rclone s3fs; do has $t && need_s3=1; done
+for t in s3wb s3; do has $t && need_redis=1; done
+
+#--- machine -------------------------------------------------------------------------
+ver() { "$@" 2>&1 | head -1; }
+{
+  echo "cpu=$(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1)"
+  echo "cores=$(nproc)"
+  echo "ram_gib=$(awk '/MemTotal/ { printf "%.1f", $2 / 1048576 }' /proc/meminfo)"
+  echo "kernel=$(uname -r)"
+  echo "os=$(. /etc/os-release && echo "$PRETTY_NAME")"
+  echo "disk=$(df -h "$D" | awk 'NR == 2 { print $1 " " $2 }') $(stat -f -c %T "$D")"
+  echo "load_start=$(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "started=$(date -u +%FT%TZ)"
+  echo "commit=$(git -C "$top" log -1 --format='%h %s' 2>/dev/null | cut -c1-90)"
+  echo "kegfs=$("$KEGFS" --version 2>&1 | head -1)"
+  echo "libfuse=$(pkg-config --modversion fuse3 2>/dev/null)"
+  echo "passthrough_hp=libfuse $(dpkg-query -W -f='${Version}' libfuse3-dev 2>/dev/null) example/passthrough_hp.cc"
+  command -v s3fs >/dev/null && echo "s3fs=$(ver s3fs --version)"
+  command -v rclone >/dev/null && echo "rclone=$(ver rclone version)"
+  echo "fio=$(ver fio --version)"
+  echo "gnuplot=$(ver gnuplot --version)"
+  echo "tar=$(ver tar --version)"
+  echo "git=$(ver git --version)"
+  echo "cc=$(ver cc --version)"
+  echo "redis=$(ver redis-server --version)"
+  echo "ceph=$(ver radosgw --version)"
+  echo "reps=$REPS"; echo "slow_reps=$SLOW_REPS"; echo "slow_targets=$SLOW_TARGETS"; echo "fio_reps=$FIO_REPS"; echo "quick=$QUICK"
+  echo "smallfile_n=$SF_N"; echo "meta_n=$META_N"; echo "fio_mib=$FIO_MIB"
+  echo "fio_secs=$FIO_SECS"; echo "mfiles=$((MF_DIRS * MF_PER)) in $MF_DIRS dirs"
+  echo "git_files=$GIT_FILES"; echo "tar_src=$TAR_SRC"; echo "cap_s=$CAP"
+} > "$OUT/machine.txt"
+sed 's/^/  /' "$OUT/machine.txt" | head -8
+
+#--- servers and mounts --------------------------------------------------------------
+started_redis=0; started_s3=0
+PIDS=()       # FUSE daemons started here (passthroughs, rclone, s3fs)
 cleanup() {
   trap - INT TERM EXIT
   local m
   for m in $(awk -v d="$D/" 'index($5, d) == 1 { print $5 }' /proc/self/mountinfo | sort -r); do
     case "$m" in
-      */pt-mnt) fusermount3 -u "$m" 2>/dev/null || umount -l "$m" ;;
-      *) timeout 150 "$KEGFS" umount "$m" >>"$D/umount.log" 2>&1 || umount -l "$m" 2>/dev/null ;;
+      */sqlite-mnt|*/s3wb-mnt|*/s3-mnt)
+        timeout 150 "$KEGFS" umount "$m" >> "$D/umount.log" 2>&1 || umount -l "$m" 2>/dev/null ;;
+      *) umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null ;;
     esac
   done
-  [ -n "$PT_PID" ] && kill "$PT_PID" 2>/dev/null
+  local p
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
   [ $started_s3 = 1 ] && "$top/scripts/s3-server.sh" stop "$S3DIR" >/dev/null 2>&1
   [ $started_redis = 1 ] && "$top/scripts/redis-server.sh" stop "$REDIS_PORT" "$D/redis" \
     >/dev/null 2>&1
   if [ $KEEP = 0 ]; then
-    rm -rf "$D/pt-src" "$D/objects" "$D/cache" "$D"/*-mnt "$D/meta.db"*
+    rm -rf "$D"/*-src "$D/objects" "$D"/cache* "$D"/*-mnt "$D/meta.db"* "$D/data" "$D/ref" \
+      "$D/rclone-cache"
   fi
 }
 trap cleanup EXIT
 trap 'echo "run.sh: interrupted"; exit 130' INT TERM
 
-is_mounted() { grep -qs " $1 " /proc/self/mountinfo; }
-
-#--- machine ---------------------------------------------------------------------
-cpu=$(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1)
-mem=$(awk '/MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo)
-disk=$(df -h "$D" | awk 'NR == 2 { print $1 " (" $2 ")" }')
-fstype=$(stat -f -c %T "$D")
-echo "machine: $(nproc) CPUs ($cpu), $mem RAM, $(uname -r), $D on $disk $fstype"
-echo "load before the run: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "method: $REPS repetitions, medians; smallfile N=$N; seqio $MIB MiB"
-git -C "$top" log -1 --format='commit: %h %s' 2>/dev/null | cut -c1-100
-
-#--- servers -----------------------------------------------------------------------
-if has_target s3wb && "$top/scripts/redis-server.sh" status "$REDIS_PORT" "$D/redis" 2>/dev/null; then
-  echo "run.sh: something already answers on 127.0.0.1:$REDIS_PORT (KEG_BENCH_REDIS_PORT)" >&2
-  exit 2
-fi
-if has_target s3wb && [ ! -d "$S3DIR/pids" ] &&
-   curl -s -o /dev/null -m 2 "http://127.0.0.1:$KEG_S3_PORT/"; then
-  echo "run.sh: something already answers on 127.0.0.1:$KEG_S3_PORT (KEG_S3_PORT)" >&2
-  exit 2
-fi
-if has_target s3wb; then
+if [ $need_redis = 1 ]; then
+  if "$top/scripts/redis-server.sh" status "$REDIS_PORT" "$D/redis" 2>/dev/null; then
+    echo "run.sh: something already answers on 127.0.0.1:$REDIS_PORT (KEG_BENCH_REDIS_PORT)" >&2
+    exit 2
+  fi
   if "$top/scripts/redis-server.sh" start "$REDIS_PORT" "$D/redis" >/dev/null; then
     started_redis=1
   else
-    echo "run.sh: redis did not start; dropping target s3wb" >&2
-    TARGETS=${TARGETS//s3wb/}
+    echo "run.sh: redis did not start; dropping s3wb, s3" >&2
+    drop_target s3wb; drop_target s3
   fi
 fi
-if has_target s3wb; then
-  echo "starting the Ceph S3 gateway in $S3DIR (127.0.0.1:$KEG_S3_PORT) ..."
-  started_s3=1      # stopped on exit even when the start failed half-way
+if [ $need_s3 = 1 ]; then
+  if [ ! -d "$S3DIR/pids" ] && curl -s -o /dev/null -m 2 "http://127.0.0.1:$KEG_S3_PORT/"; then
+    echo "run.sh: something already answers on 127.0.0.1:$KEG_S3_PORT (KEG_S3_PORT)" >&2
+    exit 2
+  fi
+  log "starting the Ceph S3 gateway in $S3DIR (127.0.0.1:$KEG_S3_PORT) ..."
+  started_s3=1
   # a start occasionally fails on a loaded machine (the OSD never comes up): retry once
   if "$top/scripts/s3-server.sh" start "$S3DIR" > "$D/s3-start.log" 2>&1 ||
      { "$top/scripts/s3-server.sh" stop "$S3DIR" >/dev/null 2>&1;
@@ -159,33 +244,48 @@ if has_target s3wb; then
     eval "$("$top/scripts/s3-server.sh" env "$S3DIR")"
   else
     tail -5 "$D/s3-start.log" >&2
-    echo "run.sh: the S3 gateway did not start; dropping target s3wb" >&2
-    TARGETS=${TARGETS//s3wb/}
+    echo "run.sh: the S3 gateway did not start; dropping the S3 targets" >&2
+    for t in s3wb s3 rclone s3fs; do drop_target $t; done
   fi
 fi
+BUCKET=${KEG_TEST_S3_BUCKET:-}    # KegFS takes the URL http://HOST:PORT/NAME
+BNAME=${BUCKET##*/}               # s3fs and rclone take the name
+S3URL="http://127.0.0.1:$KEG_S3_PORT"
 
-#--- mounts ------------------------------------------------------------------------
-mount_pt() {
-  mkdir -p "$D/pt-src" "$D/pt-mnt"
-  "$PT" "$D/pt-src" "$D/pt-mnt" > "$D/pt.log" 2>&1 &
-  PT_PID=$!
+# rclone's remote (also the lister for the durability point of rclone and s3fs); rclone
+# refuses a plain-http endpoint when AWS_CA_BUNDLE is set
+rcl() { env -u AWS_CA_BUNDLE rclone "$@"; }
+RCONF=$D/rclone.conf
+if has rclone || has s3fs; then
+  command -v rclone >/dev/null || { echo "run.sh: s3fs's durability check needs rclone" >&2;
+    drop_target s3fs; }
+  ( umask 077
+    printf '[bench]\ntype = s3\nprovider = Ceph\nendpoint = %s\naccess_key_id = %s\nsecret_access_key = %s\nforce_path_style = true\n' \
+      "$S3URL" "$KEG_TEST_S3_ACCESS_KEY" "$KEG_TEST_S3_SECRET_KEY" > "$RCONF"
+    printf '%s:%s\n' "$KEG_TEST_S3_ACCESS_KEY" "$KEG_TEST_S3_SECRET_KEY" > "$D/s3fs.passwd" )
+fi
+
+wait_mounted() {   # wait_mounted MNT LOG NAME
   local i
-  for i in $(seq 50); do is_mounted "$D/pt-mnt" && return 0; sleep 0.1; done
-  echo "run.sh: keg_passthrough did not mount; see $D/pt.log" >&2
+  for i in $(seq 100); do is_mounted "$1" && return 0; sleep 0.2; done
+  tail -5 "$2" >&2
+  echo "run.sh: $3 did not mount; see $2" >&2
   return 1
 }
 
-mount_s3wb() {
-  local meta="redis://127.0.0.1:$REDIS_PORT/1"
-  mkdir -p "$D/s3wb-mnt" "$D/cache"
-  AWS_ACCESS_KEY_ID=$KEG_TEST_S3_ACCESS_KEY AWS_SECRET_ACCESS_KEY=$KEG_TEST_S3_SECRET_KEY \
-    "$KEGFS" format --storage s3 --bucket "$KEG_TEST_S3_BUCKET" "$meta" bench-s3 \
-    > "$D/s3wb-format.log" 2>&1 || { cat "$D/s3wb-format.log" >&2; return 1; }
-  "$KEGFS" mount -d --log-file "$D/s3wb-mounter.log" --writeback --cache-dir "$D/cache" \
-    --cache-size 8G --max-staging 2G "$meta" "$D/s3wb-mnt" > "$D/s3wb-mount.log" 2>&1 \
-    || { cat "$D/s3wb-mount.log" >&2; return 1; }
+mount_disk() { mkdir -p "$D/disk-mnt"; }
+mount_pthp() {
+  mkdir -p "$D/pthp-src" "$D/pthp-mnt"
+  PTHP_TIMEOUT=1 "$PTHP" --foreground "$D/pthp-src" "$D/pthp-mnt" > "$D/pthp.log" 2>&1 &
+  PIDS+=($!)
+  wait_mounted "$D/pthp-mnt" "$D/pthp.log" passthrough_hp
 }
-
+mount_kpt() {
+  mkdir -p "$D/kpt-src" "$D/kpt-mnt"
+  "$KPT" "$D/kpt-src" "$D/kpt-mnt" > "$D/kpt.log" 2>&1 &
+  PIDS+=($!)
+  wait_mounted "$D/kpt-mnt" "$D/kpt.log" keg_passthrough
+}
 mount_sqlite() {
   local meta="sqlite3://$D/meta.db"
   mkdir -p "$D/sqlite-mnt" "$D/objects"
@@ -194,164 +294,304 @@ mount_sqlite() {
   "$KEGFS" mount -d --log-file "$D/sqlite-mounter.log" "$meta" "$D/sqlite-mnt" \
     > "$D/sqlite-mount.log" 2>&1 || { cat "$D/sqlite-mount.log" >&2; return 1; }
 }
+mount_kegs3() {   # mount_kegs3 NAME DB [MOUNT OPTIONS]
+  local name=$1 meta="redis://127.0.0.1:$REDIS_PORT/$2"
+  shift 2
+  mkdir -p "$D/$name-mnt" "$D/cache-$name"
+  AWS_ACCESS_KEY_ID=$KEG_TEST_S3_ACCESS_KEY AWS_SECRET_ACCESS_KEY=$KEG_TEST_S3_SECRET_KEY \
+    "$KEGFS" format --storage s3 --bucket "$BUCKET" "$meta" "bench-$name" \
+    > "$D/$name-format.log" 2>&1 || { cat "$D/$name-format.log" >&2; return 1; }
+  "$KEGFS" mount -d --log-file "$D/$name-mounter.log" --cache-dir "$D/cache-$name" \
+    --cache-size 8G "$@" "$meta" "$D/$name-mnt" > "$D/$name-mount.log" 2>&1 \
+    || { cat "$D/$name-mount.log" >&2; return 1; }
+}
+mount_s3wb() { mount_kegs3 s3wb 1 --writeback --max-staging 2G; }
+mount_s3() { mount_kegs3 s3 2; }
+mount_rclone() {
+  mkdir -p "$D/rclone-mnt" "$D/rclone-cache"
+  rcl mount --config "$RCONF" "bench:$BNAME" "$D/rclone-mnt" --vfs-cache-mode writes \
+    --allow-other --cache-dir "$D/rclone-cache" --log-file "$D/rclone.log" --log-level INFO &
+  PIDS+=($!)
+  wait_mounted "$D/rclone-mnt" "$D/rclone.log" "rclone mount"
+}
+mount_s3fs() {
+  mkdir -p "$D/s3fs-mnt"
+  s3fs "$BNAME" "$D/s3fs-mnt" -f -o "passwd_file=$D/s3fs.passwd,url=$S3URL" \
+    -o use_path_request_style,allow_other > "$D/s3fs.log" 2>&1 &
+  PIDS+=($!)
+  wait_mounted "$D/s3fs-mnt" "$D/s3fs.log" s3fs
+}
 
-ALL=()
-for t in pt s3wb sqlite; do
-  has_target $t || continue
-  if "mount_$t"; then ALL+=("$t"); else echo "run.sh: cannot mount $t; skipping it" >&2; fi
+TL=()
+for t in ${TARGETS//,/ }; do
+  if "mount_$t"; then TL+=("$t"); else echo "run.sh: cannot mount $t; skipping it" >&2; fi
 done
-[ ${#ALL[@]} -gt 0 ] || { echo "run.sh: nothing mounted" >&2; exit 2; }
-echo "targets: ${ALL[*]}"
+[ ${#TL[@]} -gt 0 ] || { echo "run.sh: nothing mounted" >&2; exit 2; }
+log "targets: ${TL[*]}; workloads: ${WORKLOADS//,/ }"
 
-# staged objects of the writeback mount (files in its staging slots)
+# the working directory of a target: peers on the bucket work under a prefix of their own
+wdir() {
+  case "$1" in
+    rclone|s3fs) echo "$D/$1-mnt/$1-work" ;;
+    *) echo "$D/$1-mnt/work" ;;
+  esac
+}
+prefix_of() { echo "${2#"$D/$1-mnt/"}"; }   # prefix_of TARGET PATH: the key prefix in the bucket
+
+#--- durability ------------------------------------------------------------------------
+buffers() { case "$1" in s3wb|rclone|s3fs) return 0 ;; *) return 1 ;; esac; }
 staged_files() {
-  find "$D/cache" -path '*/staging/*' -type f ! -name '.lock' ! -name '.bad.*' \
+  find "$D/cache-s3wb" -path '*/staging/*' -type f ! -name '.lock' ! -name '.bad.*' \
     ! -name '.tmp*' 2>/dev/null | wc -l
 }
-
-# wait_drain: seconds until the staging area is empty (polled every 0.1 s), max 600
-wait_drain() {
-  local t0 t1 i
-  t0=$(date +%s.%N)
-  for i in $(seq 6000); do
-    [ "$(staged_files)" = 0 ] && break
-    sleep 0.1
-  done
-  t1=$(date +%s.%N)
-  [ "$(staged_files)" = 0 ] || { echo "drain=timeout"; return; }
-  awk -v a="$t0" -v b="$t1" 'BEGIN { printf "drain_s=%.1f\n", b - a }'
+# listed PREFIX: "COUNT BYTES" of the objects under PREFIX/ in the bucket
+listed() {
+  rcl size --json --config "$RCONF" "bench:$BNAME/$1" 2>> "$D/rclone-size.err" |
+    python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["count"], d["bytes"])' 2>/dev/null ||
+    echo "-1 -1"
 }
-
-# quiesce TARGET REP WHAT: let the target go idle before the next measurement; for s3wb
-# the wait for its staging area is recorded as "drain_WHAT"
-quiesce() {
-  sync
-  if [ "$1" = s3wb ]; then
-    echo "$1 $2 drain_$3 $(wait_drain)" >> "$RES"
-  fi
-  sleep "$PHASE_SETTLE"
-}
-
-FAILED_RUNS=0
-run_one() {   # run_one TARGET REP
-  local t=$1 r=$2 dir="$D/$1-mnt/r$2" out line w
-  local works=create,randmod,append,empty
-  mkdir -p "$dir" || { echo "run.sh: mkdir $dir failed" >&2; FAILED_RUNS=$((FAILED_RUNS + 1)); return; }
-  [ $JOINED = 1 ] || works="create randmod append empty"
-  for w in $works; do
-    sync
-    out=$("$SF" -n "$N" -s "$r" -w "$w" "$dir")
-    [ $? = 0 ] || FAILED_RUNS=$((FAILED_RUNS + 1))
-    while read -r line; do
-      [ -n "$line" ] && echo "$t $r $line" >> "$RES"
-    done <<< "$out"
-    [ $JOINED = 1 ] || quiesce "$t" "$r" "$w"
+# durable TARGET DIR COUNT BYTES T_END: seconds from T_END until the data written under DIR
+# (COUNT files, BYTES bytes) is in the object store: until the start of the first check
+# (staging empty, or a listing of the prefix) that found it all; "timeout" after 600 s
+durable() {
+  local t=$1 dir=$2 count=$3 bytes=$4 t_end=$5 i c b bad=0 t_look
+  for i in $(seq 3000); do
+    t_look=$(now)
+    case "$t" in
+      s3wb) [ "$(staged_files)" = 0 ] && break ;;
+      *) read -r c b <<< "$(listed "$(prefix_of "$t" "$dir")")"
+         if [ "$c" = -1 ]; then
+           bad=$((bad + 1))
+           [ $bad -ge 5 ] && { echo "error"; return; }   # the listing itself fails
+         fi
+         [ "$c" -ge "$count" ] && [ "$b" -ge "$bytes" ] && break ;;
+    esac
+    [ "$(secs "$t_end" "$(now)" | cut -d. -f1)" -ge 600 ] && { echo timeout; return; }
+    sleep 0.2
   done
-  sync
-  echo 3 > /proc/sys/vm/drop_caches
-  out=$("$SQ" write "$dir/big" "$MIB" "$r") || FAILED_RUNS=$((FAILED_RUNS + 1))
-  echo "$t $r $out" >> "$RES"
-  if [ "$t" = s3wb ]; then
-    echo "$t $r drain $(wait_drain)" >> "$RES"
-  fi
-  sync
-  echo 3 > /proc/sys/vm/drop_caches
-  out=$("$SQ" read "$dir/big" "$MIB" "$r") || FAILED_RUNS=$((FAILED_RUNS + 1))
-  echo "$t $r $out" >> "$RES"
-  rm -rf "$dir"
-  # Let the deferred work of this cleanup (the deletion queue's object deletes, a
-  # gateway's own cleanup) finish before the next measurement instead of in it.
-  sync
-  sleep "$SETTLE"
+  # when the check that found everything started (a listing of thousands of keys takes
+  # seconds itself)
+  secs "$t_end" "$t_look"
 }
+# files_of DIR: "COUNT BYTES" of the regular files under DIR (a local reference tree)
+files_of() { find "$1" -type f -printf '%s\n' | awk '{ n++; b += $1 } END { print n + 0, b + 0 }'; }
 
-for r in $(seq "$REPS"); do
-  for t in "${ALL[@]}"; do
-    echo "rep $r/$REPS: $t ..."
-    run_one "$t" "$r"
-  done
-done
-if [[ " ${ALL[*]} " == *" s3wb "* ]]; then
-  "$KEGFS" stats "$D/s3wb-mnt" > "$D/s3wb-stats.txt" 2>&1
+# record TARGET REP WORKLOAD KEY=VALUE...
+record() { echo "$*" >> "$RAW"; }
+# after TARGET DIR COUNT BYTES: the durability point of a buffering target, as " durable_s=S"
+after() {
+  buffers "$1" || return 0
+  # a step cut by the cap never wrote all of its data: nothing to wait for
+  [ "${LAST_RC:-0}" = 124 ] && { echo " durable_s=cut"; return 0; }
+  echo " durable_s=$(durable "$1" "$2" "$3" "$4" "$T_END")"
+}
+quiesce() { sync; sleep "$SETTLE"; }
+
+#--- inputs ------------------------------------------------------------------------------
+if hasw tar; then
+  tar -C "$(dirname "$TAR_SRC")" -cf "$D/data/include.tar" "$(basename "$TAR_SRC")"
+  mkdir -p "$D/ref/tar" && tar -C "$D/ref/tar" --no-same-owner -xf "$D/data/include.tar"
+  read -r TAR_COUNT TAR_BYTES <<< "$(files_of "$D/ref/tar")"
+  echo "tar_entries=$(tar -tf "$D/data/include.tar" | wc -l)" >> "$OUT/machine.txt"
+fi
+if hasw git; then
+  # a repository of GIT_FILES files: the first ones of /usr/include and /usr/share/doc
+  mkdir -p "$D/data/repo"
+  ( cd /usr && find include share/doc -type f -size -256k 2>/dev/null | sort | head -n "$GIT_FILES" |
+      tar -cf - -T - ) | tar -C "$D/data/repo" -xf -
+  git -C "$D/data/repo" init -q && git -C "$D/data/repo" add -A &&
+    git -C "$D/data/repo" -c user.name=bench -c user.email=bench@localhost commit -qm files ||
+    { echo "run.sh: cannot make the git repository" >&2; exit 2; }
+  git clone -q "file://$D/data/repo" "$D/ref/git"
+  read -r GIT_COUNT GIT_BYTES <<< "$(files_of "$D/ref/git")"
+  GIT_BYTES=$((GIT_BYTES * 95 / 100))    # pack files differ a little between clones
+  echo "git_repo_files=$(git -C "$D/data/repo" ls-files | wc -l)" >> "$OUT/machine.txt"
+fi
+if hasw build; then
+  # the project's core/ sources with a generated Makefile: every .c to .o, then an archive
+  mkdir -p "$D/data/proj"
+  cp -r "$top/core" "$D/data/proj/"
+  ( cd "$D/data/proj" && find core -name '*.c' | sort | head -n "$BUILD_FILES" > sources.txt )
+  {
+    echo "CFLAGS = -O1 -w -Icore/include -Icore -Icore/obj -Icore/meta -Icore/fs -Icore/cache -Icore/wb -I/usr/include/hiredis $(pkg-config --cflags fuse3 libcurl 2>/dev/null)"
+    echo "OBJS = $(sed 's/\.c$/.o/' "$D/data/proj/sources.txt" | tr '\n' ' ')"
+    echo "libcore.a: \$(OBJS)"
+    printf '\tar rcs $@ $(OBJS)\n'
+    echo "%.o: %.c"
+    printf '\t$(CC) $(CFLAGS) -c -o $@ $<\n'
+  } > "$D/data/proj/Makefile"
+  cp -r "$D/data/proj" "$D/ref/proj" && make -s -C "$D/ref/proj" -j2 >/dev/null 2>&1 ||
+    { echo "run.sh: the build project does not build on local disk" >&2; exit 2; }
+  read -r BUILD_COUNT BUILD_BYTES <<< "$(files_of "$D/ref/proj")"
+  read -r PROJ_COUNT PROJ_BYTES <<< "$(files_of "$D/data/proj")"
+  echo "build_sources=$(wc -l < "$D/data/proj/sources.txt") C files, $(cd "$D/data/proj" && cat $(cat sources.txt) | wc -l) lines" >> "$OUT/machine.txt"
 fi
 
-#--- table ---------------------------------------------------------------------------
-# median VALUES...: the median of the numbers (the lower middle one for an even count)
-median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)] }'; }
-# field TARGET WORKLOAD KEY: the KEY values of every repetition
-field() {
-  awk -v t="$1" -v w="$2" -v k="$3" '$1 == t && $3 == w {
-    for (i = 4; i <= NF; i++) { split($i, kv, "="); if (kv[1] == k) print kv[2] } }' "$RES"
-}
-med() { median $(field "$1" "$2" "$3"); }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0 && a != "") printf "%.2f", a / b; else print "-" }'; }
+#--- workloads ---------------------------------------------------------------------------
+FAILED=0
+fail() { FAILED=$((FAILED + 1)); echo "run.sh: FAILED: $*" >&2; }
 
-echo
-if [ $JOINED = 1 ]; then
-  echo "small-file workloads back to back, in one process"
-else
-  echo "small-file workloads one at a time, each on an idle target (drain_s: s3wb's wait after it)"
-fi
-echo "Results (median of $REPS; ops/s, latency median / p99 in microseconds; ratio vs pt)"
-printf '%-8s %-8s %9s %6s %10s %10s %9s %8s\n' target workload ops/s ratio median_us p99_us ok \
-  drain_s
-for w in create randmod append empty; do
-  base=$(med pt "$w" ops_s)
-  for t in "${ALL[@]}"; do
-    ops=$(med "$t" "$w" ops_s)
-    okmin=$(field "$t" "$w" ok | sort -n | head -1)
-    dr="-"
-    [ "$t" = s3wb ] && [ $JOINED = 0 ] && dr=$(med s3wb "drain_$w" drain_s)
-    printf '%-8s %-8s %9s %6s %10s %10s %9s %8s\n' "$t" "$w" "${ops:--}" \
-      "$(ratio "$ops" "$base")" "$(med "$t" "$w" median_us)" "$(med "$t" "$w" p99_us)" \
-      "${okmin:--}/$N" "${dr:--}"
-  done
-done
-echo
-printf '%-8s %11s %6s %11s %6s %9s\n' target write_MiB/s ratio read_MiB/s ratio drain_s
-bw=$(med pt write mib_s)
-br=$(med pt read mib_s)
-for t in "${ALL[@]}"; do
-  w=$(med "$t" write mib_s)
-  rd=$(med "$t" read mib_s)
-  dr="-"
-  [ "$t" = s3wb ] && dr=$(med s3wb drain drain_s)
-  printf '%-8s %11s %6s %11s %6s %9s\n' "$t" "${w:--}" "$(ratio "$w" "$bw")" "${rd:--}" \
-    "$(ratio "$rd" "$br")" "${dr:--}"
-done
-if [ "$(field s3wb read ok | grep -c 0)" != 0 ] || [ "$(field sqlite read ok | grep -c 0)" != 0 ]; then
-  echo "run.sh: a read-back found wrong data (see $RES)"
-  FAILED_RUNS=$((FAILED_RUNS + 1))
-fi
-
-#--- goals ---------------------------------------------------------------------------
-echo
-MISSED=0
-goal() {   # goal TEXT VALUE LIMIT
-  if awk -v v="$2" -v l="$3" 'BEGIN { exit !(v != "-" && v != "" && v + 0 >= l + 0) }'; then
-    echo "goal met:    $1 ($2 >= $3)"
-  else
-    echo "goal MISSED: $1 ($2 < $3)"
-    MISSED=$((MISSED + 1))
-  fi
-}
-if [[ " ${ALL[*]} " == *" s3wb "* ]] && [[ " ${ALL[*]} " == *" pt "* ]]; then
+w_smallfile() {   # TARGET REP DIR
+  local t=$1 r=$2 dir=$3/smallfile w out line T0 c b
+  mkdir -p "$dir"
   for w in create randmod append empty; do
-    goal "s3wb $w ops/s vs passthrough" "$(ratio "$(med s3wb "$w" ops_s)" "$(med pt "$w" ops_s)")" 0.5
-    okmin=$(field s3wb "$w" ok | sort -n | head -1)
-    goal "s3wb $w success" "${okmin:-0}" "$N"
+    T0=$(now)
+    out=$(timeout "$CAP" "$SF" -n "$SF_N" -s "$r" -w "$w" "$dir") || fail "$t smallfile $w"
+    T_END=$(now)
+    case $w in
+      create) c=$SF_N; b=$((SF_N * 4096)) ;;
+      randmod) c=1; b=40960 ;;
+      append) c=1; b=$((SF_N * 4096)) ;;
+      empty) c=$SF_N; b=0 ;;
+    esac
+    line=$(echo "$out" | grep "^$w ")
+    [ -n "$line" ] && record "$t $r smallfile.$w ${line#"$w "}$(after "$t" "$dir/$w" $c $b)"
+    quiesce
   done
-  goal "s3wb sequential write vs passthrough" "$(ratio "$(med s3wb write mib_s)" "$bw")" 0.7
-  goal "s3wb sequential read vs passthrough" "$(ratio "$(med s3wb read mib_s)" "$br")" 0.7
-else
-  echo "goals not checked: needs targets pt and s3wb"
-  MISSED=$((MISSED + 1))
-fi
-echo "load after the run: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "raw results: $RES"
-if [ $FAILED_RUNS -gt 0 ]; then
-  echo "run.sh: $FAILED_RUNS benchmark runs failed"
+  rm -rf "$dir"
+}
+
+w_meta() {
+  local t=$1 r=$2 dir=$3/meta op out
+  mkdir -p "$dir"
+  for op in create readdir rename stat unlink; do
+    out=$(timeout "$CAP" "$FSOPS" -n "$META_N" "$op" "$dir") || { fail "$t meta $op"; break; }
+    record "$t $r meta.$op $(echo "$out" | sed 's/^op=[a-z]* //')"
+  done
+  rm -rf "$dir"
+  quiesce
+}
+
+w_fio() {
+  local t=$1 r=$2 dir=$3/fio bs j rw f
+  mkdir -p "$dir"
+  for bs in $FIO_BS; do
+    for j in $FIO_JOBS; do
+      for rw in write read randwrite randread; do
+        [ $QUICK = 1 ] && [ "$bs" = 4m ] && [[ $rw == rand* ]] && continue
+        [ $QUICK = 1 ] && [ "$bs" = 4k ] && [[ $rw != rand* ]] && continue
+        f=$OUT/fio-$t-$r-$rw-$bs-$j.json
+        local extra=()
+        [[ $rw == *write ]] && extra=(--end_fsync=1)
+        timeout "$CAP" fio --name=f --directory="$dir" --rw="$rw" --bs="$bs" --numjobs="$j" \
+          --size="${FIO_MIB}m" --runtime="$FIO_SECS" --ioengine=psync --invalidate=1 \
+          --group_reporting --output-format=json --output="$f" "${extra[@]}" \
+          > /dev/null 2>> "$D/fio.err" || { fail "$t fio $rw $bs $j"; continue; }
+        record "$t $r fio.$rw.$bs.$j json=$f"
+      done
+      rm -f "$dir"/f.*
+      quiesce
+    done
+  done
+  rm -rf "$dir"
+}
+
+w_tar() {
+  local t=$1 r=$2 dir=$3/tar s ok=1
+  mkdir -p "$dir"
+  timed s tar -C "$dir" --no-same-owner -xf "$D/data/include.tar" 2>> "$D/$t-tar.err" || ok=0
+  record "$t $r tar secs=$s ok=$ok$(after "$t" "$dir" "$TAR_COUNT" "$TAR_BYTES")"
+  rm -rf "$dir"
+  quiesce
+}
+
+w_git() {
+  local t=$1 r=$2 dir=$3/git s ok=1
+  mkdir -p "$dir"
+  timed s git clone -q "file://$D/data/repo" "$dir/clone" 2>> "$D/$t-git.err" || ok=0
+  record "$t $r git secs=$s ok=$ok$(after "$t" "$dir" "$GIT_COUNT" "$GIT_BYTES")"
+  rm -rf "$dir"
+  quiesce
+}
+
+w_build() {
+  local t=$1 r=$2 dir=$3/build s ok=1 T_END
+  mkdir -p "$dir"
+  cp -r "$D/data/proj" "$dir/proj"
+  T_END=$(now)
+  [ -z "$(after "$t" "$dir" "$PROJ_COUNT" "$PROJ_BYTES")" ] || true   # the copy is in first
+  quiesce
+  timed s make -s -C "$dir/proj" -j2 > /dev/null 2>> "$D/$t-build.err" || ok=0
+  record "$t $r build secs=$s ok=$ok$(after "$t" "$dir" "$BUILD_COUNT" "$BUILD_BYTES")"
+  rm -rf "$dir"
+  quiesce
+}
+
+mf_create() {   # DIR: MF_DIRS directories of MF_PER files of a few bytes
+  local d i
+  for ((d = 0; d < MF_DIRS; d++)); do
+    mkdir "$1/d$d" || return 1
+    for ((i = 0; i < MF_PER; i++)); do
+      printf 'file %d/%d\n' "$d" "$i" > "$1/d$d/f$i" || return 1
+    done
+  done
+}
+w_mfiles() {
+  local t=$1 r=$2 dir=$3/mfiles s ok=1 bytes n
+  mkdir -p "$dir"
+  n=$((MF_DIRS * MF_PER))
+  timed s mf_create "$dir" || ok=0
+  bytes=$(for ((d = 0; d < MF_DIRS; d++)); do for ((i = 0; i < MF_PER; i++)); do
+    printf 'file %d/%d\n' "$d" "$i"; done; done | wc -c)
+  record "$t $r mfiles.create secs=$s ok=$ok$(after "$t" "$dir" "$n" "$bytes")"
+  quiesce
+  ok=1
+  timed s ls -lR "$dir" > /dev/null || ok=0
+  record "$t $r mfiles.ls secs=$s ok=$ok"
+  ok=1
+  timed s rm -rf "$dir" || ok=0
+  record "$t $r mfiles.rm secs=$s ok=$ok"
+  quiesce
+}
+# timed OUTVAR CMD...: run CMD (a command or one of the shell functions here) under the
+# cap; set OUTVAR to its seconds and T_END to when it ended; return its status
+export MF_DIRS MF_PER
+timed() {
+  local __v=$1 t0 t1 rc
+  shift
+  t0=$(now)
+  if declare -F "$1" >/dev/null; then
+    timeout "$CAP" bash -c "$(declare -f "$1"); $(printf '%q ' "$@")"
+  else
+    timeout "$CAP" "$@"
+  fi
+  rc=$?
+  LAST_RC=$rc
+  t1=$(now)
+  T_END=$t1
+  printf -v "$__v" '%s' "$(secs "$t0" "$t1")"
+  [ $rc = 124 ] && echo "run.sh: timed out after ${CAP}s: $*" >&2
+  return $rc
+}
+
+#--- the run -------------------------------------------------------------------------------
+T_START=$(now)
+for w in ${ALL_WORKLOADS//,/ }; do
+  hasw "$w" || continue
+  for t in "${TL[@]}"; do
+    n=$REPS
+    [[ ",$SLOW_TARGETS," == *",$t,"* ]] && n=$SLOW_REPS
+    [ "$w" = fio ] && n=$FIO_REPS
+    for r in $(seq "$n"); do
+      log "$w on $t, repetition $r/$n"
+      base=$(wdir "$t")/r$r
+      mkdir -p "$base" || { fail "$t mkdir $base"; continue; }
+      "w_$w" "$t" "$r" "$base"
+      rm -rf "$base"
+    done
+  done
+done
+echo "load_end=$(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT/machine.txt"
+echo "run_minutes=$(awk -v a="$T_START" -v b="$(now)" 'BEGIN { printf "%.1f", (b - a) / 60 }')" \
+  >> "$OUT/machine.txt"
+echo "targets=${TL[*]}" >> "$OUT/machine.txt"
+
+#--- report ---------------------------------------------------------------------------------
+python3 "$here/report.py" "$OUT"
+rc=$?
+echo "results: $OUT/results.md, $OUT/results.json, $OUT/*.png"
+if [ $FAILED -gt 0 ]; then
+  echo "run.sh: $FAILED benchmark steps failed (see the messages above)"
   exit 1
 fi
-[ $MISSED = 0 ] || exit 1
-exit 0
+exit $rc

@@ -34,6 +34,7 @@ static const struct mnt_cmd cmds[] = {
     {"gc", mnt_cmd_gc, "find (and delete) objects that no file references"},
     {"fsck", mnt_cmd_fsck, "check that every referenced block exists (--deep: is intact)"},
     {"warmup", mnt_cmd_warmup, "fetch the blocks of files ahead of use"},
+    {"bench", mnt_cmd_bench, "measure a mount: big file write/read, small files, stat"},
     {"dump", cmd_dump, "write a volume's namespace as JSON"},
     {"load", cmd_load, "recreate a dumped volume in an empty engine"},
     {"restore", cmd_restore, "move deleted files from the trash back to their directory"},

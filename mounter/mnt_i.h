@@ -27,6 +27,7 @@ int mnt_cmd_info(int argc, char **argv);
 int mnt_cmd_stats(int argc, char **argv);
 int mnt_cmd_upgrade(int argc, char **argv);    /* cmd_upgrade.c */
 int mnt_cmd_holder(int argc, char **argv);     /* cmd_holder.c */
+int mnt_cmd_bench(int argc, char **argv);      /* cmd_bench.c */
 
 /*--- messages (mnt_util.c) ---*/
 /* Print "kegfs: <msg>" to stderr and remember it (mnt_last_error) so that a

@@ -3,6 +3,9 @@
 #
 #   scripts/install-deps.sh run    build + mount the embedded default (SQLite + local directory)
 #   scripts/install-deps.sh test   everything `make test` needs (Redis, Ceph S3 gateway, tools)
+#   scripts/install-deps.sh bench  `make test`'s set plus what `make bench` measures and draws
+#                                  with (s3fs, rclone, fio, gnuplot, dpkg-dev for
+#                                  `apt-get source fuse3`)
 #
 # Installs only what dpkg does not already have; runs `apt-get update` once, only
 # when something is missing.  Needs root (or sudo) when something is missing.
@@ -25,11 +28,15 @@ TEST_PKGS=(
   attr acl util-linux procps psmisc curl xxd
   python3 python3-grpcio python3-grpc-tools python3-yaml
 )
+BENCH_PKGS=(
+  s3fs rclone fio gnuplot-nox dpkg-dev git time
+)
 
 want=("${RUN_PKGS[@]}")
-if [ "${1:-run}" = "test" ]; then
-  want+=("${TEST_PKGS[@]}")
-fi
+case "${1:-run}" in
+  test) want+=("${TEST_PKGS[@]}") ;;
+  bench) want+=("${TEST_PKGS[@]}" "${BENCH_PKGS[@]}") ;;
+esac
 
 missing=()
 for p in "${want[@]}"; do
