@@ -91,76 +91,65 @@ static void mm_tail(const char *path, char *err, size_t errlen)
 
 static int mm_check(struct csi_mount_mgr *mm, const char *target)
 {
-    struct statfs sfs;
-    struct stat st, pst;
     KEG_UNUSED(mm);
-    if (statfs(target, &sfs) < 0)
-        return -errno;          /* -ENOTCONN: dead FUSE mount */
-    if ((unsigned long)sfs.f_type != KEG_FUSE_SUPER_MAGIC)
-        return -EINVAL;
-    /* a FUSE file system, but is it mounted at target itself? */
-    char parent[PATH_MAX];
-    snprintf(parent, sizeof(parent), "%s/..", target);
-    if (stat(target, &st) < 0)
-        return -errno;
-    if (stat(parent, &pst) < 0)
-        return -errno;
-    if (st.st_dev == pst.st_dev && st.st_ino != pst.st_ino)
-        return -EINVAL;
-    return 0;
+    return keg_fuse_live(target);
 }
 
-/* 1 if /proc/<pid>/cmdline contains target as an argument. */
-static int mm_pid_is_mounter(pid_t pid, const char *target)
+/* Whether pid (of a child) went away, reaping it if it is our child. */
+static int mm_pid_gone(void *arg)
 {
-    char path[64], buf[8192];
-    snprintf(path, sizeof(path), "/proc/%ld/cmdline", (long)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = '\0';
-    for (ssize_t i = 0; i < n; i += (ssize_t)strlen(buf + i) + 1)
-        if (strcmp(buf + i, target) == 0)
-            return 1;
-    return 0;
-}
-
-/* Wait for pid to go away (reaping it if it is our child).  1 if gone. */
-static int mm_wait_gone(pid_t pid, unsigned ms)
-{
-    for (unsigned waited = 0;; waited += 50) {
-        int status;
-        pid_t r = waitpid(pid, &status, WNOHANG);
-        if (r == pid || (r < 0 && errno == ECHILD && kill(pid, 0) < 0 && errno == ESRCH))
-            return 1;
-        if (waited >= ms)
-            return 0;
-        keg_sleep_ms(50);
-    }
+    pid_t pid = *(pid_t *)arg;
+    int status;
+    pid_t r = waitpid(pid, &status, WNOHANG);
+    return r == pid || (r < 0 && errno == ECHILD && kill(pid, 0) < 0 && errno == ESRCH);
 }
 
 static void mm_kill(pid_t pid, const char *target)
 {
-    if (pid <= 0 || !mm_pid_is_mounter(pid, target)) {
+    if (pid <= 0 || !keg_pid_has_arg(pid, target)) {
         if (pid > 0)
             waitpid(pid, NULL, WNOHANG);    /* a zombie has an empty cmdline */
         return;
     }
     kill(pid, SIGTERM);
-    if (mm_wait_gone(pid, 5000))
+    if (keg_wait_gone(mm_pid_gone, &pid, 5000, 50))
         return;
     KEG_WARN("target=%s: mounter %ld ignored SIGTERM, killing it", target, (long)pid);
     kill(pid, SIGKILL);
-    mm_wait_gone(pid, 2000);
+    keg_wait_gone(mm_pid_gone, &pid, 2000, 50);
 }
 
 /*----------------------------------------------------------------------------
  * Ops
  *--------------------------------------------------------------------------*/
+
+/* A mounter being started, and how it ended if it did. */
+struct mm_child {
+    pid_t pid;
+    pid_t r;            /* waitpid's answer once it exited */
+    int   status;
+};
+
+static int mm_child_exited(void *arg)
+{
+    struct mm_child *c = arg;
+    c->status = 0;
+    c->r = waitpid(c->pid, &c->status, WNOHANG);
+    return c->r == c->pid || (c->r < 0 && errno == ECHILD);
+}
+
+/* Why the mounter c exited before its mount was live, into err. */
+static void mm_exit_reason(const struct mm_child *c, char *err, size_t errlen)
+{
+    if (c->r == c->pid && WIFEXITED(c->status))
+        snprintf(err, errlen, "the mounter exited with status %d before the mount "
+                 "was live", WEXITSTATUS(c->status));
+    else if (c->r == c->pid && WIFSIGNALED(c->status))
+        snprintf(err, errlen, "the mounter was killed by signal %d before the mount "
+                 "was live", WTERMSIG(c->status));
+    else
+        snprintf(err, errlen, "the mounter exited before the mount was live");
+}
 
 static int mm_start(struct csi_mount_mgr *mm, const struct csi_mount_req *req, pid_t *pid,
                     char *err, size_t errlen)
@@ -204,38 +193,23 @@ static int mm_start(struct csi_mount_mgr *mm, const struct csi_mount_req *req, p
     KEG_INFO("volume_id=%s target=%s: mounter pid %ld started (log %s)", req->volume_id,
              req->target, (long)child, logpath);
 
-    for (unsigned waited = 0;; waited += 50) {
-        if (mm_check(mm, req->target) == 0) {
-            *pid = child;
-            keg_free(logpath);
-            return 0;
-        }
-        int status = 0;
-        pid_t r = waitpid(child, &status, WNOHANG);
-        if (r == child || (r < 0 && errno == ECHILD)) {
-            if (r == child && WIFEXITED(status))
-                snprintf(err, errlen, "the mounter exited with status %d before the mount "
-                         "was live", WEXITSTATUS(status));
-            else if (r == child && WIFSIGNALED(status))
-                snprintf(err, errlen, "the mounter was killed by signal %d before the mount "
-                         "was live", WTERMSIG(status));
-            else
-                snprintf(err, errlen, "the mounter exited before the mount was live");
-            mm_tail(logpath, err, errlen);
-            keg_free(logpath);
-            return -EIO;
-        }
-        if (waited >= CSI_MOUNT_TIMEOUT_MS) {
-            snprintf(err, errlen, "the mount at %s was not live after %d s", req->target,
-                     CSI_MOUNT_TIMEOUT_MS / 1000);
-            mm_tail(logpath, err, errlen);
-            umount2(req->target, MNT_DETACH);
-            mm_kill(child, req->target);
-            keg_free(logpath);
-            return -ETIMEDOUT;
-        }
-        keg_sleep_ms(50);
+    struct mm_child c = {.pid = child};
+    rc = keg_fuse_wait_live(req->target, CSI_MOUNT_TIMEOUT_MS, 50, mm_child_exited, &c);
+    if (rc == -EIO)
+        mm_exit_reason(&c, err, errlen);
+    else if (rc == -ETIMEDOUT)
+        snprintf(err, errlen, "the mount at %s was not live after %d s", req->target,
+                 CSI_MOUNT_TIMEOUT_MS / 1000);
+    if (rc)
+        mm_tail(logpath, err, errlen);
+    if (rc == -ETIMEDOUT) {
+        umount2(req->target, MNT_DETACH);
+        mm_kill(child, req->target);
     }
+    if (rc == 0)
+        *pid = child;
+    keg_free(logpath);
+    return rc;
 }
 
 static int mm_detach(struct csi_mount_mgr *mm, const char *target)
@@ -249,19 +223,11 @@ static int mm_detach(struct csi_mount_mgr *mm, const char *target)
 static int mm_stop(struct csi_mount_mgr *mm, const char *target, pid_t pid)
 {
     KEG_UNUSED(mm);
-    int rc = 0;
-    if (umount2(target, 0) < 0) {
-        int e = errno;
-        if (e == EBUSY) {
-            KEG_WARN("target=%s busy, detaching lazily", target);
-            if (umount2(target, MNT_DETACH) < 0 && errno != EINVAL)
-                rc = -errno;
-        } else if (e != EINVAL && e != ENOENT) {
-            /* ENOTCONN and friends: try the lazy form before giving up */
-            if (umount2(target, MNT_DETACH) < 0 && errno != EINVAL)
-                rc = -e;
-        }
-    }
+    int rc = keg_umount_or_detach(target);
+    if (rc == 1)
+        KEG_WARN("target=%s busy or its mounter dead, detached lazily", target);
+    if (rc == 1 || rc == -EINVAL || rc == -ENOENT)
+        rc = 0;
     mm_kill(pid, target);
     return rc;
 }

@@ -71,7 +71,6 @@
 #include "mnt_i.h"
 
 
-#define HOLD_FUSE_MAGIC   0x65735546
 #define HOLD_MOUNT_WAIT_MS 30000
 #define HOLD_MAX_REQ      (64 * 1024)
 
@@ -199,22 +198,7 @@ static int hm_set(char **dst, const char *v)
 /* 1 if pid runs a mounter of target (its command line names target). */
 static int pid_is_mounter(pid_t pid, const char *target)
 {
-    char path[64], buf[8192];
-    if (pid <= 0)
-        return 0;
-    snprintf(path, sizeof(path), "/proc/%ld/cmdline", (long)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = '\0';
-    for (ssize_t i = 0; i < n; i += (ssize_t)strlen(buf + i) + 1)
-        if (strcmp(buf + i, target) == 0)
-            return 1;
-    return 0;
+    return keg_pid_has_arg(pid, target);
 }
 
 static void hm_load(void)
@@ -372,24 +356,6 @@ static int hm_spawn(struct hmount *m)
     return 0;
 }
 
-/* 0 if a FUSE file system is mounted at target itself, else -errno. */
-static int target_live(const char *target)
-{
-    struct statfs sfs;
-    struct stat st, pst;
-    char parent[PATH_MAX + 4];
-    if (statfs(target, &sfs) < 0)
-        return -errno;
-    if ((unsigned long)sfs.f_type != HOLD_FUSE_MAGIC)
-        return -EINVAL;
-    snprintf(parent, sizeof(parent), "%s/..", target);
-    if (stat(target, &st) < 0 || stat(parent, &pst) < 0)
-        return -errno;
-    if (st.st_dev == pst.st_dev && st.st_ino != pst.st_ino)
-        return -EINVAL;
-    return 0;
-}
-
 /* Unmount every FUSE mount stacked at target (a restarted mounter mounts on top
  * of the dead one), lazily when busy.  Returns 0 or -errno. */
 static int unmount_all(const char *target)
@@ -399,28 +365,49 @@ static int unmount_all(const char *target)
         if (mnt_is_mountpoint(target, fstype, sizeof(fstype)) <= 0 ||
             strncmp(fstype, "fuse", 4) != 0)
             return 0;
-        if (umount2(target, 0) < 0) {
-            int e = errno;
-            if (e == EINVAL || e == ENOENT)
-                return 0;
-            if (umount2(target, MNT_DETACH) < 0 && errno != EINVAL)
-                return -e;
-        }
+        int rc = keg_umount_or_detach(target);
+        if (rc == -EINVAL || rc == -ENOENT)
+            return 0;
+        if (rc < 0)
+            return rc;
     }
     return -EBUSY;
+}
+
+/* A mounter the holder started or adopted, and the target it mounts. */
+struct hproc {
+    pid_t       pid;
+    const char *target;
+};
+
+/* Whether the mounter went away (the monitor reaps it). */
+static int hproc_gone(void *arg)
+{
+    const struct hproc *p = arg;
+    return !pid_is_mounter(p->pid, p->target);
+}
+
+/* Whether the mounter is no longer the one held for its target: it exited
+ * (the monitor cleared its pid) or the mount was forgotten. */
+static int hproc_replaced(void *arg)
+{
+    const struct hproc *p = arg;
+    pthread_mutex_lock(&hold_mu);
+    struct hmount *m = hm_find(p->target);
+    int gone = !m || m->pid != p->pid;
+    pthread_mutex_unlock(&hold_mu);
+    return gone;
 }
 
 /* Stop pid (a mounter of target): TERM, then KILL after 5 s.  The monitor reaps. */
 static void stop_pid(pid_t pid, const char *target)
 {
+    struct hproc p = {.pid = pid, .target = target};
     if (!pid_is_mounter(pid, target))
         return;
     kill(pid, SIGTERM);
-    for (int i = 0; i < 100; i++) {
-        if (!pid_is_mounter(pid, target))
-            return;
-        msleep(50);
-    }
+    if (keg_wait_gone(hproc_gone, &p, 5000, 50))
+        return;
     KEG_WARN("target=%s: mounter %ld ignored SIGTERM, killing it", target, (long)pid);
     kill(pid, SIGKILL);
 }
@@ -618,36 +605,28 @@ static void do_mount(int c, const struct hreq *r)
         goto unbusy;
     }
     /* wait until live, or the mounter is gone (the monitor reaps it) */
-    uint64_t t0 = mono_ms();
-    for (;;) {
-        if (target_live(target) == 0) {
-            char out[128];
-            snprintf(out, sizeof(out), "ok\npid=%ld\n\n", (long)pid);
-            reply(c, out);
-            break;
-        }
-        pthread_mutex_lock(&hold_mu);
-        m = hm_find(target);
-        int gone = !m || m->pid != pid;
-        pthread_mutex_unlock(&hold_mu);
-        if (gone || mono_ms() - t0 > HOLD_MOUNT_WAIT_MS) {
-            reply_err(c, gone ? EIO : ETIMEDOUT, "the mounter for %s %s; see %s/logs/", target,
-                      gone ? "exited before the mount was live" : "was not live in 30 s",
-                      state_dir);
-            if (!gone)
-                stop_pid(pid, target);
-            pthread_mutex_lock(&hold_mu);
-            m = hm_find(target);
-            if (m) {
-                unlink(m->config);
-                hm_remove(m);
-                hm_save();
-            }
-            pthread_mutex_unlock(&hold_mu);
-            return;
-        }
-        msleep(20);
+    struct hproc p = {.pid = pid, .target = target};
+    rc = keg_fuse_wait_live(target, HOLD_MOUNT_WAIT_MS, 20, hproc_replaced, &p);
+    if (rc == 0) {
+        char out[128];
+        snprintf(out, sizeof(out), "ok\npid=%ld\n\n", (long)pid);
+        reply(c, out);
+        goto unbusy;
     }
+    reply_err(c, -rc, "the mounter for %s %s; see %s/logs/", target,
+              rc == -EIO ? "exited before the mount was live" : "was not live in 30 s",
+              state_dir);
+    if (rc != -EIO)
+        stop_pid(pid, target);
+    pthread_mutex_lock(&hold_mu);
+    m = hm_find(target);
+    if (m) {
+        unlink(m->config);
+        hm_remove(m);
+        hm_save();
+    }
+    pthread_mutex_unlock(&hold_mu);
+    return;
 unbusy:
     pthread_mutex_lock(&hold_mu);
     m = hm_find(target);

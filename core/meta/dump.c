@@ -1512,184 +1512,275 @@ static int lfield_num(struct loader *L, const struct lfield *t, void *base, unsi
     return 1;
 }
 
-/* A value (scalar, or the start of a container) at the current position. */
-static int lvalue(struct loader *L, int v, const unsigned char *s, size_t n, int bval)
+/* Whether key is `base` or `base`_b64 (then *b64 = 1). */
+static int lkey_is(const char *key, const char *base, int *b64)
 {
-    if (L->err)
+    size_t bl = strlen(base);
+    if (strncmp(key, base, bl) != 0)
         return 0;
-    if (L->depth == 0) {
-        if (v != V_MAP)
-            return lfail(L, -EINVAL, "a dump is a JSON object");
-        if (L->done || L->seen_version)
-            return lfail(L, -EINVAL, "more than one JSON value in the input");
-        return lpush(L, LK_TOP);
-    }
-    int kind = L->kind[L->depth - 1];
-    const char *key = L->key[L->depth - 1];
-    int b64 = 0;
-    char nb[64];
+    *b64 = strcmp(key + bl, "_b64") == 0;
+    return key[bl] == '\0' || *b64;
+}
 
-    switch (kind) {
-    case LK_TOP:
-        if (strcmp(key, "kegfs_dump") == 0 && v == V_NUM) {
-            uint64_t ver = 0;
-            if (parse_num((const char *)s, n, F_U64, &ver) || ver != DUMP_VERSION)
-                return lfail(L, -EINVAL, "unsupported dump version %.*s (this kegfs reads "
-                             "version %d)", (int)KEG_MIN(n, 20), (const char *)s, DUMP_VERSION);
-            L->seen_version = 1;
-            return 1;
-        }
-        if (!L->seen_version)
-            return lfail(L, -EINVAL, "not a kegfs dump (it must start with \"kegfs_dump\")");
-        if (strcmp(key, "format") == 0 && v == V_MAP && !L->format_done && !L->fmt_bits)
-            return lpush(L, LK_FORMAT);
-        if (strcmp(key, "tree") == 0 && v == V_ARR) {
-            if (!L->format_done || L->tree_started)
-                return lfail(L, -EINVAL, "\"tree\" must come once, after \"format\"");
-            L->tree_started = 1;
-            return lpush(L, LK_TREE);
-        }
-        if (strcmp(key, "counters") == 0 && v == V_MAP && !L->counters_done)
-            return lpush(L, LK_COUNTERS);
-        if (strcmp(key, "totals") == 0 && v == V_MAP && !L->totals_done)
-            return lpush(L, LK_TOTALS);
-        return lunexpected(L, v);
-    case LK_FORMAT: {
-        int i = lfield_find(fmt_fields, key, &b64);
-        if (strcmp(key, "secrets_omitted") == 0 && v == V_BOOL) {
-            L->secrets_omitted = bval;
-            return 1;
-        }
-        if (i >= 0 && fmt_fields[i].type == F_STR && v == V_STR) {
-            if (!lname_value(L, b64, s, n, (char *)&L->f + fmt_fields[i].off,
-                             fmt_fields[i].size, 0))
-                return 0;
-            L->fmt_bits |= 1u << i;
-            return 1;
-        }
-        if (i >= 0 && v == V_NUM)
-            return lfield_num(L, fmt_fields, &L->f, &L->fmt_bits, key, s, n);
-        return lunexpected(L, v);
+/* The value at depth 0: the dump's one top-level object. */
+static int lv_root(struct loader *L, int v)
+{
+    if (v != V_MAP)
+        return lfail(L, -EINVAL, "a dump is a JSON object");
+    if (L->done || L->seen_version)
+        return lfail(L, -EINVAL, "more than one JSON value in the input");
+    return lpush(L, LK_TOP);
+}
+
+/* "kegfs_dump": the format version, which must come first. */
+static int lv_version(struct loader *L, const unsigned char *s, size_t n)
+{
+    uint64_t ver = 0;
+    if (parse_num((const char *)s, n, F_U64, &ver) || ver != DUMP_VERSION)
+        return lfail(L, -EINVAL, "unsupported dump version %.*s (this kegfs reads "
+                     "version %d)", (int)KEG_MIN(n, 20), (const char *)s, DUMP_VERSION);
+    L->seen_version = 1;
+    return 1;
+}
+
+/* A member of the top-level object: the version, then its sections. */
+static int lv_top(struct loader *L, const char *key, int v, const unsigned char *s, size_t n)
+{
+    if (strcmp(key, "kegfs_dump") == 0 && v == V_NUM)
+        return lv_version(L, s, n);
+    if (!L->seen_version)
+        return lfail(L, -EINVAL, "not a kegfs dump (it must start with \"kegfs_dump\")");
+    if (strcmp(key, "format") == 0 && v == V_MAP && !L->format_done && !L->fmt_bits)
+        return lpush(L, LK_FORMAT);
+    if (strcmp(key, "tree") == 0 && v == V_ARR) {
+        if (!L->format_done || L->tree_started)
+            return lfail(L, -EINVAL, "\"tree\" must come once, after \"format\"");
+        L->tree_started = 1;
+        return lpush(L, LK_TREE);
     }
+    if (strcmp(key, "counters") == 0 && v == V_MAP && !L->counters_done)
+        return lpush(L, LK_COUNTERS);
+    if (strcmp(key, "totals") == 0 && v == V_MAP && !L->totals_done)
+        return lpush(L, LK_TOTALS);
+    return lunexpected(L, v);
+}
+
+/* A field of "format". */
+static int lv_format(struct loader *L, const char *key, int v, const unsigned char *s,
+                     size_t n, int bval)
+{
+    int b64;
+    int i = lfield_find(fmt_fields, key, &b64);
+    if (strcmp(key, "secrets_omitted") == 0 && v == V_BOOL) {
+        L->secrets_omitted = bval;
+        return 1;
+    }
+    if (i >= 0 && fmt_fields[i].type == F_STR && v == V_STR) {
+        if (!lname_value(L, b64, s, n, (char *)&L->f + fmt_fields[i].off,
+                         fmt_fields[i].size, 0))
+            return 0;
+        L->fmt_bits |= 1u << i;
+        return 1;
+    }
+    if (i >= 0 && v == V_NUM)
+        return lfield_num(L, fmt_fields, &L->f, &L->fmt_bits, key, s, n);
+    return lunexpected(L, v);
+}
+
+/* The start of one record of a list (tree, xattrs, chunks, slices):
+ * resets that record's state. */
+static int lv_record(struct loader *L, int kind, int v)
+{
+    switch (kind) {
     case LK_TREE:
         if (v != V_MAP)
             return lunexpected(L, v);
         memset(&L->e, 0, sizeof(L->e));
         return lpush(L, LK_ENTRY);
-    case LK_ENTRY:
-        if (strcmp(key, "parent") == 0 && v == V_NUM) {
-            if (parse_num((const char *)s, n, F_U64, &L->e.parent) || L->e.has_parent)
-                return lfail(L, -EINVAL, "bad or repeated \"parent\"");
-            L->e.has_parent = 1;
-            return 1;
-        }
-        if ((strcmp(key, "name") == 0 || (b64 = strcmp(key, "name_b64") == 0)) && v == V_STR) {
-            if (L->e.has_name || L->e.created)
-                return lfail(L, -EINVAL, "\"name\" repeated or after the entry's other fields");
-            if (!lname_value(L, b64, s, n, L->e.name, sizeof(L->e.name), 1))
-                return 0;
-            L->e.has_name = 1;
-            return 1;
-        }
-        if (strcmp(key, "link") == 0 && v == V_NUM) {
-            if (parse_num((const char *)s, n, F_U64, &L->e.link) || L->e.has_link)
-                return lfail(L, -EINVAL, "bad or repeated \"link\"");
-            L->e.has_link = 1;
-            return 1;
-        }
-        if (strcmp(key, "attr") == 0 && v == V_MAP && !L->e.attr_bits && !L->e.created)
-            return lpush(L, LK_ATTR);
-        if ((strcmp(key, "symlink") == 0 || (b64 = strcmp(key, "symlink_b64") == 0)) &&
-            v == V_STR) {
-            char *t;
-            if (L->e.target || L->e.created)
-                return lfail(L, -EINVAL, "\"symlink\" of '%s' repeated or after its xattrs",
-                             lname(L, nb, sizeof(nb)));
-            t = keg_malloc(KEG_SYMLINK_MAX + 1);
-            if (!t)
-                return lfail(L, -ENOMEM, "out of memory");
-            L->e.target = t;
-            return lname_value(L, b64, s, n, t, KEG_SYMLINK_MAX + 1, 1);
-        }
-        if (strcmp(key, "xattrs") == 0 && v == V_ARR)
-            return lcreate(L) && lpush(L, LK_XATTRS);
-        if (strcmp(key, "chunks") == 0 && v == V_ARR) {
-            if (!lcreate(L))
-                return 0;
-            if (!S_ISREG(L->e.a.mode))
-                return lfail(L, -EINVAL, "'%s' has chunks but is not a regular file",
-                             lname(L, nb, sizeof(nb)));
-            return lpush(L, LK_CHUNKS);
-        }
-        return lunexpected(L, v);
-    case LK_ATTR:
-        if (v != V_NUM)
-            return lunexpected(L, v);
-        return lfield_num(L, attr_fields, &L->e.a, &L->e.attr_bits, key, s, n);
     case LK_XATTRS:
         if (v != V_MAP)
             return lunexpected(L, v);
         L->has_xname = L->has_xval = 0;
         return lpush(L, LK_XATTR);
-    case LK_XATTR:
-        if ((strcmp(key, "name") == 0 || (b64 = strcmp(key, "name_b64") == 0)) && v == V_STR &&
-            !L->has_xname) {
-            L->has_xname = 1;
-            return lname_value(L, b64, s, n, L->xname, sizeof(L->xname), 1);
-        }
-        if (strcmp(key, "value") == 0 && v == V_STR && !L->has_xval) {
-            L->has_xval = 1;
-            return lbytes(L, 1, s, n, &L->xval, &L->xlen);
-        }
-        return lunexpected(L, v);
     case LK_CHUNKS:
         if (v != V_MAP)
             return lunexpected(L, v);
         L->has_indx = 0;
         return lpush(L, LK_CHUNK);
-    case LK_CHUNK:
-        if (strcmp(key, "indx") == 0 && v == V_NUM && !L->has_indx) {
-            if (parse_num((const char *)s, n, F_U32, &L->indx))
-                return lfail(L, -EINVAL, "bad chunk \"indx\"");
-            if ((uint64_t)L->indx * KEG_CHUNK_SIZE >= L->e.a.size)
-                return lfail(L, -EINVAL, "chunk %" PRIu32 " of '%s' lies past its size",
-                             L->indx, lname(L, nb, sizeof(nb)));
-            L->has_indx = 1;
-            return 1;
-        }
-        if (strcmp(key, "slices") == 0 && v == V_ARR)
-            return lpush(L, LK_SLICES);
-        return lunexpected(L, v);
-    case LK_SLICES:
+    default:    /* LK_SLICES */
         if (v != V_ARR)
             return lunexpected(L, v);
         L->nsv = 0;
         return lpush(L, LK_SLICE);
-    case LK_SLICE:
-        if (v != V_NUM || L->nsv >= 5)
-            return lfail(L, -EINVAL, "a slice record is [id, size, off, len, pos]");
-        if (parse_num((const char *)s, n, F_U64, &L->sv[L->nsv]))
-            return lfail(L, -EINVAL, "a slice record holds a bad number");
-        L->nsv++;
+    }
+}
+
+/* An entry's "parent" or "link": an inode number given once. */
+static int lentry_ino(struct loader *L, const char *key, const unsigned char *s, size_t n,
+                      uint64_t *ino, int *has)
+{
+    if (parse_num((const char *)s, n, F_U64, ino) || *has)
+        return lfail(L, -EINVAL, "bad or repeated \"%s\"", key);
+    *has = 1;
+    return 1;
+}
+
+/* An entry's "name" (or "name_b64"). */
+static int lentry_name(struct loader *L, int b64, const unsigned char *s, size_t n)
+{
+    if (L->e.has_name || L->e.created)
+        return lfail(L, -EINVAL, "\"name\" repeated or after the entry's other fields");
+    if (!lname_value(L, b64, s, n, L->e.name, sizeof(L->e.name), 1))
+        return 0;
+    L->e.has_name = 1;
+    return 1;
+}
+
+/* An entry's "symlink" (or "symlink_b64") target. */
+static int lentry_symlink(struct loader *L, int b64, const unsigned char *s, size_t n)
+{
+    char nb[64];
+    char *t;
+    if (L->e.target || L->e.created)
+        return lfail(L, -EINVAL, "\"symlink\" of '%s' repeated or after its xattrs",
+                     lname(L, nb, sizeof(nb)));
+    t = keg_malloc(KEG_SYMLINK_MAX + 1);
+    if (!t)
+        return lfail(L, -ENOMEM, "out of memory");
+    L->e.target = t;
+    return lname_value(L, b64, s, n, t, KEG_SYMLINK_MAX + 1, 1);
+}
+
+/* An entry's "chunks": the entry is created first, and must be a file. */
+static int lentry_chunks(struct loader *L)
+{
+    char nb[64];
+    if (!lcreate(L))
+        return 0;
+    if (!S_ISREG(L->e.a.mode))
+        return lfail(L, -EINVAL, "'%s' has chunks but is not a regular file",
+                     lname(L, nb, sizeof(nb)));
+    return lpush(L, LK_CHUNKS);
+}
+
+/* A field of a tree entry. */
+static int lv_entry(struct loader *L, const char *key, int v, const unsigned char *s, size_t n)
+{
+    int b64 = 0;
+    if (strcmp(key, "parent") == 0 && v == V_NUM)
+        return lentry_ino(L, key, s, n, &L->e.parent, &L->e.has_parent);
+    if (lkey_is(key, "name", &b64) && v == V_STR)
+        return lentry_name(L, b64, s, n);
+    if (strcmp(key, "link") == 0 && v == V_NUM)
+        return lentry_ino(L, key, s, n, &L->e.link, &L->e.has_link);
+    if (strcmp(key, "attr") == 0 && v == V_MAP && !L->e.attr_bits && !L->e.created)
+        return lpush(L, LK_ATTR);
+    if (lkey_is(key, "symlink", &b64) && v == V_STR)
+        return lentry_symlink(L, b64, s, n);
+    if (strcmp(key, "xattrs") == 0 && v == V_ARR)
+        return lcreate(L) && lpush(L, LK_XATTRS);
+    if (strcmp(key, "chunks") == 0 && v == V_ARR)
+        return lentry_chunks(L);
+    return lunexpected(L, v);
+}
+
+/* A field of an xattr record: its name once, its base64 value once. */
+static int lv_xattr(struct loader *L, const char *key, int v, const unsigned char *s, size_t n)
+{
+    int b64 = 0;
+    if (lkey_is(key, "name", &b64) && v == V_STR && !L->has_xname) {
+        L->has_xname = 1;
+        return lname_value(L, b64, s, n, L->xname, sizeof(L->xname), 1);
+    }
+    if (strcmp(key, "value") == 0 && v == V_STR && !L->has_xval) {
+        L->has_xval = 1;
+        return lbytes(L, 1, s, n, &L->xval, &L->xlen);
+    }
+    return lunexpected(L, v);
+}
+
+/* A field of a chunk record: "indx" (before "slices"), then "slices". */
+static int lv_chunk(struct loader *L, const char *key, int v, const unsigned char *s, size_t n)
+{
+    char nb[64];
+    if (strcmp(key, "indx") == 0 && v == V_NUM && !L->has_indx) {
+        if (parse_num((const char *)s, n, F_U32, &L->indx))
+            return lfail(L, -EINVAL, "bad chunk \"indx\"");
+        if ((uint64_t)L->indx * KEG_CHUNK_SIZE >= L->e.a.size)
+            return lfail(L, -EINVAL, "chunk %" PRIu32 " of '%s' lies past its size",
+                         L->indx, lname(L, nb, sizeof(nb)));
+        L->has_indx = 1;
         return 1;
-    case LK_COUNTERS:
-        if (v == V_NUM && strcmp(key, "next_inode") == 0) {
-            L->counter_bits |= 1;
-            return parse_num((const char *)s, n, F_U64, &L->next_inode) == 0 ? 1 :
-                   lfail(L, -EINVAL, "bad \"next_inode\"");
-        }
-        if (v == V_NUM && strcmp(key, "next_slice") == 0) {
-            L->counter_bits |= 2;
-            return parse_num((const char *)s, n, F_U64, &L->next_slice) == 0 ? 1 :
-                   lfail(L, -EINVAL, "bad \"next_slice\"");
-        }
+    }
+    if (strcmp(key, "slices") == 0 && v == V_ARR)
+        return lpush(L, LK_SLICES);
+    return lunexpected(L, v);
+}
+
+/* One number of a slice record [id, size, off, len, pos]. */
+static int lv_slice(struct loader *L, int v, const unsigned char *s, size_t n)
+{
+    if (v != V_NUM || L->nsv >= 5)
+        return lfail(L, -EINVAL, "a slice record is [id, size, off, len, pos]");
+    if (parse_num((const char *)s, n, F_U64, &L->sv[L->nsv]))
+        return lfail(L, -EINVAL, "a slice record holds a bad number");
+    L->nsv++;
+    return 1;
+}
+
+/* A field of "counters": "next_inode" and "next_slice". */
+static int lv_counters(struct loader *L, const char *key, int v, const unsigned char *s,
+                       size_t n)
+{
+    uint64_t *dst;
+    if (v == V_NUM && strcmp(key, "next_inode") == 0) {
+        L->counter_bits |= 1;
+        dst = &L->next_inode;
+    } else if (v == V_NUM && strcmp(key, "next_slice") == 0) {
+        L->counter_bits |= 2;
+        dst = &L->next_slice;
+    } else {
         return lunexpected(L, v);
-    case LK_TOTALS:
-        if (v != V_NUM)
-            return lunexpected(L, v);
-        return lfield_num(L, total_fields, &L->want, &L->want_bits, key, s, n);
-    default:
-        return lfail(L, -EINVAL, "internal parser state %d", kind);
+    }
+    if (parse_num((const char *)s, n, F_U64, dst))
+        return lfail(L, -EINVAL, "bad \"%s\"", key);
+    return 1;
+}
+
+/* A numeric-only object (an entry's "attr", "totals") read through table t. */
+static int lv_numbers(struct loader *L, const struct lfield *t, void *base, unsigned *bits,
+                      const char *key, int v, const unsigned char *s, size_t n)
+{
+    if (v != V_NUM)
+        return lunexpected(L, v);
+    return lfield_num(L, t, base, bits, key, s, n);
+}
+
+/* A value (scalar, or the start of a container) at the current position:
+ * handed to the step for the container it is in. */
+static int lvalue(struct loader *L, int v, const unsigned char *s, size_t n, int bval)
+{
+    if (L->err)
+        return 0;
+    if (L->depth == 0)
+        return lv_root(L, v);
+    int kind = L->kind[L->depth - 1];
+    const char *key = L->key[L->depth - 1];
+    switch (kind) {
+    case LK_TOP:      return lv_top(L, key, v, s, n);
+    case LK_FORMAT:   return lv_format(L, key, v, s, n, bval);
+    case LK_TREE:
+    case LK_XATTRS:
+    case LK_CHUNKS:
+    case LK_SLICES:   return lv_record(L, kind, v);
+    case LK_ENTRY:    return lv_entry(L, key, v, s, n);
+    case LK_ATTR:     return lv_numbers(L, attr_fields, &L->e.a, &L->e.attr_bits, key, v, s, n);
+    case LK_XATTR:    return lv_xattr(L, key, v, s, n);
+    case LK_CHUNK:    return lv_chunk(L, key, v, s, n);
+    case LK_SLICE:    return lv_slice(L, v, s, n);
+    case LK_COUNTERS: return lv_counters(L, key, v, s, n);
+    case LK_TOTALS:   return lv_numbers(L, total_fields, &L->want, &L->want_bits, key, v, s, n);
+    default:          return lfail(L, -EINVAL, "internal parser state %d", kind);
     }
 }
 

@@ -1,11 +1,17 @@
 /* keg_mountinfo.c -- find the mount at a path in /proc/self/mountinfo. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
 
+#include "keg/keg.h"
 #include "keg/mountinfo.h"
+#include "keg/retry.h"
 
 /* Undo the octal escapes (\040 for a space) of /proc/self/mountinfo in place. */
 static void mountinfo_unescape(char *s)
@@ -63,4 +69,49 @@ int keg_mountinfo_find(const char *abs, char *fstype, size_t fstype_size)
     free(line);     /* checksrc: ok -- getline's buffer */
     fclose(f);
     return found;
+}
+
+int keg_fuse_live(const char *target)
+{
+    struct statfs sfs;
+    struct stat st, pst;
+    char parent[PATH_MAX + 4];
+    if (statfs(target, &sfs) < 0)
+        return -errno;          /* -ENOTCONN: dead FUSE mount */
+    if ((unsigned long)sfs.f_type != KEG_FUSE_SUPER_MAGIC)
+        return -EINVAL;
+    /* a FUSE file system, but is it mounted at target itself? */
+    snprintf(parent, sizeof(parent), "%s/..", target);
+    if (stat(target, &st) < 0 || stat(parent, &pst) < 0)
+        return -errno;
+    if (st.st_dev == pst.st_dev && st.st_ino != pst.st_ino)
+        return -EINVAL;
+    return 0;
+}
+
+int keg_fuse_wait_live(const char *target, unsigned timeout_ms, unsigned poll_ms,
+                       int (*gone)(void *arg), void *arg)
+{
+    int64_t t0 = keg_mono_ns();
+    for (;;) {
+        if (keg_fuse_live(target) == 0)
+            return 0;
+        if (gone && gone(arg))
+            return -EIO;
+        if (keg_mono_ns() - t0 >= (int64_t)timeout_ms * 1000000)
+            return -ETIMEDOUT;
+        keg_sleep_ms(poll_ms);
+    }
+}
+
+int keg_umount_or_detach(const char *target)
+{
+    if (umount2(target, 0) == 0)
+        return 0;
+    int e = errno;
+    if (e == EINVAL || e == ENOENT)
+        return -e;
+    if (umount2(target, MNT_DETACH) < 0 && errno != EINVAL)
+        return -e;
+    return 1;
 }

@@ -3,7 +3,12 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
 
+#include "keg/keg.h"
+#include "keg/retry.h"
 #include "keg/spawn.h"
 
 extern char **environ;
@@ -33,4 +38,36 @@ int keg_spawn_logged(const char *path, const char *const argv[], const char *log
     if (rc != 0)
         *pid = 0;
     return -rc;
+}
+
+int keg_pid_has_arg(pid_t pid, const char *arg)
+{
+    char path[64], buf[8192];
+    if (pid <= 0)
+        return 0;
+    snprintf(path, sizeof(path), "/proc/%ld/cmdline", (long)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    for (ssize_t i = 0; i < n; i += (ssize_t)strlen(buf + i) + 1)
+        if (strcmp(buf + i, arg) == 0)
+            return 1;
+    return 0;
+}
+
+int keg_wait_gone(int (*gone)(void *arg), void *arg, unsigned timeout_ms, unsigned poll_ms)
+{
+    int64_t t0 = keg_mono_ns();
+    for (;;) {
+        if (gone(arg))
+            return 1;
+        if (keg_mono_ns() - t0 >= (int64_t)timeout_ms * 1000000)
+            return 0;
+        keg_sleep_ms(poll_ms);
+    }
 }

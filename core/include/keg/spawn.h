@@ -11,4 +11,13 @@
 int keg_spawn_logged(const char *path, const char *const argv[], const char *logpath,
                      pid_t *pid);
 
+/* 1 if process pid runs with arg as one of its arguments (from
+ * /proc/<pid>/cmdline; a mounter names its target), else 0: a recycled pid
+ * or a zombie (empty cmdline) is not signalled by mistake. */
+int keg_pid_has_arg(pid_t pid, const char *arg);
+
+/* Polls every poll_ms until gone(arg) is nonzero (returns 1) or timeout_ms
+ * have passed (returns 0): waiting for a stopped process to go away. */
+int keg_wait_gone(int (*gone)(void *arg), void *arg, unsigned timeout_ms, unsigned poll_ms);
+
 #endif
