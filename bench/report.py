@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """report.py -- the report of bench/run.sh: results.json, results.md and PNG charts
-(gnuplot) from OUT/raw.txt and OUT/machine.txt, with the goals of issue 16 checked.
+(gnuplot) from OUT/raw.txt and OUT/machine.txt, with the performance goals checked.
 
     bench/report.py OUT
 
@@ -258,7 +258,7 @@ def main():
             md.append("| %s | %s |" % (n, " | ".join(row)))
         md.append("")
 
-    # goals (issue 16), same run, medians
+    # performance goals, same run, medians
     goals = []
 
     def goal(text, value, limit, higher=True, unit="×"):
@@ -303,7 +303,7 @@ def main():
             goal("%s sequential %s (4 MiB, 1 job) ≥ 0.9× passthrough_hp" % (LABEL[k], rw),
                  speed(n, k, "pthp"), 0.9)
 
-    md.append("## Goals (issue 16)\n")
+    md.append("## Goals\n")
     md.append("| goal | measured | limit | |")
     md.append("|---|---|---|---|")
     for g in goals:

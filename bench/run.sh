@@ -45,7 +45,7 @@
 # Credentials reach s3fs and rclone in files (0600), never on a command line.
 # Run dir $KEG_BENCH_DIR (default /tmp/bench-run; emptied first).  Results go to --out
 # (default BUILD_DIR/bench-results): raw.txt, machine.json, results.json, results.md,
-# *.png (bench/report.py); the goals of issue 16 are printed.
+# *.png (bench/report.py); the performance goals are printed.
 # Exit: 0 all goals met, 1 a goal missed or a run failed, 2 setup error / usage.
 set -uo pipefail
 
