@@ -608,7 +608,7 @@ static int mm_holder_reconcile(struct csi_mount_mgr *mm, struct csi_state *state
     if (rc < 0) {
         KEG_ERR("cannot copy %s to %s for the holder: %s", h->mounter, h->bin_dir,
                 strerror(-rc));
-        return rc;
+        return 0;       /* listed and settled; calling again would not copy better */
     }
     char *text = keg_asprintf("upgrade\nbinary=%s\n\n", copy);
     if (!text) {
@@ -634,7 +634,7 @@ static int mm_holder_reconcile(struct csi_mount_mgr *mm, struct csi_state *state
     }
     keg_free(resp);
     keg_free(copy);
-    return rc;
+    return 0;           /* a refused upgrade is logged above; retrying would not help */
 }
 
 static void mm_holder_destroy(struct csi_mount_mgr *mm)

@@ -57,7 +57,10 @@ struct csi_mount_mgr_ops {
     /* At plugin start, before the first recovery: make the state agree with
      * the mounters that exist (holder mode: record the holder's pids, unmount
      * what the holder keeps for pods that are gone, upgrade mounters to this
-     * plugin's kegfs).  Optional.  Returns 0 or -errno (logged; not fatal). */
+     * plugin's kegfs).  Optional.  Returns 0 once done (a refused upgrade is
+     * logged, not retried), or -errno when the mounters could not be listed
+     * (the holder not answering yet): the watchdog then calls it again every
+     * round until it returns 0. */
     int  (*reconcile)(struct csi_mount_mgr *mm, struct csi_state *state);
     void (*destroy)(struct csi_mount_mgr *mm);
 };

@@ -609,8 +609,11 @@ int csi_node_recover(struct csi_ctx *ctx)
 static void *node_watchdog(void *arg)
 {
     struct csi_ctx *ctx = arg;
-    if (ctx->mm->ops->reconcile)
-        ctx->mm->ops->reconcile(ctx->mm, ctx->state);
+    /* holder mode: a holder that does not answer yet (started after the plugin)
+     * is asked again every round, so its pids get recorded and its mounters
+     * upgraded to this plugin's kegfs once it is up */
+    int reconciled = !ctx->mm->ops->reconcile ||
+                     ctx->mm->ops->reconcile(ctx->mm, ctx->state) == 0;
     /* first pass at once: re-establish what died while the plugin was down */
     int n = csi_node_recover(ctx);
     if (n > 0)
@@ -632,6 +635,10 @@ static void *node_watchdog(void *arg)
         pthread_mutex_unlock(&ctx->wd_lock);
         if (ctx->mm->ops->reap)
             ctx->mm->ops->reap(ctx->mm);
+        if (!reconciled && ctx->mm->ops->reconcile(ctx->mm, ctx->state) == 0) {
+            reconciled = 1;
+            KEG_INFO("mount holder answered: state reconciled");
+        }
         csi_node_recover(ctx);
         pthread_mutex_lock(&ctx->wd_lock);
     }

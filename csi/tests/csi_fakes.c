@@ -276,6 +276,8 @@ int fake_open_store(const struct keg_format *f, const char *access_key, const ch
 static struct fake_mm_call fake_calls[256];
 static int fake_ncalls;
 int fake_mm_start_rc;
+int fake_mm_reconcile_fails;
+int fake_mm_reconcile_calls;
 static struct {
     char target[256];
     int  rc;
@@ -289,6 +291,8 @@ void fake_mm_reset(void)
     fake_ntargets = 0;
     fake_mm_start_rc = 0;
     fake_mm_check_hook = NULL;
+    fake_mm_reconcile_fails = 0;
+    fake_mm_reconcile_calls = 0;
 }
 
 void fake_mm_set_state(const char *target, int check_rc)
@@ -384,6 +388,15 @@ static int fmm_detach(struct csi_mount_mgr *mm, const char *target)
     return 0;
 }
 
+/* called from the watchdog thread: counted atomically, not in fake_calls */
+static int fmm_reconcile(struct csi_mount_mgr *mm, struct csi_state *state)
+{
+    KEG_UNUSED(mm);
+    KEG_UNUSED(state);
+    int n = __atomic_add_fetch(&fake_mm_reconcile_calls, 1, __ATOMIC_SEQ_CST);
+    return n <= __atomic_load_n(&fake_mm_reconcile_fails, __ATOMIC_SEQ_CST) ? -ECONNREFUSED : 0;
+}
+
 static void fmm_destroy(struct csi_mount_mgr *mm)
 {
     keg_free(mm);
@@ -396,6 +409,7 @@ static const struct csi_mount_mgr_ops fake_mm_ops = {
     .check = fmm_check,
     .detach = fmm_detach,
     .reap = NULL,
+    .reconcile = fmm_reconcile,
     .destroy = fmm_destroy,
 };
 

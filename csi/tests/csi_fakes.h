@@ -45,5 +45,7 @@ extern int fake_mm_start_rc;           /* start() result (0) */
 /* Called by check() before it answers, when set (e.g. to hold the watchdog in
  * a check while the test calls an RPC from another thread). */
 extern void (*fake_mm_check_hook)(const char *target);
+extern int fake_mm_reconcile_fails;    /* reconcile()'s first N calls answer -ECONNREFUSED */
+extern int fake_mm_reconcile_calls;    /* reconcile() calls so far (atomic) */
 
 #endif

@@ -561,6 +561,23 @@ static void *recover_main(void *arg)
     return NULL;
 }
 
+/* holder mode, the holder started after the plugin: reconcile() fails until it
+ * answers; the watchdog asks again every round, and stops once it succeeded */
+static void test_watchdog_reconcile_retry(void **state)
+{
+    KEG_UNUSED(state);
+    fake_mm_reconcile_fails = 3;
+    ctx.watchdog_ms = 20;
+    assert_int_equal(csi_node_watchdog_start(&ctx), 0);
+    int64_t until = keg_mono_ns() + 5000000000LL;
+    while (__atomic_load_n(&fake_mm_reconcile_calls, __ATOMIC_SEQ_CST) < 4 &&
+           keg_mono_ns() < until)
+        keg_sleep_ms(5);
+    keg_sleep_ms(200);          /* ten more rounds: no call after the success */
+    csi_node_watchdog_stop(&ctx);
+    assert_int_equal(__atomic_load_n(&fake_mm_reconcile_calls, __ATOMIC_SEQ_CST), 4);
+}
+
 /* csi-sanity's NodeGetVolumeStats spec failed its cleanup with ABORTED: the
  * NodeUnpublishVolume came while the watchdog was checking the fresh mount. */
 static void test_unpublish_during_watchdog_check(void **state)
@@ -806,6 +823,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_recovery_and_state_reload, setup, teardown),
         cmocka_unit_test_setup_teardown(test_state_roundtrip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_key_lock_watchdog_vs_rpc, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_watchdog_reconcile_retry, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unpublish_during_watchdog_check, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
