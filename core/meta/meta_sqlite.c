@@ -406,6 +406,37 @@ static int sq_query(struct sq_conn *c, sqlite3_stmt **out, const char *sql, cons
     return sq_next(c, st);
 }
 
+/* Collects column 0 (an integer) of every row of a query that sq_query just
+ * started (rc is its result) into *out, keg_malloc'ed, its length in *n.
+ * Returns 0 or -errno/SQ_BUSY (then *out is freed and NULL). */
+static int sq_collect_u64(struct sq_conn *c, sqlite3_stmt *st, int rc, uint64_t **out,
+                          size_t *n)
+{
+    size_t cap = 0;
+    *out = NULL;
+    *n = 0;
+    while (rc == 1) {
+        if (*n == cap) {
+            size_t ncap = cap ? cap * 2 : 16;
+            uint64_t *t = keg_realloc(*out, ncap * sizeof(*t));
+            if (!t) {
+                rc = -ENOMEM;
+                break;
+            }
+            *out = t;
+            cap = ncap;
+        }
+        (*out)[(*n)++] = (uint64_t)sqlite3_column_int64(st, 0);
+        rc = sq_next(c, st);
+    }
+    if (rc < 0) {
+        keg_free(*out);
+        *out = NULL;
+        *n = 0;
+    }
+    return rc < 0 ? rc : 0;
+}
+
 /* Runs a statement to completion.  Returns the number of changed rows or -errno. */
 static int sq_exec(struct sq_conn *c, const char *sql, const char *spec, ...)
 {
@@ -1262,23 +1293,10 @@ static int sq_session_drop(struct sq_conn *c, uint64_t sid)
     static const char d3[] = "DELETE FROM pending WHERE sid=?";
     static const char d4[] = "DELETE FROM session WHERE sid=?";
     sqlite3_stmt *st;
-    uint64_t *inos = NULL;
-    size_t n = 0, cap = 0;
+    uint64_t *inos;
+    size_t n;
     int rc = sq_query(c, &st, sel, "i", I(sid));
-    while (rc == 1) {
-        if (n == cap) {
-            size_t ncap = cap ? cap * 2 : 16;
-            uint64_t *t = keg_realloc(inos, ncap * sizeof(*inos));
-            if (!t) {
-                rc = -ENOMEM;
-                break;
-            }
-            inos = t;
-            cap = ncap;
-        }
-        inos[n++] = (uint64_t)sqlite3_column_int64(st, 0);
-        rc = sq_next(c, st);
-    }
+    rc = sq_collect_u64(c, st, rc, &inos, &n);
     for (size_t i = 0; rc == 0 && i < n; i++) {
         struct keg_attr a;
         rc = sq_get_inode(c, inos[i], &a);
@@ -1370,24 +1388,11 @@ static int sq_session_clean_stale_fn(struct keg_meta *m, struct sq_conn *c, void
     static const char sel[] = "SELECT sid FROM session WHERE heartbeat<=? AND sid<>? ORDER BY sid";
     struct sq_sess_arg *a = arg;
     sqlite3_stmt *st;
-    uint64_t *sids = NULL;
-    size_t n = 0, cap = 0;
+    uint64_t *sids;
+    size_t n;
     a->cleaned = 0;
     int rc = sq_query(c, &st, sel, "ii", sq_now_sec() - a->max_age, I(sq_sid(m)));
-    while (rc == 1) {
-        if (n == cap) {
-            size_t ncap = cap ? cap * 2 : 8;
-            uint64_t *t = keg_realloc(sids, ncap * sizeof(*t));
-            if (!t) {
-                rc = -ENOMEM;
-                break;
-            }
-            sids = t;
-            cap = ncap;
-        }
-        sids[n++] = (uint64_t)sqlite3_column_int64(st, 0);
-        rc = sq_next(c, st);
-    }
+    rc = sq_collect_u64(c, st, rc, &sids, &n);
     for (size_t i = 0; rc == 0 && i < n; i++) {
         KEG_INFO("cleaning up stale session %" PRIu64, sids[i]);
         rc = sq_session_drop(c, sids[i]);
