@@ -808,34 +808,45 @@ fail:
     return rc;
 }
 
+/* One request on one object: checks the key, fills r's key, uri and (empty)
+ * query, and runs it.  Returns what s3_do returns, or the key's error. */
+static int s3_do_object(struct obj_s3 *s, const char *key, struct s3_req *r)
+{
+    int rc = check_key(key);
+    if (rc < 0)
+        return rc;
+    char *uri = object_uri(s, key);
+    if (!uri)
+        return -ENOMEM;
+    r->key = key;
+    r->uri = uri;
+    r->query = "";
+    rc = s3_do(s, r);
+    keg_free(uri);
+    return rc;
+}
+
 static ssize_t obj_s3_get(struct keg_obj *o, const char *key, uint64_t off, void *buf,
                           size_t len)
 {
     struct obj_s3 *s = o->priv;
     char range[64];
-    int rc = check_key(key);
-    if (rc < 0)
-        return rc;
     if (len == 0) {
         uint64_t sz;
-        rc = obj_s3_head(o, key, &sz);
+        int rc = obj_s3_head(o, key, &sz);
         return rc < 0 ? rc : 0;
     }
-    char *uri = object_uri(s, key);
-    if (!uri)
-        return -ENOMEM;
     /* A read from offset 0 is sent without Range: radosgw serves ranged GETs of
      * small objects ~20% slower, and whole-block reads are the common case.  A
      * much larger object is cut off after S3_GET_EXCESS_MAX surplus bytes. */
     snprintf(range, sizeof(range), "bytes=%" PRIu64 "-%" PRIu64, off, off + len - 1);
     const struct s3_kv extra[] = { { "Range", range } };
     struct s3_req r = {
-        .op = "GET", .method = "GET", .key = key, .uri = uri, .query = "",
+        .op = "GET", .method = "GET",
         .extra = extra, .nextra = off ? 1 : 0, .payload_hash = S3_EMPTY_SHA256,
         .out = buf, .out_cap = len, .ranged = off != 0, .range_off = off, .ok_416 = 1,
     };
-    rc = s3_do(s, &r);
-    keg_free(uri);
+    int rc = s3_do_object(s, key, &r);
     if (rc < 0)
         return rc;
     if (r.status == 416)
@@ -847,20 +858,12 @@ static int obj_s3_put(struct keg_obj *o, const char *key, const void *buf, size_
 {
     struct obj_s3 *s = o->priv;
     char hash[S3_SHA256_HEX];
-    int rc = check_key(key);
-    if (rc < 0)
-        return rc;
-    char *uri = object_uri(s, key);
-    if (!uri)
-        return -ENOMEM;
     s3_sha256_hex(buf, len, hash);
     struct s3_req r = {
-        .op = "PUT", .method = "PUT", .key = key, .uri = uri, .query = "",
+        .op = "PUT", .method = "PUT",
         .body = buf ? buf : "", .body_len = len, .payload_hash = hash, .upload = 1,
     };
-    rc = s3_do(s, &r);
-    keg_free(uri);
-    return rc;
+    return s3_do_object(s, key, &r);
 }
 
 /* PUT with If-None-Match: * (a 412 answer: the key exists). */
@@ -868,22 +871,15 @@ static int obj_s3_put_new(struct keg_obj *o, const char *key, const void *buf, s
 {
     struct obj_s3 *s = o->priv;
     char hash[S3_SHA256_HEX];
-    int rc = check_key(key);
-    if (rc < 0)
-        return rc;
-    char *uri = object_uri(s, key);
-    if (!uri)
-        return -ENOMEM;
     s3_sha256_hex(buf, len, hash);
     const struct s3_kv extra[] = { { "If-None-Match", "*" } };
     struct s3_req r = {
-        .op = "PUT", .method = "PUT", .key = key, .uri = uri, .query = "",
+        .op = "PUT", .method = "PUT",
         .extra = extra, .nextra = 1,
         .body = buf ? buf : "", .body_len = len, .payload_hash = hash, .upload = 1,
         .ok_412 = 1,
     };
-    rc = s3_do(s, &r);
-    keg_free(uri);
+    int rc = s3_do_object(s, key, &r);
     if (rc == 0 && r.status == 412)
         rc = -EEXIST;
     return rc;
@@ -892,18 +888,10 @@ static int obj_s3_put_new(struct keg_obj *o, const char *key, const void *buf, s
 static int obj_s3_del(struct keg_obj *o, const char *key)
 {
     struct obj_s3 *s = o->priv;
-    int rc = check_key(key);
-    if (rc < 0)
-        return rc;
-    char *uri = object_uri(s, key);
-    if (!uri)
-        return -ENOMEM;
     struct s3_req r = {
-        .op = "DELETE", .method = "DELETE", .key = key, .uri = uri, .query = "",
-        .payload_hash = S3_EMPTY_SHA256, .ok_404 = 1,
+        .op = "DELETE", .method = "DELETE", .payload_hash = S3_EMPTY_SHA256, .ok_404 = 1,
     };
-    rc = s3_do(s, &r);
-    keg_free(uri);
+    int rc = s3_do_object(s, key, &r);
     /* A missing bucket is a configuration error, and del never returns -ENOENT. */
     return rc == -ENOENT ? -EIO : rc;
 }
@@ -1008,18 +996,10 @@ static int obj_s3_head(struct keg_obj *o, const char *key, uint64_t *size)
 {
     struct obj_s3 *s = o->priv;
     *size = 0;
-    int rc = check_key(key);
-    if (rc < 0)
-        return rc;
-    char *uri = object_uri(s, key);
-    if (!uri)
-        return -ENOMEM;
     struct s3_req r = {
-        .op = "HEAD", .method = "HEAD", .key = key, .uri = uri, .query = "",
-        .payload_hash = S3_EMPTY_SHA256, .head = 1,
+        .op = "HEAD", .method = "HEAD", .payload_hash = S3_EMPTY_SHA256, .head = 1,
     };
-    rc = s3_do(s, &r);
-    keg_free(uri);
+    int rc = s3_do_object(s, key, &r);
     if (rc == 0)
         *size = r.length;
     return rc;
