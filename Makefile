@@ -60,9 +60,13 @@ e2e-k8s: deps-test
 	@e2e/k8s/run.sh
 
 # KegFS, local disk, libfuse's passthrough_hp, s3fs and rclone side by side (bench/README.md);
-# BENCH_FLAGS e.g. --quick, --targets LIST, --workloads LIST.  Report in $(BUILD)/bench-results.
+# BENCH_FLAGS e.g. --quick, --targets LIST, --workloads LIST.  The report (JSON, Markdown,
+# PNG charts, the raw figures and the machine) goes to $(BENCH_OUT), by default docs/bench/,
+# the figures docs/benchmarks.md quotes; BENCH_OUT=$(BUILD)/bench-results keeps a trial run
+# out of the repository.
+BENCH_OUT ?= docs/bench
 bench: deps-bench build
-	@bench/run.sh $(BUILD) $(BENCH_FLAGS)
+	@bench/run.sh $(BUILD) --out $(BENCH_OUT) $(BENCH_FLAGS)
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -6,10 +6,12 @@
 #
 # The source is fetched with `apt-get source` into BUILD_DIR/bench/fuse-ref/src (a cache:
 # fetched once, never part of the repository); only example/passthrough_hp.cc is compiled.
-# Two settings are changed in the compiled copy so that the reference is mounted the way
-# KegFS mounts (bench/run.sh passes the values):
+# Three settings are changed in the compiled copy so that the reference can be mounted the
+# way KegFS mounts (bench/run.sh passes the values):
 #   * the kernel cache timeout (entry and attribute) comes from $PTHP_TIMEOUT (seconds;
 #     upstream: 86400, or 0 with --nocache); KegFS's default is 1 s
+#   * PTHP_NO_WRITEBACK=1 keeps the kernel's writeback cache off (upstream asks for it
+#     whenever the timeout is not 0; KegFS never does: see docs/benchmarks.md)
 #   * allow_other is added to the upstream mount options (default_permissions,fsname=hpps)
 # Needs deb-src lines in the apt sources (added as /etc/apt/sources.list.d/
 # kegfs-bench-src.sources for the running Debian release when no deb-src is configured),
@@ -24,7 +26,8 @@ mkdir -p "$W/src"
 
 ver=$(dpkg-query -W -f='${Version}' libfuse3-dev 2>/dev/null) ||
   { echo "fuse-ref: libfuse3-dev is not installed" >&2; exit 1; }
-stamp="$W/built-for-$ver"
+# the stamp names the package version and this script: a change to either rebuilds
+stamp="$W/built-for-$ver-$(sha1sum "$0" | cut -c1-12)"
 if [ -x "$BIN" ] && [ -e "$stamp" ]; then
   echo "$BIN"
   exit 0
@@ -83,11 +86,14 @@ fi
 
 cp "$src" "$W/passthrough_hp.cc"
 cp "$(dirname "$src")/cxxopts.hpp" "$W/"
-# the two settings above; fail loudly when the upstream text changed
+# the three settings above; fail loudly when the upstream text changed
 grep -q 'fs.timeout = options.count("nocache") ? 0 : 86400.0;' "$W/passthrough_hp.cc" &&
+  grep -q 'if (fs.timeout && conn->capable & FUSE_CAP_WRITEBACK_CACHE)' "$W/passthrough_hp.cc" &&
   grep -q '"default_permissions,fsname=hpps"' "$W/passthrough_hp.cc" ||
-  { echo "fuse-ref: $src does not have the expected timeout / mount option lines" >&2; exit 1; }
+  { echo "fuse-ref: $src does not have the expected timeout / writeback / mount option lines" >&2
+    exit 1; }
 sed -i \
+  -e 's|if (fs.timeout && conn->capable & FUSE_CAP_WRITEBACK_CACHE)|if (fs.timeout \&\& !getenv("PTHP_NO_WRITEBACK") \&\& conn->capable \& FUSE_CAP_WRITEBACK_CACHE)|' \
   -e 's|fs.timeout = options.count("nocache") ? 0 : 86400.0;|fs.timeout = options.count("nocache") ? 0 : (getenv("PTHP_TIMEOUT") ? atof(getenv("PTHP_TIMEOUT")) : 86400.0);|' \
   -e 's|"default_permissions,fsname=hpps"|"default_permissions,allow_other,fsname=hpps"|' \
   "$W/passthrough_hp.cc"

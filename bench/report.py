@@ -17,9 +17,10 @@ import statistics
 import subprocess
 import sys
 
-TARGETS = ["disk", "pthp", "kpt", "sqlite", "s3wb", "s3", "rclone", "s3fs"]
+TARGETS = ["disk", "pthp", "pthpwb", "kpt", "sqlite", "s3wb", "s3", "rclone", "s3fs"]
 LABEL = {
-    "disk": "local disk", "pthp": "passthrough_hp", "kpt": "keg_passthrough",
+    "disk": "local disk", "pthp": "passthrough_hp",
+    "pthpwb": "passthrough_hp writeback cache", "kpt": "keg_passthrough",
     "sqlite": "KegFS SQLite+file", "s3wb": "KegFS Redis+S3 writeback",
     "s3": "KegFS Redis+S3", "rclone": "rclone mount", "s3fs": "s3fs",
 }
@@ -226,7 +227,7 @@ def main():
 
     # ratios: KegFS targets against the passthrough and the peers (>1: KegFS is faster)
     keg = [t for t in ("sqlite", "s3wb", "s3") if t in targets]
-    refs = [t for t in ("pthp", "kpt", "rclone", "s3fs") if t in targets]
+    refs = [t for t in ("pthp", "pthpwb", "kpt", "rclone", "s3fs") if t in targets]
     ratios = {}
     if keg and refs:
         md.append("## Speed relative to the reference and the peers (× ; >1 is faster than it)\n")

@@ -9,7 +9,9 @@
 # Targets (LIST, comma-separated, default all):
 #   disk     a directory on the local file system of the run directory (no FUSE)
 #   pthp     libfuse's passthrough_hp (bench/fuse-ref.sh builds it from Debian's fuse3
-#            source), default_permissions + allow_other, kernel cache timeouts 1 s as KegFS
+#            source), mounted as KegFS mounts: default_permissions + allow_other, kernel
+#            cache timeouts 1 s, no kernel writeback cache (the reference of the goals)
+#   pthpwb   the same with the kernel writeback cache on (upstream's default; a second line)
 #   kpt      bench/'s own keg_passthrough (a second line)
 #   sqlite   KegFS, SQLite metadata + file object store (the embedded default)
 #   s3wb     KegFS, Redis metadata + S3 objects, --writeback, SSD cache
@@ -61,7 +63,7 @@ usage() {
 case "$1" in -h|--help) usage ;; esac
 BUILD=$(cd "$1" 2>/dev/null && pwd) || { echo "run.sh: no build dir '$1'" >&2; exit 2; }
 shift
-ALL_TARGETS=disk,pthp,kpt,sqlite,s3wb,s3,rclone,s3fs
+ALL_TARGETS=disk,pthp,pthpwb,kpt,sqlite,s3wb,s3,rclone,s3fs
 ALL_WORKLOADS=smallfile,tar,git,mfiles,build,fio,meta
 REPS=3
 SLOW_REPS=1
@@ -146,10 +148,10 @@ now() { date +%s.%N; }
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", b - a }'; }
 log() { echo "[$(date -u +%H:%M:%S)] $*"; }
 
-if has pthp; then
+if has pthp || has pthpwb; then
   PTHP=$("$here/fuse-ref.sh" "$BUILD" 2> "$D/fuse-ref.log") ||
-    { tail -5 "$D/fuse-ref.log" >&2; echo "run.sh: no passthrough_hp; dropping target pthp" >&2;
-      drop_target pthp; }
+    { tail -5 "$D/fuse-ref.log" >&2; echo "run.sh: no passthrough_hp; dropping pthp, pthpwb" >&2;
+      drop_target pthp; drop_target pthpwb; }
 fi
 if has s3fs && ! command -v s3fs >/dev/null; then
   echo "run.sh: s3fs is not installed; dropping it" >&2; drop_target s3fs
@@ -274,11 +276,18 @@ wait_mounted() {   # wait_mounted MNT LOG NAME
 }
 
 mount_disk() { mkdir -p "$D/disk-mnt"; }
-mount_pthp() {
+mount_pthp() {   # as KegFS mounts: no kernel writeback cache
   mkdir -p "$D/pthp-src" "$D/pthp-mnt"
-  PTHP_TIMEOUT=1 "$PTHP" --foreground "$D/pthp-src" "$D/pthp-mnt" > "$D/pthp.log" 2>&1 &
+  PTHP_NO_WRITEBACK=1 PTHP_TIMEOUT=1 "$PTHP" --foreground "$D/pthp-src" "$D/pthp-mnt" \
+    > "$D/pthp.log" 2>&1 &
   PIDS+=($!)
   wait_mounted "$D/pthp-mnt" "$D/pthp.log" passthrough_hp
+}
+mount_pthpwb() {   # upstream's default: the kernel writeback cache on
+  mkdir -p "$D/pthpwb-src" "$D/pthpwb-mnt"
+  PTHP_TIMEOUT=1 "$PTHP" --foreground "$D/pthpwb-src" "$D/pthpwb-mnt" > "$D/pthpwb.log" 2>&1 &
+  PIDS+=($!)
+  wait_mounted "$D/pthpwb-mnt" "$D/pthpwb.log" "passthrough_hp (writeback cache)"
 }
 mount_kpt() {
   mkdir -p "$D/kpt-src" "$D/kpt-mnt"
