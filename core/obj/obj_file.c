@@ -19,6 +19,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,11 +34,19 @@
 
 #define FILE_TMP_PREFIX ".tmp."
 
+/* Directories whose own entry (in their parent) is known durable: sync_keys
+ * fsyncs an ancestor only for a child not in this set.  Open addressing, FNV-1a;
+ * emptied when three quarters full (which costs fsyncs, never durability). */
+#define FILE_DSET_SLOTS 4096
+
 struct file_store {
     char *root;      /* absolute, no trailing '/' (except "/" itself) */
     int   rootfd;    /* O_DIRECTORY fd of root, for syncfs */
     size_t lead;     /* bytes before the key in a path from file_path() */
     int   fsync;
+    pthread_mutex_t dmu;            /* guards dset, dn */
+    char  *dset[FILE_DSET_SLOTS];   /* absolute paths, NULL = free */
+    size_t dn;
 };
 
 static int file_valid_key(const char *key)
@@ -69,6 +79,50 @@ static int file_errno_rc(int err)
     return -err;
 }
 
+static size_t dset_slot(struct file_store *fs, const char *dir, int *found)
+{
+    uint64_t h = 14695981039346656037ull;
+    for (const unsigned char *p = (const unsigned char *)dir; *p; p++)
+        h = (h ^ *p) * 1099511628211ull;
+    size_t i = (size_t)(h % FILE_DSET_SLOTS);
+    while (fs->dset[i] && strcmp(fs->dset[i], dir) != 0)
+        i = (i + 1) % FILE_DSET_SLOTS;
+    *found = fs->dset[i] != NULL;
+    return i;
+}
+
+static void dset_clear(struct file_store *fs)
+{
+    for (size_t i = 0; i < FILE_DSET_SLOTS; i++) {
+        keg_free(fs->dset[i]);
+        fs->dset[i] = NULL;
+    }
+    fs->dn = 0;
+}
+
+/* 1 if dir's entry in its parent is known durable. */
+static int dset_has(struct file_store *fs, const char *dir)
+{
+    int found;
+    pthread_mutex_lock(&fs->dmu);
+    dset_slot(fs, dir, &found);
+    pthread_mutex_unlock(&fs->dmu);
+    return found;
+}
+
+/* Records that dir's entry is durable (best effort: nothing on ENOMEM). */
+static void dset_add(struct file_store *fs, const char *dir)
+{
+    int found;
+    pthread_mutex_lock(&fs->dmu);
+    if (fs->dn >= FILE_DSET_SLOTS / 4 * 3)
+        dset_clear(fs);
+    size_t i = dset_slot(fs, dir, &found);
+    if (!found && (fs->dset[i] = keg_strdup(dir)) != NULL)
+        fs->dn++;
+    pthread_mutex_unlock(&fs->dmu);
+}
+
 static int file_open(struct keg_obj *o, const struct keg_obj_conf *conf)
 {
     struct file_store *fs = o->priv;
@@ -77,6 +131,7 @@ static int file_open(struct keg_obj *o, const struct keg_obj_conf *conf)
     int rc;
 
     fs->rootfd = -1;
+    pthread_mutex_init(&fs->dmu, NULL);
     if (dir && strncmp(dir, "file://", 7) == 0)
         dir += 7;
     if (!dir || dir[0] != '/') {
@@ -111,6 +166,8 @@ static void file_close(struct keg_obj *o)
     if (fs->rootfd >= 0)
         close(fs->rootfd);
     keg_free(fs->root);
+    dset_clear(fs);
+    pthread_mutex_destroy(&fs->dmu);
 }
 
 /* OWNERSHIP: returns a new string, caller keg_free()s; NULL on ENOMEM. */
@@ -527,9 +584,11 @@ static int file_sync(struct keg_obj *o)
     return 0;
 }
 
-/* fsyncs the files of keys, then their directories up to the root (each
- * directory chain once per run of keys in one directory): a directory made
- * for a new key is durable too. */
+/* fsyncs the files of keys and their directories (once per run of keys in one
+ * directory), then up the chain to the root each directory whose own entry is
+ * not known durable: a directory made for a new key is durable too, and a
+ * chain fsync'ed once is not fsync'ed again by this process (directories are
+ * never removed, so an entry once durable stays). */
 static int file_sync_keys(struct keg_obj *o, const char *const *keys, size_t n)
 {
     struct file_store *fs = o->priv;
@@ -563,11 +622,15 @@ static int file_sync_keys(struct keg_obj *o, const char *const *keys, size_t n)
             keg_free(done_dir);
             done_dir = keg_strdup(path);
             *slash = '/';
-            /* the parent, its parent, ... up to and including the root */
-            while (rc == 0 && strlen(path) > strlen(fs->root)) {
+            /* the key's directory (its new entry), then each ancestor of a
+             * directory whose entry is not known durable, up to the root */
+            rc = file_fsync_parent(path);
+            *strrchr(path, '/') = '\0';
+            while (rc == 0 && strlen(path) > strlen(fs->root) && !dset_has(fs, path)) {
                 rc = file_fsync_parent(path);
-                slash = strrchr(path, '/');
-                *slash = '\0';
+                if (rc == 0)
+                    dset_add(fs, path);
+                *strrchr(path, '/') = '\0';
             }
         }
         keg_free(path);

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -23,6 +24,15 @@ struct ffx {
     char dir[64];
     struct keg_obj *o;
 };
+
+/* fsync() of this program, the store's included: counted, then done. */
+static int n_fsync;
+
+int fsync(int fd)
+{
+    n_fsync++;
+    return (int)syscall(SYS_fsync, fd);
+}
 
 static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
@@ -180,6 +190,31 @@ static void test_sync_keys(void **state)
     assert_memory_equal(buf, "def", 3);
 }
 
+/* The directory chain above a key is fsync'ed once: afterwards a key costs its
+ * file and its directory, and a new directory costs itself and its parent. */
+static void test_sync_keys_chain_once(void **state)
+{
+    struct ffx *fx = *state;
+    const char *k1 = "w/chunks/0/1/1_0_3", *k2 = "w/chunks/0/1/2_0_3", *k3 = "w/chunks/0/2/3_0_3";
+
+    assert_int_equal(keg_obj_put(fx->o, k1, "abc", 3), 0);
+    assert_int_equal(keg_obj_put(fx->o, k2, "def", 3), 0);
+    assert_int_equal(keg_obj_put(fx->o, k3, "ghi", 3), 0);
+    n_fsync = 0;
+    assert_int_equal(keg_obj_sync_keys(fx->o, &k1, 1), 0);
+    /* the file, w/chunks/0/1, then the entries of 1 in 0, 0 in chunks, chunks in w, w in root */
+    assert_int_equal(n_fsync, 6);
+    n_fsync = 0;
+    assert_int_equal(keg_obj_sync_keys(fx->o, &k2, 1), 0);
+    assert_int_equal(n_fsync, 2);
+    n_fsync = 0;
+    assert_int_equal(keg_obj_sync_keys(fx->o, &k3, 1), 0);
+    assert_int_equal(n_fsync, 3);       /* the file, w/chunks/0/2, w/chunks/0 */
+    n_fsync = 0;
+    assert_int_equal(keg_obj_sync_keys(fx->o, &k1, 1), 0);
+    assert_int_equal(n_fsync, 2);
+}
+
 static void test_enospc(void **state)
 {
     char dir[64] = "/tmp/keg-objfull-XXXXXX";
@@ -233,6 +268,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_layout_and_temp_files, setup, teardown),
         cmocka_unit_test_setup_teardown(test_list_skips_temp, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sync_keys, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sync_keys_chain_once, setup, teardown),
         cmocka_unit_test(test_enospc),
     };
     keg_log_set_level(LOG_CRIT);
