@@ -5,7 +5,8 @@
 #   bench/fuse-ref.sh BUILD_DIR        prints the path of the binary on success
 #
 # The source is fetched with `apt-get source` into BUILD_DIR/bench/fuse-ref/src (a cache:
-# fetched once, never part of the repository); only example/passthrough_hp.cc is compiled.
+# fetched once, never part of the repository); only example/passthrough_hp.cc is compiled,
+# with the HAVE_* switches libfuse's build would set here (xattrs, utimensat, fallocate).
 # Three settings are changed in the compiled copy so that the reference can be mounted the
 # way KegFS mounts (bench/run.sh passes the values):
 #   * the kernel cache timeout (entry and attribute) comes from $PTHP_TIMEOUT (seconds;
@@ -52,7 +53,7 @@ apt_wait() {
   done
 }
 
-src=$(find "$W/src" -maxdepth 2 -path '*/example/passthrough_hp.cc' 2>/dev/null | head -1)
+src=$(find "$W/src" -maxdepth 3 -path '*/example/passthrough_hp.cc' 2>/dev/null | head -1)
 if [ -z "$src" ]; then
   if ! grep -rqs '^\(Types:.*deb-src\|deb-src\)' /etc/apt/sources.list /etc/apt/sources.list.d/; then
     [ "$(id -u)" = 0 ] || { echo "fuse-ref: no deb-src in the apt sources (needs root to add)" >&2; exit 1; }
@@ -97,8 +98,22 @@ sed -i \
   -e 's|fs.timeout = options.count("nocache") ? 0 : 86400.0;|fs.timeout = options.count("nocache") ? 0 : (getenv("PTHP_TIMEOUT") ? atof(getenv("PTHP_TIMEOUT")) : 86400.0);|' \
   -e 's|"default_permissions,fsname=hpps"|"default_permissions,allow_other,fsname=hpps"|' \
   "$W/passthrough_hp.cc"
+# the HAVE_<FUNCTION> switches of the source (xattrs, utimensat, fallocate...), set as
+# libfuse's own meson build sets them: on when this system's C library has the function.
+# Without them the example answers ENOSYS / EOPNOTSUPP to those requests and does less
+# work than a file system must.
+defs=()
+for m in $(grep -o 'HAVE_[A-Z_]*' "$W/passthrough_hp.cc" | sort -u); do
+  f=$(echo "${m#HAVE_}" | tr 'A-Z' 'a-z')
+  if printf '#define _GNU_SOURCE\n#include <fcntl.h>\n#include <stdio.h>\n#include <sys/stat.h>\n#include <sys/xattr.h>\n#include <unistd.h>\nint main(void) { void (*volatile p)(void) = (void (*)(void))%s; return p == 0; }\n' "$f" |
+       cc -x c - -o "$W/have-test" 2>/dev/null; then
+    defs+=("-D$m")
+  fi
+done
+rm -f "$W/have-test"
+echo "fuse-ref: compiling with ${defs[*]:-no HAVE_ switches}" >&2
 # shellcheck disable=SC2046
-g++ -std=c++17 -O2 -o "$BIN.tmp" "$W/passthrough_hp.cc" -I"$W" \
+g++ -std=c++17 -O2 "${defs[@]}" -o "$BIN.tmp" "$W/passthrough_hp.cc" -I"$W" \
   $(pkg-config --cflags --libs fuse3) -lpthread >&2
 mv "$BIN.tmp" "$BIN"
 rm -f "$W"/built-for-*
