@@ -303,9 +303,7 @@ static int compact_one(struct keg_fs *fs, uint64_t ino, uint32_t indx, int force
             fs_inode_put(fs, ip);
         }
     }
-    pthread_mutex_lock(&fs->bg_mu);
-    pthread_cond_broadcast(&fs->bg_cv);     /* the deleter: old slices are queued */
-    pthread_mutex_unlock(&fs->bg_mu);
+    fs_kick_deleter(fs);                    /* the deleter: old slices are queued */
 out:
     keg_free(sl);
     keg_free(segs);

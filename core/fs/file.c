@@ -1035,9 +1035,7 @@ int keg_fs_release(struct keg_fs *fs, struct keg_fh *fh)
         if (prc < 0 && prc != -ENOENT)
             KEG_WARN("purge of unlinked inode %llu: %s", (unsigned long long)ip->ino,
                      strerror(-prc));
-        pthread_mutex_lock(&fs->bg_mu);
-        pthread_cond_broadcast(&fs->bg_cv);    /* let the deleter drain the queue */
-        pthread_mutex_unlock(&fs->bg_mu);
+        fs_kick_deleter(fs);                   /* let the deleter drain the queue */
     }
     fs_inode_put(fs, ip);
     pthread_mutex_destroy(&fh->ra_mu);

@@ -16,11 +16,16 @@
  *              (at their last close) or that the engine left pending, and
  *              drains the engine's deletion queue: every block object of each
  *              queued slice is deleted, then the entry is acknowledged.  It
- *              runs every second, or at once when kicked (bg_cv).  unlink and
+ *              runs every second, and when kicked (fs_kick_deleter): unlink and
  *              rename purge an inode that is not open here inside the engine
  *              op (the engine asks fs_inode_list, inode.c), and kick the
  *              deleter only when that op queued slices: unlinking an empty
- *              file costs one engine call.
+ *              file costs one engine call.  A kick is served once kicks pause
+ *              for FS_DEL_SETTLE_NS, and at the latest FS_DEL_HOLD_NS after the
+ *              first: an `rm -rf` of many files then costs a peek and an ack
+ *              per FS_DELQ_BATCH slices instead of per file, and the deleter
+ *              does not compete with the unlinks for the engine's write lock.
+ *              Purges of inodes closed after their unlink go at once.
  *   pools      FS_UPLOAD_THREADS upload workers (file.c) and FS_FETCH_THREADS
  *              block fetchers for read-ahead and parallel reads (read.c)
  *   compactor  merges fragmented chunks into one slice (compact.c)
@@ -49,6 +54,8 @@
 #define FS_INO_BATCH   100
 #define FS_SLICE_BATCH 1000
 #define FS_DELQ_BATCH  256
+#define FS_DEL_SETTLE_NS (100LL * 1000000)     /* kicks pause this long: drain */
+#define FS_DEL_HOLD_NS   (1000LL * 1000000)    /* longest wait after the first kick */
 #define FS_STALE_MIN_SEC    2u   /* shortest stale-session scan period */
 #define FS_UPLOAD_THREADS 8
 #define FS_UPLOAD_QUEUE   16     /* blocks waiting for an upload thread */
@@ -250,11 +257,8 @@ void fs_handle_gone(struct keg_fs *fs, const struct keg_unlinked *gone)
     if (gone->purged) {
         /* purged inside the op (it was not open here): only the deletion
          * queue may have work, and only when this op queued something */
-        if (gone->queued > 0 && fs->has_session) {
-            pthread_mutex_lock(&fs->bg_mu);
-            pthread_cond_broadcast(&fs->bg_cv);
-            pthread_mutex_unlock(&fs->bg_mu);
-        }
+        if (gone->queued > 0 && fs->has_session)
+            fs_kick_deleter(fs);
         return;
     }
     ip = fs_inode_find(fs, gone->ino);
@@ -369,23 +373,50 @@ static void *hb_main(void *arg)
     return NULL;
 }
 
+void fs_kick_deleter(struct keg_fs *fs)
+{
+    int64_t now = keg_mono_ns();
+    pthread_mutex_lock(&fs->bg_mu);
+    if (!fs->del_first_kick)
+        fs->del_first_kick = now;
+    fs->del_last_kick = now;
+    pthread_cond_broadcast(&fs->bg_cv);
+    pthread_mutex_unlock(&fs->bg_mu);
+}
+
+/* When the deleter serves the kicks so far (monotonic ns), or 0 when none is
+ * pending.  LOCKS: caller holds fs->bg_mu. */
+static int64_t del_due(const struct keg_fs *fs)
+{
+    if (!fs->del_first_kick)
+        return 0;
+    return KEG_MIN(fs->del_last_kick + FS_DEL_SETTLE_NS, fs->del_first_kick + FS_DEL_HOLD_NS);
+}
+
 static void *del_main(void *arg)
 {
     struct keg_fs *fs = arg;
+    int64_t next = 0;       /* the next round by the clock */
     pthread_mutex_lock(&fs->bg_mu);
     while (!fs->stopping) {
         struct timespec ts;
         int more;
+        int64_t now = keg_mono_ns(), due = del_due(fs);
+        /* a pending kick waits for its burst; purges and a full batch do not */
+        if (now < next && fs->npurge == 0 && (!due || now < due)) {
+            int64_t until = due ? KEG_MIN(due, next) : next;
+            fs_deadline(&ts, until - now);
+            pthread_cond_timedwait(&fs->bg_cv, &fs->bg_mu, &ts);
+            continue;
+        }
+        fs->del_first_kick = fs->del_last_kick = 0;
         pthread_mutex_unlock(&fs->bg_mu);
         pthread_mutex_lock(&fs->del_mu);
         fs_drain_purge(fs);
         more = fs_drain_delq(fs, 1) == FS_DELQ_BATCH;
         pthread_mutex_unlock(&fs->del_mu);
         pthread_mutex_lock(&fs->bg_mu);
-        if (more || fs->npurge > 0 || fs->stopping)
-            continue;
-        fs_deadline(&ts, 1000000000LL);
-        pthread_cond_timedwait(&fs->bg_cv, &fs->bg_mu, &ts);
+        next = more ? 0 : keg_mono_ns() + 1000000000LL;
     }
     pthread_mutex_unlock(&fs->bg_mu);
     return NULL;

@@ -381,6 +381,9 @@ struct keg_fs {
     int64_t           hb_last_ns;   /* keg_mono_ns() of the last successful heartbeat or of
                                      * session_begin (atomic) */
     uint64_t          del_slices;   /* slices deleted by fs_drain_delq (atomic) */
+    int64_t           del_first_kick, del_last_kick;   /* keg_mono_ns() of the first and
+                                     * the last fs_kick_deleter since the deleter's last
+                                     * round; 0: none */
     pthread_mutex_t   del_mu;       /* one drainer of purges and deletions at a time */
 
     /* upload pipeline (file.c) */
@@ -430,6 +433,8 @@ int  fs_alloc_ino(struct keg_fs *fs, uint64_t *ino);
 int  fs_alloc_slice(struct keg_fs *fs, uint64_t *id);
 /* Queue an unlinked inode for purging (or purge now without a session). */
 void fs_queue_purge(struct keg_fs *fs, uint64_t ino);
+/* Tell the deleter that the engine's deletion queue has new entries. */
+void fs_kick_deleter(struct keg_fs *fs);
 /* Handle an unlink/rename result: mark the inode or queue it for purging. */
 void fs_handle_gone(struct keg_fs *fs, const struct keg_unlinked *gone);
 /* Delete every block object of a slice.  Returns 0 or the first error. */
