@@ -172,14 +172,19 @@ def main():
         machine.get("kegfs"), machine.get("libfuse"), machine.get("passthrough_hp"),
         machine.get("s3fs", "s3fs –"), machine.get("rclone", "rclone –"), machine.get("fio"),
         machine.get("ceph")))
+    sizes = ["small files N=%s" % machine.get("smallfile_n"),
+             "metadata ops M=%s" % machine.get("meta_n"),
+             "fio %s MiB per job, at most %s s" % (machine.get("fio_mib"), machine.get("fio_secs")),
+             "files in dirs: %s files in %s dirs" % tuple(machine.get("mfiles", "? in ? dirs")
+                                                        .replace(" dirs", "").split(" in "))]
+    if machine.get("git_repo_files"):
+        sizes.append("git repository of %s files" % machine["git_repo_files"])
+    if machine.get("build_sources"):
+        sizes.append("build: %s" % machine["build_sources"])
     md.append("Method: medians of %s repetitions (%s: %s; fio: %s), spread min–max in "
-              "parentheses; small files N=%s; metadata ops M=%s; fio %s MiB per job, at most %s s; "
-              "%s; git repository of %s files; %s." % (
+              "parentheses; %s." % (
                   machine.get("reps"), machine.get("slow_targets"), machine.get("slow_reps"),
-                  machine.get("fio_reps"),
-                  machine.get("smallfile_n"), machine.get("meta_n"), machine.get("fio_mib"),
-                  machine.get("fio_secs"), machine.get("mfiles") + " files",
-                  machine.get("git_repo_files", "?"), machine.get("build_sources", "")))
+                  machine.get("fio_reps"), "; ".join(sizes)))
     if machine.get("note"):
         md.append("Note: %s" % machine["note"])
     md.append("")
