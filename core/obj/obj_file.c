@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #define KEG_LOG_TAG "obj_file"
+#include "keg/hash.h"
 #include "keg/log.h"
 #include "keg/mem.h"
 #include "keg/obj.h"
@@ -35,7 +36,7 @@
 #define FILE_TMP_PREFIX ".tmp."
 
 /* Directories whose own entry (in their parent) is known durable: sync_keys
- * fsyncs an ancestor only for a child not in this set.  Open addressing, FNV-1a;
+ * fsyncs an ancestor only for a child not in this set.  Open addressing;
  * emptied when three quarters full (which costs fsyncs, never durability). */
 #define FILE_DSET_SLOTS 4096
 
@@ -81,10 +82,7 @@ static int file_errno_rc(int err)
 
 static size_t dset_slot(struct file_store *fs, const char *dir, int *found)
 {
-    uint64_t h = 14695981039346656037ull;
-    for (const unsigned char *p = (const unsigned char *)dir; *p; p++)
-        h = (h ^ *p) * 1099511628211ull;
-    size_t i = (size_t)(h % FILE_DSET_SLOTS);
+    size_t i = (size_t)(keg_fnv1a64_str(dir) % FILE_DSET_SLOTS);
     while (fs->dset[i] && strcmp(fs->dset[i], dir) != 0)
         i = (i + 1) % FILE_DSET_SLOTS;
     *found = fs->dset[i] != NULL;
