@@ -276,19 +276,16 @@ wait_mounted() {   # wait_mounted MNT LOG NAME
 }
 
 mount_disk() { mkdir -p "$D/disk-mnt"; }
-mount_pthp() {   # as KegFS mounts: no kernel writeback cache
-  mkdir -p "$D/pthp-src" "$D/pthp-mnt"
-  PTHP_NO_WRITEBACK=1 PTHP_TIMEOUT=1 "$PTHP" --foreground "$D/pthp-src" "$D/pthp-mnt" \
-    > "$D/pthp.log" 2>&1 &
+run_pthp() {   # run_pthp NAME ENV...: passthrough_hp on $D/NAME-mnt, 1 s cache timeouts
+  local n=$1
+  shift
+  mkdir -p "$D/$n-src" "$D/$n-mnt"
+  env PTHP_TIMEOUT=1 "$@" "$PTHP" --foreground "$D/$n-src" "$D/$n-mnt" > "$D/$n.log" 2>&1 &
   PIDS+=($!)
-  wait_mounted "$D/pthp-mnt" "$D/pthp.log" passthrough_hp
+  wait_mounted "$D/$n-mnt" "$D/$n.log" "passthrough_hp ($n)"
 }
-mount_pthpwb() {   # upstream's default: the kernel writeback cache on
-  mkdir -p "$D/pthpwb-src" "$D/pthpwb-mnt"
-  PTHP_TIMEOUT=1 "$PTHP" --foreground "$D/pthpwb-src" "$D/pthpwb-mnt" > "$D/pthpwb.log" 2>&1 &
-  PIDS+=($!)
-  wait_mounted "$D/pthpwb-mnt" "$D/pthpwb.log" "passthrough_hp (writeback cache)"
-}
+mount_pthp() { run_pthp pthp PTHP_NO_WRITEBACK=1; }   # as KegFS mounts: no writeback cache
+mount_pthpwb() { run_pthp pthpwb; }                   # upstream's default: writeback cache
 mount_kpt() {
   mkdir -p "$D/kpt-src" "$D/kpt-mnt"
   "$KPT" "$D/kpt-src" "$D/kpt-mnt" > "$D/kpt.log" 2>&1 &
