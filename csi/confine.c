@@ -155,7 +155,7 @@ static const char *const confine_tuning[] = {
     "attr-cache", "entry-cache", "dir-entry-cache", "buffer-size", "mem-cache-size",
     "cache-size", "writeback", "upload-workers", "max-staging", "drain-timeout",
     "upload-delay", "session-timeout", "heartbeat", "missing-block-wait",
-    "s3-concurrency", "s3-retry-deadline", "read-only", NULL,
+    "s3-concurrency", "s3-retry-deadline", "read-ahead", "read-only", NULL,
 };
 
 /* Generic flags mount(8) and kubelet pass; no value. */
@@ -211,6 +211,6 @@ int csi_confine_mount_flag(struct csi_ctx *ctx, const char *flag, size_t idx,
                     "the tuning options attr-cache, entry-cache, dir-entry-cache, buffer-size, "
                     "mem-cache-size, cache-size, writeback, upload-workers, max-staging, "
                     "drain-timeout, upload-delay, session-timeout, heartbeat, "
-                    "missing-block-wait, s3-concurrency, s3-retry-deadline, read-only",
+                    "missing-block-wait, s3-concurrency, s3-retry-deadline, read-ahead, read-only",
                     idx, (int)len, flag, ctx->cache_root ? ctx->cache_root : "--cache-root");
 }

@@ -63,6 +63,11 @@
 
 #include "mnt_i.h"
 
+/* --read-ahead's default: a whole block per window, so a sequential reader
+ * keeps several 1 MiB FUSE reads in flight (docs/benchmarks.md). */
+#define MNT_READ_AHEAD_DEFAULT (4u << 20)
+#define MNT_READ_AHEAD_MAX     (256u << 20)
+
 /* --upload-delay when --writeback is given without it: rewrites and deletions
  * within a second (compaction of small writes, temporary files) cost no upload. */
 #define MNT_UPLOAD_DELAY_DEFAULT 1.0
@@ -76,6 +81,7 @@ enum {
     OPT_META_PASSWORD_FILE,
     OPT_OVER_STALE,
     OPT_METRICS,
+    OPT_READ_AHEAD,
 };
 
 struct mount_opts {
@@ -84,6 +90,7 @@ struct mount_opts {
     int      read_only;
     uint64_t buffer_mib;       /* 0: core default */
     uint64_t mem_cache_mib;    /* cap of the read share, 0: none */
+    uint64_t read_ahead;       /* kernel read-ahead of the mount, bytes; 0: the kernel's */
     char    *cache_dir;        /* SSD cache + staging directory; OWNERSHIP: keg_free */
     uint64_t cache_size;       /* SSD cache budget, bytes (0: stack default) */
     int      writeback;
@@ -145,6 +152,7 @@ static const struct option longopts[] = {
     {"insecure", optional_argument, NULL, OPT_INSECURE},
     {"ca-file", required_argument, NULL, OPT_CA_FILE},
     {"metrics", required_argument, NULL, OPT_METRICS},
+    {"read-ahead", required_argument, NULL, OPT_READ_AHEAD},
     {"s3-concurrency", required_argument, NULL, OPT_S3_CONCURRENCY},
     {"s3-retry-deadline", required_argument, NULL, OPT_S3_RETRY_DEADLINE},
     {"no-allow-other", optional_argument, NULL, OPT_NO_ALLOW_OTHER},
@@ -180,6 +188,8 @@ static void usage(FILE *out)
         "                           (default: none; writes always come first)\n"
         "      --metrics HOST:PORT  serve Prometheus metrics at http://HOST:PORT/metrics\n"
         "                           (off by default; e.g. 127.0.0.1:9567)\n"
+        "      --read-ahead SIZE    kernel read-ahead of the mount (default 4M; 0 leaves the\n"
+        "                           kernel's 128K: sequential reads come in 128 KiB requests)\n"
         "      --cache-dir DIR      local SSD cache of blocks (and writeback staging) in DIR\n"
         "      --cache-size SIZE    SSD cache budget, e.g. 10G (default 1G; needs --cache-dir)\n"
         "      --writeback          stage written blocks in --cache-dir, upload them in the\n"
@@ -292,6 +302,7 @@ static const struct opt_rule opt_rules[] = {
     RULE(OPT_S3_CONCURRENCY, OK_COUNT, s3_concurrency, RANGE(1, 1024)),
     RULE(OPT_CACHE_SIZE, OK_SIZE, cache_size, RANGE(1, DBL_MAX)),
     RULE(OPT_MAX_STAGING, OK_SIZE, max_staging, RANGE(1, DBL_MAX)),
+    RULE(OPT_READ_AHEAD, OK_SIZE, read_ahead, RANGE(0, MNT_READ_AHEAD_MAX)),
     RULE(OPT_CA_FILE, OK_PATH, ca_file, OPT_ANY),
     RULE(OPT_METRICS, OK_PATH, metrics, OPT_ANY),
     RULE(OPT_CACHE_DIR, OK_PATH, cache_dir, OPT_ANY),
@@ -917,6 +928,11 @@ static int check_cache_opts(struct mount_opts *o)
         keg_free(o->ca_file);
         o->ca_file = abs;       /* a background mounter runs in / */
     }
+    if (o->read_ahead && o->read_ahead < 4096) {
+        mnt_error("--read-ahead %llu: give 0 (the kernel's default) or at least 4K",
+                  (unsigned long long)o->read_ahead);
+        return 2;
+    }
     if (o->insecure)
         mnt_warn("--insecure: TLS certificates of the S3 endpoint are NOT verified; anyone "
                  "on the network path can read and change your data");
@@ -1271,6 +1287,14 @@ static int run_session(struct mount_opts *o, const char *url, const char *abs_mp
             KEG_WARN("cannot write the state file in %s: %s ('kegfs umount' will not wait, "
                      "'kegfs info' will not work)", mnt_run_dir(), strerror(-rc));
     }
+    if (o->read_ahead) {
+        /* each worker sets it again: cheap, and a handover may change it */
+        rc = mnt_set_read_ahead(abs_mp, o->read_ahead);
+        if (rc)
+            KEG_WARN("cannot set the kernel read-ahead of %s to %llu KiB: %s (sequential "
+                     "reads come in the kernel's default requests, usually 128 KiB)", abs_mp,
+                     (unsigned long long)(o->read_ahead >> 10), strerror(-rc));
+    }
     rc = mnt_stats_start(abs_mp, fs, w ? w->epoch - 1 : 0);
     if (rc)
         KEG_WARN("cannot start the stats thread: %s", strerror(-rc));
@@ -1575,6 +1599,7 @@ int mnt_cmd_mount(int argc, char **argv)
     o.drain_timeout = 30.0;
     o.upload_delay = -1;
     o.missing_wait = 10.0;
+    o.read_ahead = MNT_READ_AHEAD_DEFAULT;
     if (keg_log_level == LOG_WARNING)
         keg_log_set_level(LOG_INFO);
     rc = parse_cmdline(argc, argv, &o);

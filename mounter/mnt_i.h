@@ -130,6 +130,12 @@ int mnt_state_read(const char *abs_mp, pid_t *pid, char **meta_url);
  * stripped.  OWNERSHIP: caller keg_free()s *out.  Returns 0 or -errno. */
 int mnt_read_small_file(const char *path, char **out);
 
+/* Sets the kernel read-ahead of the FUSE mount at abs_mp (/sys/class/bdi/
+ * MAJ:MIN/read_ahead_kb of the device mountinfo gives) to bytes, rounded down
+ * to KiB.  Sends no FUSE request, so it works before the session loop runs.
+ * Returns 0, -ENOENT (nothing mounted at abs_mp) or -errno. */
+int mnt_set_read_ahead(const char *abs_mp, uint64_t bytes);
+
 /* Print size as "4 MiB" style into buf. */
 const char *mnt_fmt_size(uint64_t v, char *buf, size_t size);
 

@@ -26,6 +26,7 @@
 #include "keg/hash.h"
 #include "keg/log.h"
 #include "keg/mem.h"
+#include "keg/mountinfo.h"
 
 #include "mnt_i.h"
 
@@ -416,6 +417,28 @@ void mnt_state_remove(const char *abs_mp, pid_t owner)
     if (path && (owner == 0 || mnt_state_file_pid(path) == owner))
         unlink(path);
     keg_free(path);
+}
+
+int mnt_set_read_ahead(const char *abs_mp, uint64_t bytes)
+{
+    char dev[32], path[96];
+    int rc = keg_mountinfo_dev(abs_mp, dev, sizeof(dev));
+    if (rc < 0)
+        return rc;
+    if (rc == 0)
+        return -ENOENT;
+    if (dev[strspn(dev, "0123456789:")] != '\0')
+        return -EINVAL;      /* not a device number: never build a path from it */
+    snprintf(path, sizeof(path), "/sys/class/bdi/%s/read_ahead_kb", dev);
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    char val[32];
+    int n = snprintf(val, sizeof(val), "%llu\n", (unsigned long long)(bytes >> 10));
+    rc = write(fd, val, (size_t)n) == n ? 0 : -errno;
+    if (close(fd) < 0 && rc == 0)
+        rc = -errno;
+    return rc;
 }
 
 int mnt_read_small_file(const char *path, char **out)

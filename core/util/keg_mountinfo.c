@@ -29,7 +29,11 @@ static void mountinfo_unescape(char *s)
     *w = '\0';
 }
 
-int keg_mountinfo_find(const char *abs, char *fstype, size_t fstype_size)
+/* The top mount at abs: its file system type and its device ("maj:min"),
+ * each cut to its size and "" when abs is not a mount point (either may be
+ * NULL).  Returns 1, 0 or -errno as keg_mountinfo_find. */
+static int mountinfo_scan(const char *abs, char *fstype, size_t fstype_size, char *dev,
+                          size_t dev_size)
 {
     FILE *f = fopen("/proc/self/mountinfo", "re");
     char *line = NULL;
@@ -39,6 +43,8 @@ int keg_mountinfo_find(const char *abs, char *fstype, size_t fstype_size)
         return -errno;
     if (fstype && fstype_size)
         fstype[0] = '\0';
+    if (dev && dev_size)
+        dev[0] = '\0';
     while (getline(&line, &cap, f) > 0) {
         /* id parent maj:min root mountpoint options [optional...] - fstype source super */
         char *save = NULL;
@@ -54,6 +60,8 @@ int keg_mountinfo_find(const char *abs, char *fstype, size_t fstype_size)
         if (strcmp(fld[4], abs) != 0)
             continue;
         found = 1;   /* keep going: the last matching line is the top mount */
+        if (dev && dev_size)
+            snprintf(dev, dev_size, "%s", fld[2]);
         if (fstype && fstype_size) {
             char *rest = save ? strstr(save, " - ") : NULL;
             if (rest) {
@@ -69,6 +77,16 @@ int keg_mountinfo_find(const char *abs, char *fstype, size_t fstype_size)
     free(line);     /* checksrc: ok -- getline's buffer */
     fclose(f);
     return found;
+}
+
+int keg_mountinfo_find(const char *abs, char *fstype, size_t fstype_size)
+{
+    return mountinfo_scan(abs, fstype, fstype_size, NULL, 0);
+}
+
+int keg_mountinfo_dev(const char *abs, char *dev, size_t dev_size)
+{
+    return mountinfo_scan(abs, NULL, 0, dev, dev_size);
 }
 
 int keg_fuse_live(const char *target)

@@ -1,4 +1,5 @@
-/* test_util_mountinfo.c -- keg_mountinfo_find(): what is mounted at a path;
+/* test_util_mountinfo.c -- keg_mountinfo_find() and keg_mountinfo_dev(): what is
+ * mounted at a path;
  * keg_fuse_live, keg_fuse_wait_live and keg_umount_or_detach.
  * The source is compiled in so its static unescape helper is reachable. */
 #include <setjmp.h>
@@ -11,6 +12,7 @@
 #include "../../core/util/keg_mountinfo.c"
 
 #include <fcntl.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 static void test_find(void **state)
@@ -28,6 +30,23 @@ static void test_find(void **state)
     char small[3];
     assert_int_equal(keg_mountinfo_find("/proc", small, sizeof(small)), 1);
     assert_string_equal(small, "pr");
+}
+
+/* the device is the mount's st_dev, in mountinfo's "maj:min" form */
+static void test_dev(void **state)
+{
+    (void)state;
+    char dev[32], want[32];
+    struct stat st;
+    assert_int_equal(stat("/proc", &st), 0);
+    snprintf(want, sizeof(want), "%u:%u", major(st.st_dev), minor(st.st_dev));
+    assert_int_equal(keg_mountinfo_dev("/proc", dev, sizeof(dev)), 1);
+    assert_string_equal(dev, want);
+    assert_int_equal(keg_mountinfo_dev("/proc/self", dev, sizeof(dev)), 0);
+    assert_string_equal(dev, "");
+    char small[2];
+    assert_int_equal(keg_mountinfo_dev("/proc", small, sizeof(small)), 1);
+    assert_int_equal(strlen(small), 1);
 }
 
 static void test_unescape(void **state)
@@ -98,6 +117,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_find),
+        cmocka_unit_test(test_dev),
         cmocka_unit_test(test_unescape),
         cmocka_unit_test(test_fuse_live),
         cmocka_unit_test(test_fuse_wait_live),

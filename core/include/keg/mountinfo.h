@@ -13,6 +13,11 @@
  * Returns 1 (a mount point), 0 (not one), or -errno if mountinfo cannot be read. */
 int keg_mountinfo_find(const char *abs, char *fstype, size_t fstype_size);
 
+/* The device of the top mount at abs, as mountinfo writes it ("0:52"; the
+ * name of its backing device in /sys/class/bdi for FUSE), cut to dev_size.
+ * Returns 1, 0 (dev is "") or -errno as keg_mountinfo_find. */
+int keg_mountinfo_dev(const char *abs, char *dev, size_t dev_size);
+
 /* Is a FUSE file system mounted at target itself (not only at a directory
  * above it)?  Returns 0 if so, else -errno: -EINVAL when not, -ENOTCONN (from
  * statfs) for a dead FUSE mount. */
