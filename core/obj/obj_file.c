@@ -7,7 +7,9 @@
  * readers see the old or the new object, never a partial one.  With
  * conf->fsync the temp file is fsync()ed before the rename and the directory
  * after it, so a put that returned survives a crash; without it, durability
- * comes from sync() (syncfs of the root's file system).  A failed put removes
+ * comes from sync() (syncfs of the root's file system) or sync_keys; a put of
+ * FILE_EARLY_WRITE bytes or more starts its disk write right away (no wait),
+ * so that fsync finds little left to write.  A failed put removes
  * its temp file.  list walks the tree depth-first, ordering each directory's
  * entries as if directories had a trailing '/', which yields keys in byte
  * order without collecting them all; temp files are skipped.
@@ -34,6 +36,10 @@
 #include "keg/obj.h"
 
 #define FILE_TMP_PREFIX ".tmp."
+/* A put of at least this many bytes starts its disk write at once (without
+ * waiting for it): the fsync() of sync_keys, or the kernel's flush, then
+ * finds most of a large sequential write on disk already. */
+#define FILE_EARLY_WRITE (1u << 20)
 
 /* Directories whose own entry (in their parent) is known durable: sync_keys
  * fsyncs an ancestor only for a child not in this set.  Open addressing;
@@ -318,6 +324,9 @@ static int file_store_put(struct keg_obj *o, const char *key, const void *buf, s
     rc = file_write_all(fd, buf, len);
     if (rc == 0 && fs->fsync && fsync(fd) < 0)
         rc = file_errno_rc(errno);
+    else if (rc == 0 && len >= FILE_EARLY_WRITE)
+        (void)sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);   /* a hint: errors come
+                                                                   * from the fsync */
     if (close(fd) < 0 && rc == 0)
         rc = file_errno_rc(errno);
     fd = -1;
