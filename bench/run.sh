@@ -21,6 +21,8 @@
 # Workloads (LIST, default all):
 #   smallfile  bench/smallfile's four workloads (create, randmod, append, empty), N files
 #   meta       bench/fsops: create, readdir, rename, stat, unlink of M names in one dir
+#   seq        bench/seqio: one file of SEQ_MIB MiB written in 1 MiB calls and fsync()ed,
+#              then read back (its page-cache pages dropped first) with every byte checked
 #   fio        fio: write, read, randwrite, randread x 4 MiB and 4 KiB blocks x 1 and 4
 #              jobs (psync, end_fsync for writes, page cache invalidated before each job)
 #   tar        tar -xf of a tarball of /usr/include (no chown)
@@ -31,9 +33,10 @@
 # Each figure is repeated N times (--reps, default 3) and the median, min and max are
 # reported; the slow targets (--slow-targets, default s3,rclone,s3fs, whose repetitions take
 # minutes) run --slow-reps times (default 1) and fio runs once per target (--fio-reps).
-# Sizes: small files N=500, metadata ops M=1000 names, fio 16 MiB per job and at most
-# 1 s, tar of /usr/include, a repository of 3000 files, 10,000 files in 100 dirs.  The
-# workloads run in the order smallfile, tar, git, mfiles, build, fio, meta, each on every
+# Sizes: small files N=500, metadata ops M=1000 names, sequential 1024 MiB (256 MiB on the
+# slow targets), fio 16 MiB per job and at most 1 s, tar of /usr/include, a repository of
+# 3000 files, 10,000 files in 100 dirs.  The
+# workloads run in the order smallfile, tar, git, mfiles, build, seq, fio, meta, each on every
 # target in turn (raw.txt grows as they finish: bench/report.py OUT reports a cut run).  For the targets that buffer writes (s3wb, rclone,
 # s3fs) the time from the end of each writing workload until its data is in the object
 # store (the durability point) is measured: s3wb until its staging area is empty; rclone
@@ -64,7 +67,7 @@ case "$1" in -h|--help) usage ;; esac
 BUILD=$(cd "$1" 2>/dev/null && pwd) || { echo "run.sh: no build dir '$1'" >&2; exit 2; }
 shift
 ALL_TARGETS=disk,pthp,pthpwb,kpt,sqlite,s3wb,s3,rclone,s3fs
-ALL_WORKLOADS=smallfile,tar,git,mfiles,build,fio,meta
+ALL_WORKLOADS=smallfile,tar,git,mfiles,build,seq,fio,meta
 REPS=3
 SLOW_REPS=1
 FIO_REPS=1
@@ -101,11 +104,13 @@ done
 
 # sizes
 SF_N=500; META_N=1000; FIO_MIB=16; FIO_SECS=1; MF_DIRS=100; MF_PER=100
+SEQ_MIB=1024; SEQ_SLOW_MIB=256
 GIT_FILES=3000; TAR_SRC=/usr/include; BUILD_FILES=8
 FIO_BS="4m 4k"; FIO_JOBS="1 4"
 if [ $QUICK = 1 ]; then
   REPS=1; SLOW_REPS=1; FIO_REPS=1; CAP=120
   SF_N=100; META_N=300; FIO_MIB=8; FIO_SECS=1; MF_DIRS=10; MF_PER=20
+  SEQ_MIB=64; SEQ_SLOW_MIB=16
   GIT_FILES=200; TAR_SRC=/usr/include/linux; BUILD_FILES=2
   FIO_BS="4m 4k"; FIO_JOBS="1"
 fi
@@ -134,11 +139,12 @@ RAW=$OUT/raw.txt
 rm -f "$OUT"/*.png "$OUT"/*.dat "$OUT"/*.gp "$OUT"/fio-*.json
 
 # the binaries are copied so that a rebuild during the run does not change what runs
-for b in mounter/kegfs bench/keg_passthrough bench/smallfile bench/fsops; do
+for b in mounter/kegfs bench/keg_passthrough bench/smallfile bench/fsops bench/seqio; do
   [ -x "$BUILD/$b" ] || { echo "run.sh: $BUILD/$b is missing (make build)" >&2; exit 2; }
   cp "$BUILD/$b" "$D/bin/"
 done
 KEGFS=$D/bin/kegfs; KPT=$D/bin/keg_passthrough; SF=$D/bin/smallfile; FSOPS=$D/bin/fsops
+SEQIO=$D/bin/seqio
 
 has() { [[ ",$TARGETS," == *",$1,"* ]]; }
 hasw() { [[ ",$WORKLOADS," == *",$1,"* ]]; }
@@ -189,6 +195,7 @@ ver() { "$@" 2>&1 | head -1; }
   echo "ceph=$(ver radosgw --version)"
   echo "reps=$REPS"; echo "slow_reps=$SLOW_REPS"; echo "slow_targets=$SLOW_TARGETS"; echo "fio_reps=$FIO_REPS"; echo "quick=$QUICK"
   echo "smallfile_n=$SF_N"; echo "meta_n=$META_N"; echo "fio_mib=$FIO_MIB"
+  echo "seq_mib=$SEQ_MIB"; echo "seq_slow_mib=$SEQ_SLOW_MIB"
   echo "fio_secs=$FIO_SECS"; echo "mfiles=$((MF_DIRS * MF_PER)) in $MF_DIRS dirs"
   echo "git_files=$GIT_FILES"; echo "tar_src=$TAR_SRC"; echo "cap_s=$CAP"
 } > "$OUT/machine.txt"
@@ -464,6 +471,30 @@ w_meta() {
     out=$(timeout "$CAP" "$FSOPS" -n "$META_N" "$op" "$dir") || { fail "$t meta $op"; break; }
     record "$t $r meta.$op $(echo "$out" | sed 's/^op=[a-z]* //')"
   done
+  rm -rf "$dir"
+  quiesce
+}
+
+# field KEY LINE: the value of KEY=... in LINE
+field() { sed -nE "s/.*(^| )$1=([^ ]*).*/\2/p" <<< "$2"; }
+
+w_seq() {
+  local t=$1 r=$2 dir=$3/seq mib=$SEQ_MIB out rc
+  [[ ",$SLOW_TARGETS," == *",$t,"* ]] && mib=$SEQ_SLOW_MIB
+  mkdir -p "$dir"
+  out=$(timeout "$CAP" "$SEQIO" write "$dir/f" "$mib" "$r" 2>> "$D/$t-seq.err")
+  rc=$?
+  LAST_RC=$rc
+  T_END=$(now)
+  if [ $rc = 0 ]; then
+    record "$t $r seq.write mib_s=$(field mib_s "$out") ok=1$(after "$t" "$dir" 1 $((mib << 20)))"
+    out=$(timeout "$CAP" "$SEQIO" read "$dir/f" "$mib" "$r" 2>> "$D/$t-seq.err")
+    rc=$?
+    record "$t $r seq.read mib_s=$(field mib_s "$out") ok=$([ $rc = 0 ] && field ok "$out")"
+    [ $rc = 0 ] || fail "$t seq read (rc $rc)"
+  else
+    fail "$t seq write (rc $rc)"
+  fi
   rm -rf "$dir"
   quiesce
 }
