@@ -539,12 +539,26 @@ static void mnt_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     struct keg_fh *fh = req_fh(req, ino, fi);
     if (!fh)
         return;
+    /* most sequential reads lie inside one cached block: reply from it */
+    struct keg_fs *fs = mnt(req)->fs;       /* req is gone once replied to */
+    const void *data;
+    void *pin;
+    int rc = keg_fs_read_pin(fs, fh, (uint64_t)off, size, &data, &pin);
+    if (rc < 0) {
+        fuse_reply_err(req, -rc);
+        return;
+    }
+    if (rc > 0) {
+        fuse_reply_buf(req, data, size);    /* copies the bytes before it returns */
+        keg_fs_read_unpin(fs, pin);
+        return;
+    }
     char *buf = tbuf_get(size);
     if (!buf) {
         fuse_reply_err(req, ENOMEM);
         return;
     }
-    ssize_t n = keg_fs_read(mnt(req)->fs, fh, (uint64_t)off, buf, size);
+    ssize_t n = keg_fs_read(fs, fh, (uint64_t)off, buf, size);
     if (n < 0)
         fuse_reply_err(req, (int)-n);
     else

@@ -28,6 +28,10 @@
  * reader that arrives while it is LOADING waits for it (single-flight).
  * A read that needs several blocks queues all of them but the first on the
  * fetch pool and then copies in order, so the GETs run in parallel.
+ * keg_fs_read_pin serves the common case without that copy: a committed
+ * range inside one block of one slice is answered from the cache entry
+ * itself, referenced (so never evicted or freed) until the FUSE reply has
+ * copied it; it verifies nothing less, the entry was checked when fetched.
  *
  * A missing block usually means the reader's layout is stale (compaction or
  * another mounter replaced the chunk's slices and their blocks were deleted):
@@ -848,4 +852,68 @@ ssize_t keg_fs_read(struct keg_fs *fs, struct keg_fh *fh, uint64_t off, void *bu
     if (n > 0)
         readahead(fs, fh, off, (size_t)n);
     return n;
+}
+
+int keg_fs_read_pin(struct keg_fs *fs, struct keg_fh *fh, uint64_t off, size_t size,
+                    const void **data, void **pin)
+{
+    struct fs_inode *ip = fh->ip;
+    struct fs_seg local[FS_READ_LOCAL_SEGS];
+    struct fs_seg *segs = NULL;
+    struct bc_ent *e = NULL;
+    size_t n = 0;
+    int dirty, rc;
+    uint64_t fsize;
+
+    *data = NULL;
+    *pin = NULL;
+    if (size == 0 || size > fs->bs)
+        return 0;
+    pthread_mutex_lock(&ip->mu);
+    dirty = ip->wfirst != NULL;
+    fsize = ip->size;
+    pthread_mutex_unlock(&ip->mu);
+    /* buffered writes, or a read reaching the (cached) end: keg_fs_read
+     * commits, refreshes the size and answers short reads */
+    if (dirty || off + size > fsize)
+        return 0;
+    uint32_t indx = (uint32_t)(off / KEG_CHUNK_SIZE);
+    uint32_t cfrom = (uint32_t)(off - (uint64_t)indx * KEG_CHUNK_SIZE);
+    if ((uint64_t)cfrom + size > KEG_CHUNK_SIZE)
+        return 0;
+    uint32_t cto = cfrom + (uint32_t)size;
+    rc = chunk_segs(fs, ip, indx, cfrom, cto, local, &segs, &n);
+    if (rc < 0)
+        return rc;
+    rc = 0;
+    if (n == 1 && segs[0].id != 0 && segs[0].pos <= cfrom &&
+        (uint64_t)segs[0].pos + segs[0].len >= cto) {
+        const struct fs_seg *sg = &segs[0];
+        uint32_t a = sg->soff + (cfrom - sg->pos);      /* in the slice */
+        uint32_t i = a / fs->bs;
+        uint64_t b0 = (uint64_t)i * fs->bs;
+        /* one block of the slice holds all of it */
+        if ((uint64_t)a + size <= b0 + fs_block_len(fs->bs, sg->size, i) &&
+            (uint64_t)a + size <= sg->size) {
+            rc = bc_get(fs, sg->id, i, fs_block_len(fs->bs, sg->size, i), &e);
+            if (rc == -ENOENT)
+                rc = 0;     /* keg_fs_read reloads the layout, waits, reports */
+            else if (rc == 0) {
+                *data = e->data + (a - b0);
+                *pin = e;
+                rc = 1;
+            }
+        }
+    }
+    if (segs != local)
+        keg_free(segs);
+    if (rc == 1)
+        readahead(fs, fh, off, size);
+    return rc;
+}
+
+void keg_fs_read_unpin(struct keg_fs *fs, void *pin)
+{
+    if (pin)
+        bc_put(fs->bc, pin);
 }

@@ -1,6 +1,7 @@
 /* test_fs_io.c -- the core/fs data path against an in-memory model: random
  * writes/reads/truncates through two handles, chunk boundaries, unlink while
  * open, copy_range sharing, fallocate, SEEK_DATA/SEEK_HOLE, corruption -> EIO,
+ * reads pinned in the block cache (keg_fs_read_pin),
  * deferred write errors, keep_cache, remount.  SQLite engine + file store. */
 #define _GNU_SOURCE 1
 #include <pthread.h>
@@ -24,9 +25,19 @@ static void write_all(struct tvol *v, struct keg_fh *fh, uint64_t off, const voi
     assert_int_equal(keg_fs_write(v->fs, fh, off, buf, n), (ssize_t)n);
 }
 
+/* Reads [off, off + n) both ways: pinned in the block cache when that applies
+ * (keg_fs_read_pin), and copied (keg_fs_read). */
 static void expect_read(struct tvol *v, struct keg_fh *fh, uint64_t off, const uint8_t *want,
                         size_t n)
 {
+    const void *data;
+    void *pin;
+    int rc = keg_fs_read_pin(v->fs, fh, off, n, &data, &pin);
+    assert_true(rc == 0 || rc == 1);
+    if (rc == 1) {
+        assert_memory_equal(data, want, n);
+        keg_fs_read_unpin(v->fs, pin);
+    }
     uint8_t *got = keg_malloc(n + 1);
     assert_non_null(got);
     assert_int_equal(keg_fs_read(v->fs, fh, off, got, n), (ssize_t)n);
@@ -197,6 +208,66 @@ static void test_io_chunk_boundary(void **state)
         size_t l = KEG_MIN((size_t)131072, n - p);
         expect_read(&v, fh, off + p, data + p, l);
     }
+    assert_int_equal(keg_fs_release(v.fs, fh), 0);
+    tvol_cleanup(&v);
+    keg_free(data);
+}
+
+/* keg_fs_read_pin: only a committed range inside one block of one slice,
+ * below the size, is pinned; everything else is left to keg_fs_read. */
+static void test_io_read_pin(void **state)
+{
+    struct tvol v;
+    uint64_t ino;
+    size_t n = 3 * BS + 1000;
+    uint8_t *data = keg_malloc(n);
+    const void *p;
+    void *pin;
+    (void)state;
+
+    tvol_init(&v, BS, "none");
+    tvol_mount(&v);
+    struct keg_fh *fh = tvol_create(&v, KEG_ROOT_INO, "f", &ino);
+    fill_random(data, n);
+    write_all(&v, fh, 0, data, n);
+    /* buffered, not committed: not pinned */
+    assert_int_equal(keg_fs_read_pin(v.fs, fh, 0, 4096, &p, &pin), 0);
+    assert_null(pin);
+    assert_int_equal(keg_fs_flush(v.fs, fh, 0), 0);
+    /* inside block 1 */
+    assert_int_equal(keg_fs_read_pin(v.fs, fh, BS + 10, BS - 10, &p, &pin), 1);
+    assert_memory_equal(p, data + BS + 10, BS - 10);
+    /* a second pin of the same block while the first is held */
+    const void *p2;
+    void *pin2;
+    assert_int_equal(keg_fs_read_pin(v.fs, fh, BS, 100, &p2, &pin2), 1);
+    assert_memory_equal(p2, data + BS, 100);
+    keg_fs_read_unpin(v.fs, pin2);
+    keg_fs_read_unpin(v.fs, pin);
+    /* across a block boundary, past the end, empty: not pinned */
+    assert_int_equal(keg_fs_read_pin(v.fs, fh, BS - 1, 2, &p, &pin), 0);
+    assert_int_equal(keg_fs_read_pin(v.fs, fh, n - 10, 11, &p, &pin), 0);
+    assert_int_equal(keg_fs_read_pin(v.fs, fh, 0, 0, &p, &pin), 0);
+    /* the last, short block up to the end */
+    assert_int_equal(keg_fs_read_pin(v.fs, fh, 3 * BS, 1000, &p, &pin), 1);
+    assert_memory_equal(p, data + 3 * BS, 1000);
+    keg_fs_read_unpin(v.fs, pin);
+    /* a hole (extended by truncate) is not pinned; a rewrite shows at once */
+    assert_int_equal(keg_fs_release(v.fs, fh), 0);
+    struct keg_attr a;
+    memset(&a, 0, sizeof(a));
+    a.size = 8 * BS;
+    assert_int_equal(keg_fs_setattr(v.fs, &tv_root, ino, KEG_FS_SET_SIZE, &a, &a), 0);
+    fh = tvol_open(&v, ino, O_RDWR);
+    assert_int_equal(keg_fs_read_pin(v.fs, fh, 5 * BS, 100, &p, &pin), 0);
+    expect_zeros(&v, fh, 5 * BS, 100);
+    write_all(&v, fh, 20, "rewritten", 9);
+    memcpy(data + 20, "rewritten", 9);
+    assert_int_equal(keg_fs_read_pin(v.fs, fh, 0, 100, &p, &pin), 0);    /* dirty */
+    assert_int_equal(keg_fs_flush(v.fs, fh, 0), 0);
+    expect_read(&v, fh, 0, data, 100);
+    /* two slices in the range (the rewrite over the first write): not pinned */
+    assert_int_equal(keg_fs_read_pin(v.fs, fh, 0, 100, &p, &pin), 0);
     assert_int_equal(keg_fs_release(v.fs, fh), 0);
     tvol_cleanup(&v);
     keg_free(data);
@@ -623,6 +694,7 @@ int main(void)
         cmocka_unit_test(test_io_random_small_buffer),
         cmocka_unit_test(test_io_random_zstd),
         cmocka_unit_test(test_io_chunk_boundary),
+        cmocka_unit_test(test_io_read_pin),
         cmocka_unit_test(test_io_unlink_while_open),
         cmocka_unit_test(test_io_delete_many_blocks),
         cmocka_unit_test(test_io_copy_range),

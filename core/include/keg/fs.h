@@ -141,6 +141,16 @@ int keg_fs_create(struct keg_fs *fs, const struct keg_ctx *c, uint64_t parent, c
                   uint32_t mode, int flags, struct keg_attr *out, struct keg_fh **fh);
 uint64_t keg_fh_ino(const struct keg_fh *fh);
 ssize_t keg_fs_read(struct keg_fs *fs, struct keg_fh *fh, uint64_t off, void *buf, size_t size);
+/* keg_fs_read without the copy, for the common case: when [off, off + size)
+ * lies inside one block of one slice, below the file's size, and the file
+ * has no buffered writes, the verified block is pinned in the block cache
+ * and *data points at the size bytes there (read-only; valid until
+ * keg_fs_read_unpin(fs, *pin)).  Returns 1 (pinned), 0 (not that case, or
+ * the block is missing: call keg_fs_read, which handles it) or -errno (as
+ * keg_fs_read: -EIO for a corrupt or unreadable block). */
+int keg_fs_read_pin(struct keg_fs *fs, struct keg_fh *fh, uint64_t off, size_t size,
+                    const void **data, void **pin);
+void keg_fs_read_unpin(struct keg_fs *fs, void *pin);
 /* write(2) of size bytes on a descriptor opened with O_APPEND.  The bytes
  * are buffered like any write, but their position is chosen when they are
  * committed: the metadata engine puts them at the file's end as it is then
