@@ -13,9 +13,14 @@ PY=/usr/bin/python3
 
 A=$MNT
 B=$WORK/mnt2
+# Each mount reads blocks the other has staged and not uploaded yet: a read waits for them
+# (--missing-block-wait).  Both mounters stage a thousand small objects per round, which a
+# gateway sharing two CPUs uploads in seconds to tens of seconds; the wait is set well above
+# that, so that what is checked here is where the appends land, not the gateway's rate.
 mt_umount
-mt_mount --writeback --cache-dir "$WORK/cacheA"
-m2_mount "$B" "$WORK/mounterB.log" "$META" --writeback --cache-dir "$WORK/cacheB"
+mt_mount --writeback --cache-dir "$WORK/cacheA" --missing-block-wait 60
+m2_mount "$B" "$WORK/mounterB.log" "$META" --writeback --cache-dir "$WORK/cacheB" \
+  --missing-block-wait 60
 
 cat > "$WORK/app.py" <<'PYEOF'
 import os, sys
