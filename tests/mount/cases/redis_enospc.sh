@@ -51,14 +51,30 @@ used=$(rd_cli "$PORT" INFO memory | sed -n 's/^used_memory_human:\(.*\)\r*$/\1/p
 note "ENOSPC after $created files (redis used_memory $used, maxmemory $MAXMEM)"
 [ "$created" -gt 100 ] || fail "only $created files before ENOSPC"
 
-# full: more creates fail with ENOSPC, mkdir too; reads, ls, stat, df keep working
-expect_fail 'No space left on device' touch "$M/fill/one-more"
+# full: more creates fail with ENOSPC, mkdir too; reads, ls, stat, df keep working.
+# Redis's used memory moves by some bytes from one command to the next (a failed
+# command's buffers are freed), so one of the next few creates may still fit: each
+# create either succeeds or fails with ENOSPC, and ENOSPC comes again within 20.
+again=0
+for i in $(seq 20); do
+  last=$M/fill/one-more-$i
+  if touch "$last" 2> "$WORK/touch.err"; then
+    note "create $i after ENOSPC still fitted"
+    created=$((created + 1))
+    continue
+  fi
+  grep -q 'No space left on device' "$WORK/touch.err" \
+    || fail "create while full failed with something else than ENOSPC: $(head -3 "$WORK/touch.err")"
+  again=1
+  break
+done
+[ $again = 1 ] || fail "20 creates after ENOSPC all succeeded"
 expect_fail 'No space left on device' mkdir "$M/newdir"
 (cd "$M/keep" && sha256sum -c --quiet "$WORK/keep.sha") || fail "existing files read differently while full"
 assert_eq "$(ls "$M/fill" | wc -l)" "$created" "ls of the full directory"
 stat "$M/fill/f000000" > /dev/null || fail "stat while full"
 df "$M" > /dev/null || fail "df while full"
-[ -e "$M/fill/one-more" ] && fail "a create that failed with ENOSPC left a file"
+[ -e "$last" ] && fail "a create that failed with ENOSPC left a file"
 
 # deleting works while full, and makes room
 half=$((created / 2))
