@@ -892,10 +892,10 @@ int keg_fs_read_pin(struct keg_fs *fs, struct keg_fh *fh, uint64_t off, size_t s
         uint32_t a = sg->soff + (cfrom - sg->pos);      /* in the slice */
         uint32_t i = a / fs->bs;
         uint64_t b0 = (uint64_t)i * fs->bs;
+        uint32_t blen = fs_block_len(fs->bs, sg->size, i);
         /* one block of the slice holds all of it */
-        if ((uint64_t)a + size <= b0 + fs_block_len(fs->bs, sg->size, i) &&
-            (uint64_t)a + size <= sg->size) {
-            rc = bc_get(fs, sg->id, i, fs_block_len(fs->bs, sg->size, i), &e);
+        if ((uint64_t)a + size <= b0 + blen && (uint64_t)a + size <= sg->size) {
+            rc = bc_get(fs, sg->id, i, blen, &e);
             if (rc == -ENOENT)
                 rc = 0;     /* keg_fs_read reloads the layout, waits, reports */
             else if (rc == 0) {
