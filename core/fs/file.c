@@ -108,15 +108,22 @@ uint8_t *fs_bigbuf_get(struct keg_fs *fs)
     pthread_mutex_unlock(&fs->bigbuf_mu);
     if (p)
         return p;
-    p = keg_malloc(fs->bigbuf_size);
+    /* A fresh buffer is mapped but has no pages yet.  Filling it page by
+     * page would fault once per 4 KiB, and under virtualization each first
+     * touch of a user page is a trip to the hypervisor: a 4 MiB fill into a
+     * fresh buffer ran at 0.7 GB/s against 10 GB/s into a used one.  So the
+     * whole 2 MiB pages inside it ask for transparent huge pages (one fault
+     * and one mapping each; ignored where THP is off) and the buffer is
+     * populated in one call. */
+    size_t hp = (size_t)2 << 20;
+    int huge = fs->bigbuf_size >= hp;
+    p = huge ? keg_malloc_aligned(hp, fs->bigbuf_size) : keg_malloc(fs->bigbuf_size);
     if (p) {
-        /* A fresh buffer is mapped but has no pages yet: filling it would
-         * take one page fault per 4 KiB (expensive under virtualization).
-         * Populating the whole pages inside it in one call costs the same
-         * zeroing without the faults. */
         long pg = sysconf(_SC_PAGESIZE);
         uintptr_t a = ((uintptr_t)p + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1);
         uintptr_t e = ((uintptr_t)p + fs->bigbuf_size) & ~((uintptr_t)pg - 1);
+        if (huge)
+            (void)madvise(p, fs->bigbuf_size & ~(hp - 1), MADV_HUGEPAGE);
         if (pg > 0 && e > a)
             (void)madvise((void *)a, e - a, MADV_POPULATE_WRITE);
     }
