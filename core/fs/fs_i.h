@@ -590,7 +590,11 @@ struct keg_fh {
     uint64_t         ra_next;       /* where the next sequential read starts */
     uint64_t         ra_upto;       /* read-ahead was issued up to here */
     uint32_t         ra_win;        /* window in blocks (0: not sequential) */
+    uint64_t         ra_dropped;    /* cached blocks below here were dropped */
 };
+/* A steady sequential reader drops the cached blocks that lie wholly more
+ * than this and one block behind the end of its reads (read.c). */
+#define FS_DROP_BEHIND (8u << 20)
 
 static inline uint32_t fs_block_len(uint32_t bs, uint32_t size, uint32_t i)
 {

@@ -19,11 +19,23 @@
  * retried here (see below).
  *
  * Read-ahead: every handle remembers where its next sequential read would
- * start.  A read that starts within 256 KiB of there doubles the handle's
- * window (1 block up to FS_RA_MAX_BLOCKS); any other read resets it.  After a
- * sequential read, the blocks of [end, end + window * bs) that are not cached
- * yet and were not requested before are queued on the fetch pool
- * (FS_FETCH_THREADS threads, bounded queue; a full queue drops the request).
+ * start.  A read that starts near there doubles the handle's window (1 block
+ * up to FS_RA_MAX_BLOCKS); any other read resets it.  "Near" is 256 KiB for a
+ * reader not yet sequential and the window's bytes for one that is: the
+ * kernel's own read-ahead keeps several reads in flight, and the threads
+ * answering them overtake each other by up to its window (4 MiB, set by
+ * `kegfs mount --read-ahead`).  After a sequential read, the blocks of
+ * [end, end + window * bs) that are not cached yet and were not requested
+ * before are queued on the fetch pool (FS_FETCH_THREADS threads, bounded
+ * queue; a full queue drops the request).
+ * Drop-behind: a reader at full window also gives back the cached blocks
+ * that lie wholly more than FS_DROP_BEHIND + one block behind the end of its
+ * reads (a block still shown elsewhere in the range is kept; a referenced
+ * one only goes to the LRU tail).  A file streamed once then holds about
+ * FS_DROP_BEHIND + the window of cache instead of the whole read share, the
+ * blocks other readers use stay cached, and the stream's fetches reuse the
+ * buffers it freed.  Reading the file again is served by the kernel's page
+ * cache (keep_cache) or fetched again from the store (or the disk cache).
  * A fetch job is just bc_get + bc_put: the block lands in this cache, and a
  * reader that arrives while it is LOADING waits for it (single-flight).
  * A read that needs several blocks queues all of them but the first on the
@@ -61,8 +73,8 @@
  * being copied right now) + blocks being fetched + the fs's idle whole-block
  * buffers (fs_bigbuf_get, at most 4, shared with the writers): evicted
  * blocks' buffers go back there for the next fetches (a fresh one costs a
- * page fault and a page clear per 4 KiB), and the idle ones are freed while
- * writers press the budget.
+ * page clear per 4 KiB and, under virtualization, a first touch per page:
+ * file.c), and the idle ones are freed while writers press the budget.
  * While the read share is down to the floor, read-ahead and parallel fetches
  * are not queued: they would only evict the blocks readers are about to copy.
  */
@@ -261,6 +273,15 @@ static void hash_unlink(struct fs_bcache *bc, struct bc_ent *e)
     e->hashed = 0;
 }
 
+/* The entry of block indx of slice id, or NULL.  LOCKS: bc->mu held. */
+static struct bc_ent *bc_lookup(struct fs_bcache *bc, uint64_t id, uint32_t indx)
+{
+    struct bc_ent *e = bc->h[bc_hash(id, indx)];
+    while (e && (e->id != id || e->indx != indx))
+        e = e->hnext;
+    return e;
+}
+
 /* Evict unreferenced entries from the LRU tail until the read share is
  * within bc_limit().  LOCKS: bc->mu held. */
 static void bc_evict(struct fs_bcache *bc)
@@ -401,7 +422,6 @@ static int bc_get_mode(struct keg_fs *fs, uint64_t id, uint32_t indx, uint32_t b
                        int prefetch, struct bc_ent **out)
 {
     struct fs_bcache *bc = fs->bc;
-    size_t h = bc_hash(id, indx);
     struct bc_ent *e;
     uint8_t *base = NULL, *data = NULL;
     size_t base_size = 0;
@@ -409,10 +429,7 @@ static int bc_get_mode(struct keg_fs *fs, uint64_t id, uint32_t indx, uint32_t b
 
     *out = NULL;
     pthread_mutex_lock(&bc->mu);
-    for (e = bc->h[h]; e; e = e->hnext) {
-        if (e->id == id && e->indx == indx)
-            break;
-    }
+    e = bc_lookup(bc, id, indx);
     if (e && prefetch) {
         /* cached or being fetched: a prefetch never waits */
         pthread_mutex_unlock(&bc->mu);
@@ -454,8 +471,9 @@ static int bc_get_mode(struct keg_fs *fs, uint64_t id, uint32_t indx, uint32_t b
     e->state = BC_LOADING;
     e->refs = 1;
     e->hashed = 1;
-    e->hnext = bc->h[h];
-    bc->h[h] = e;
+    struct bc_ent **head = &bc->h[bc_hash(id, indx)];
+    e->hnext = *head;
+    *head = e;
     pthread_mutex_unlock(&bc->mu);
 
     rc = block_fetch(fs, id, indx, blen, &base, &base_size, &data);
@@ -495,10 +513,7 @@ static int bc_has(struct fs_bcache *bc, uint64_t id, uint32_t indx)
 {
     struct bc_ent *e;
     pthread_mutex_lock(&bc->mu);
-    for (e = bc->h[bc_hash(id, indx)]; e; e = e->hnext) {
-        if (e->id == id && e->indx == indx)
-            break;
-    }
+    e = bc_lookup(bc, id, indx);
     pthread_mutex_unlock(&bc->mu);
     return e != NULL;
 }
@@ -761,6 +776,41 @@ ssize_t fs_read_range(struct keg_fs *fs, struct fs_inode *ip, uint64_t off, void
     return (ssize_t)size;
 }
 
+/* Calls fn(fs, segs, n, cfrom, cto, arg) for each chunk of file range
+ * [from, to) with the chunk's segments overlapping [cfrom, cto), in file
+ * order, until fn returns < 0 (or the layout cannot be loaded). */
+typedef int (*chunk_fn)(struct keg_fs *fs, const struct fs_seg *segs, size_t n, uint32_t cfrom,
+                        uint32_t cto, void *arg);
+
+static void each_chunk(struct keg_fs *fs, struct fs_inode *ip, uint64_t from, uint64_t to,
+                       chunk_fn fn, void *arg)
+{
+    while (from < to) {
+        uint32_t indx = (uint32_t)(from / KEG_CHUNK_SIZE);
+        uint64_t base = (uint64_t)indx * KEG_CHUNK_SIZE;
+        uint32_t cfrom = (uint32_t)(from - base);
+        uint32_t cto = (uint32_t)KEG_MIN((uint64_t)KEG_CHUNK_SIZE, to - base);
+        struct fs_seg local[FS_READ_LOCAL_SEGS];
+        struct fs_seg *segs = NULL;
+        size_t n = 0;
+        int rc = chunk_segs(fs, ip, indx, cfrom, cto, local, &segs, &n);
+        if (rc == 0)
+            rc = fn(fs, segs, n, cfrom, cto, arg);
+        if (segs != local)
+            keg_free(segs);
+        if (rc < 0)
+            return;
+        from = base + cto;
+    }
+}
+
+static int prefetch_segs(struct keg_fs *fs, const struct fs_seg *segs, size_t n, uint32_t cfrom,
+                         uint32_t cto, void *budget)
+{
+    unsigned skip = 0;
+    return fetch_segs(fs, segs, n, cfrom, cto, &skip, budget);
+}
+
 /* Queue fetches of the blocks of file range [from, to) (clipped to the size). */
 static void prefetch_range(struct keg_fs *fs, struct fs_inode *ip, uint64_t from, uint64_t to)
 {
@@ -770,44 +820,89 @@ static void prefetch_range(struct keg_fs *fs, struct fs_inode *ip, uint64_t from
     pthread_mutex_lock(&ip->mu);
     fsize = ip->size;
     pthread_mutex_unlock(&ip->mu);
-    to = KEG_MIN(to, fsize);
-    while (from < to) {
-        uint32_t indx = (uint32_t)(from / KEG_CHUNK_SIZE);
-        uint64_t base = (uint64_t)indx * KEG_CHUNK_SIZE;
-        uint32_t cfrom = (uint32_t)(from - base);
-        uint32_t cto = (uint32_t)KEG_MIN((uint64_t)KEG_CHUNK_SIZE, to - base);
-        struct fs_seg local[FS_READ_LOCAL_SEGS];
-        struct fs_seg *segs = NULL;
-        unsigned skip = 0;
-        size_t n = 0;
-        int rc = chunk_segs(fs, ip, indx, cfrom, cto, local, &segs, &n);
-        if (rc == 0)
-            rc = fetch_segs(fs, segs, n, cfrom, cto, &skip, &budget);
-        if (segs != local)
-            keg_free(segs);
-        if (rc < 0)
-            return;
-        from = base + cto;
+    each_chunk(fs, ip, from, KEG_MIN(to, fsize), prefetch_segs, &budget);
+}
+
+/* Drop-behind: give back the cache entry of block indx of slice id, which
+ * a sequential reader has finished.  An unreferenced READY entry is freed at
+ * once (its buffer goes back to the fs's idle whole-block buffers, for the
+ * reader's next fetch); a referenced one (another reader is copying it) is
+ * only moved to the LRU tail, to be evicted first.  LOCKS: takes bc->mu. */
+static void bc_drop(struct fs_bcache *bc, uint64_t id, uint32_t indx)
+{
+    struct bc_ent *e;
+    pthread_mutex_lock(&bc->mu);
+    e = bc_lookup(bc, id, indx);
+    if (e && e->state == BC_READY) {
+        lru_unlink(e);
+        if (e->refs == 0) {
+            hash_unlink(bc, e);
+            atomic_fetch_sub_explicit(&bc->used, e->len, memory_order_relaxed);
+            bc_buf_release_locked(bc, e->base, e->base_size);
+            keg_free(e);
+        } else {
+            e->lprev = bc->lru.lprev;       /* the tail: evicted first */
+            e->lnext = &bc->lru;
+            bc->lru.lprev->lnext = e;
+            bc->lru.lprev = e;
+        }
     }
+    pthread_mutex_unlock(&bc->mu);
+}
+
+/* Drop the cached blocks whose visible bytes all lie in chunk range
+ * [cfrom, cto) (segs cover it): a block that also shows bytes outside it is
+ * kept.  A chunk_fn. */
+static int drop_segs(struct keg_fs *fs, const struct fs_seg *segs, size_t n, uint32_t cfrom,
+                     uint32_t cto, void *arg)
+{
+    uint32_t bs = fs->bs;
+    (void)arg;
+    for (size_t k = 0; k < n; k++) {
+        const struct fs_seg *s = &segs[k];
+        uint32_t a = KEG_MAX(s->pos, cfrom);
+        uint32_t b = (uint32_t)KEG_MIN((uint64_t)s->pos + s->len, (uint64_t)cto);
+        if (s->id == 0 || a >= b || (uint64_t)s->soff + s->len > s->size)
+            continue;
+        uint32_t sa = s->soff + (a - s->pos);
+        uint32_t sb = s->soff + (b - s->pos);
+        for (uint32_t i = sa / bs; (uint64_t)i * bs < sb; i++) {
+            uint64_t b0 = (uint64_t)i * bs;
+            uint64_t va = KEG_MAX(b0, (uint64_t)s->soff);
+            uint64_t vb = KEG_MIN(b0 + fs_block_len(bs, s->size, i), (uint64_t)s->soff + s->len);
+            if (va >= sa && vb <= sb)
+                bc_drop(fs->bc, s->id, i);
+        }
+    }
+    return 0;
 }
 
 /* Sequential detection per handle; issues read-ahead after a read of
  * [off, off+n).  Reads arriving a little out of order (the kernel sends
- * several at once) still count as sequential. */
+ * several at once) still count as sequential.  A steady sequential reader
+ * (full window) also drops the blocks it finished, more than
+ * FS_DROP_BEHIND bytes and its current block behind it (see DESIGN). */
 static void readahead(struct keg_fs *fs, struct keg_fh *fh, uint64_t off, size_t n)
 {
-    /* a few FUSE reads (128 KiB) in flight may overtake each other; a random
-     * reader must not look sequential, so the tolerance stays small */
-    const uint64_t slack = 256u << 10;
+    uint64_t slack;
     uint64_t from = 0;
     uint64_t to = 0;
+    uint64_t dfrom = 0;
+    uint64_t dto = 0;
 
     pthread_mutex_lock(&fh->ra_mu);
+    /* The kernel's own read-ahead keeps several FUSE reads in flight, and
+     * the threads answering them overtake each other by up to its window (4
+     * MiB by default).  A random reader must not look sequential, so the
+     * tolerance is small until the reader was sequential, then grows with
+     * the window. */
+    slack = KEG_MAX((uint64_t)256 << 10, (uint64_t)fh->ra_win * fs->bs);
     if (off + slack >= fh->ra_next && off <= fh->ra_next + slack) {
         fh->ra_win = fh->ra_win ? KEG_MIN(fh->ra_win * 2, FS_RA_MAX_BLOCKS) : 1;
     } else {
         fh->ra_win = 0;
         fh->ra_upto = 0;
+        fh->ra_dropped = off - off % fs->bs;
     }
     if (off + n > fh->ra_next || fh->ra_win == 0)
         fh->ra_next = off + n;
@@ -818,7 +913,17 @@ static void readahead(struct keg_fs *fs, struct keg_fh *fh, uint64_t off, size_t
         if (to > from)
             fh->ra_upto = to;
     }
+    if (fh->ra_win == FS_RA_MAX_BLOCKS && fh->ra_next > FS_DROP_BEHIND + fs->bs) {
+        dto = fh->ra_next - FS_DROP_BEHIND - fs->bs;
+        dto -= dto % fs->bs;
+        dfrom = KEG_MAX(fh->ra_dropped, dto > FS_RA_MAX_BLOCKS * (uint64_t)fs->bs ?
+                        dto - FS_RA_MAX_BLOCKS * (uint64_t)fs->bs : 0);
+        if (dto > fh->ra_dropped)
+            fh->ra_dropped = dto;
+    }
     pthread_mutex_unlock(&fh->ra_mu);
+    if (dto > dfrom)
+        each_chunk(fs, fh->ip, dfrom, dto, drop_segs, NULL);    /* first: its buffers serve the fetches */
     if (to > from)
         prefetch_range(fs, fh->ip, from, to);
 }

@@ -270,6 +270,84 @@ static void test_block_buffers_reused(void **state)
     keg_free(got);
 }
 
+/* Drop-behind (core/fs/read.c): a steady sequential reader gives back the
+ * blocks it finished, so reading a file much larger than FS_DROP_BEHIND holds
+ * about FS_DROP_BEHIND of cache, not the file; a reader in random order keeps
+ * what it read (up to the budget); a pinned block that the reader passes stays
+ * valid; a second reader behind the first reads right (it fetches again). */
+static void test_drop_behind(void **state)
+{
+    const uint32_t len = 3 * FS_DROP_BEHIND;    /* 24 MiB: 384 blocks */
+    const uint32_t rd = 128u << 10;
+    const uint64_t bound = FS_DROP_BEHIND + 3 * BS;
+    uint8_t *data = keg_malloc(len);
+    static uint8_t got[128u << 10];
+    struct keg_fs_conf conf;
+    struct tvol v;
+    uint64_t ino;
+    (void)state;
+
+    assert_non_null(data);
+    tvol_init(&v, BS, "none");
+    memset(&conf, 0, sizeof(conf));
+    conf.meta_url = v.url;
+    conf.mountpoint = "/test";
+    conf.no_session = 1;
+    conf.buffer_size = 64ull << 20;     /* room for the whole file */
+    assert_int_equal(keg_fs_new(&conf, &v.fs), 0);
+    fill_random(data, len);
+    struct keg_fh *fh = tvol_create(&v, KEG_ROOT_INO, "big", &ino);
+    for (uint32_t off = 0; off < len; off += rd)
+        assert_int_equal(keg_fs_write(v.fs, fh, off, data + off, rd), (ssize_t)rd);
+    assert_int_equal(keg_fs_flush(v.fs, fh, 1), 0);
+    assert_int_equal(keg_fs_release(v.fs, fh), 0);
+
+    /* sequential, with block 0 pinned from the start */
+    const void *p0;
+    void *pin0;
+    fh = tvol_open(&v, ino, O_RDONLY);
+    assert_int_equal(keg_fs_read_pin(v.fs, fh, 0, 100, &p0, &pin0), 1);
+    uint64_t peak = 0;
+    for (uint32_t off = 0; off < len; off += rd) {
+        assert_int_equal(keg_fs_read(v.fs, fh, off, got, rd), (ssize_t)rd);
+        assert_memory_equal(got, data + off, rd);
+        peak = KEG_MAX(peak, used(&v));
+        assert_true(used(&v) <= bound + BS);    /* + the pinned block */
+    }
+    assert_true(peak > FS_DROP_BEHIND / 2);    /* it did cache what it read */
+    assert_memory_equal(p0, data, 100);
+    keg_fs_read_unpin(v.fs, pin0);
+    /* a second handle reading behind a first one, interleaved */
+    struct keg_fh *fh2 = tvol_open(&v, ino, O_RDONLY);
+    uint64_t lag = FS_DROP_BEHIND + 4 * BS;
+    for (uint64_t off = 0; off < len + lag; off += rd) {
+        if (off < len) {
+            assert_int_equal(keg_fs_read(v.fs, fh, off, got, rd), (ssize_t)rd);
+            assert_memory_equal(got, data + off, rd);
+        }
+        if (off >= lag) {
+            assert_int_equal(keg_fs_read(v.fs, fh2, off - lag, got, rd), (ssize_t)rd);
+            assert_memory_equal(got, data + off - lag, rd);
+        }
+    }
+    assert_int_equal(keg_fs_release(v.fs, fh2), 0);
+    assert_int_equal(keg_fs_release(v.fs, fh), 0);
+
+    /* random order (every other 128 KiB, backwards): nothing is dropped */
+    fh = tvol_open(&v, ino, O_RDONLY);
+    uint64_t before = used(&v);
+    for (uint32_t off = len - 2 * rd;; off -= 2 * rd) {
+        assert_int_equal(keg_fs_read(v.fs, fh, off, got, rd), (ssize_t)rd);
+        assert_memory_equal(got, data + off, rd);
+        if (off == 0)
+            break;
+    }
+    assert_true(used(&v) >= len / 2 && used(&v) >= before);
+    assert_int_equal(keg_fs_release(v.fs, fh), 0);
+    tvol_cleanup(&v);
+    keg_free(data);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -277,6 +355,7 @@ int main(void)
         cmocka_unit_test(test_read_cap),
         cmocka_unit_test(test_small_cap),
         cmocka_unit_test(test_block_buffers_reused),
+        cmocka_unit_test(test_drop_behind),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
