@@ -71,8 +71,10 @@ static void dh_reset(struct keg_dh *dh)
 }
 
 struct batch_ctx {
-    struct keg_dh *dh;
-    int            err;
+    struct keg_fs     *fs;
+    struct keg_dh     *dh;
+    struct fs_xa_snap  xa;      /* taken before the engine call (xattr.c) */
+    int                err;
 };
 
 static int batch_cb(void *arg, const struct keg_dirent *de)
@@ -90,6 +92,7 @@ static int batch_cb(void *arg, const struct keg_dirent *de)
     }
     if (de->attr) {
         e->attr = *de->attr;
+        fs_xattr_learn(bc->fs, &bc->xa, de->ino, de->no_xattr);  /* spares ls -l its getxattrs */
     } else {
         memset(&e->attr, 0, sizeof(e->attr));
         e->attr.ino = de->ino;
@@ -102,11 +105,12 @@ static int batch_cb(void *arg, const struct keg_dirent *de)
 /* Replace the batch by the next one.  LOCKS: dh->mu held. */
 static int dh_next_batch(struct keg_fs *fs, struct keg_dh *dh, int plus)
 {
-    struct batch_ctx bc = {.dh = dh, .err = 0};
+    struct batch_ctx bc = {.fs = fs, .dh = dh, .err = 0};
     int rc;
     char *last;
 
     dh_clear_batch(dh);
+    fs_xattr_snap(&bc.xa);
     rc = keg_meta_readdir(fs->meta, dh->ino, dh->after, FS_DIR_BATCH, plus, batch_cb, &bc);
     if (rc >= 0 && bc.err < 0)
         rc = bc.err;

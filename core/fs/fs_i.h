@@ -647,6 +647,17 @@ ssize_t fs_xattr_get_raw(struct keg_fs *fs, uint64_t ino, const char *name, void
 /* A node ino was just created (with an access / default ACL or not): its
  * capability and missing ACLs are known absent, no engine call needed. */
 void fs_xattr_new_inode(struct keg_fs *fs, uint64_t ino, int has_access, int has_default);
+/* Taken before an engine call whose "no xattr" answers are to be cached
+ * (xattr.c DESIGN). */
+struct fs_xa_snap {
+    uint64_t gen;
+    uint32_t busy;
+};
+void fs_xattr_snap(struct fs_xa_snap *s);
+/* The engine said, after snapshot s, whether ino has no xattr at all (none):
+ * remember it briefly, unless an xattr change through this mount may have
+ * overtaken it; otherwise forget an older "none". */
+void fs_xattr_learn(const struct keg_fs *fs, const struct fs_xa_snap *s, uint64_t ino, int none);
 /* The volume instance fs goes away: forget its cached absences.  LOCKS: takes the cache lock. */
 void fs_xattr_forget_fs(const struct keg_fs *fs);
 

@@ -15,6 +15,21 @@
  * seen here within FS_CAP_TTL_NS (the kernel's own attribute cache is as
  * stale).  The table never answers "present": only absence is cached.
  *
+ * A second kind of entry says "no extended attribute at all" for an inode:
+ * readdir with attributes learns it for every entry at no extra round trip
+ * (the engines report it beside the attributes), and a node created here
+ * without ACLs starts so.  `ls -l` asks for "security.selinux" and
+ * "system.posix_acl_access" of every file it lists; a fresh listing of
+ * 10,000 files over Redis spent 1.4 s in those 20,000 calls.  Any name of such
+ * an inode answers ENODATA until the entry expires or this mount sets an
+ * xattr on it.
+ *
+ * An answer read from the engine may only be cached if no setxattr or
+ * removexattr through this mount ran meanwhile (it would be lost): those
+ * count themselves in flight (xa_busy) and bump xa_gen as they start; a
+ * filler snapshots both before its engine call (fs_xattr_snap) and stores
+ * the absence only if nothing was in flight then and xa_gen has not moved.
+ *
  * A directory removed while open here has no engine record: the engine's
  * -ENOENT sends each call to the xattrs kept with the open directory (dir.c).
  */
@@ -26,8 +41,11 @@
 #include "fs_i.h"
 
 #define FS_XATTR_CAP "security.capability"
-#define FS_CAP_SLOTS 4096
+#define FS_CAP_SLOTS_LOG2 14
+#define FS_CAP_SLOTS (1u << FS_CAP_SLOTS_LOG2)
 #define FS_CAP_TTL_NS (1000LL * 1000000)
+#define FS_XK_CAP 3                 /* kinds: 1, 2 the ACL names (fs_acl_name) */
+#define FS_XK_ALL 4                 /* no xattr of any name */
 
 struct cap_slot {
     const struct keg_fs *fs;    /* the volume instance (tests open several) */
@@ -38,12 +56,14 @@ struct cap_slot {
 
 static pthread_mutex_t cap_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct cap_slot cap_slots[FS_CAP_SLOTS];     /* protected by cap_lock */
+static uint64_t xa_gen;             /* setxattr/removexattr started; under cap_lock */
+static uint32_t xa_busy;            /* ... and not finished; under cap_lock */
 
 /* 1..3 for the names whose absence is cached, else 0. */
 static int xname_kind(const char *name)
 {
     if (strcmp(name, FS_XATTR_CAP) == 0)
-        return 3;
+        return FS_XK_CAP;
     return fs_acl_name(name);
 }
 
@@ -51,36 +71,93 @@ static struct cap_slot *cap_slot(const struct keg_fs *fs, uint64_t ino, int kind
 {
     uint64_t h = (ino ^ (uint64_t)(uintptr_t)fs ^ ((uint64_t)kind << 56)) *
                  0x9E3779B97F4A7C15ULL;
-    return &cap_slots[h >> 52];     /* top 12 bits: FS_CAP_SLOTS == 4096 */
+    return &cap_slots[h >> (64 - FS_CAP_SLOTS_LOG2)];
 }
 
+/* LOCKS: cap_lock held. */
+static int slot_absent(const struct keg_fs *fs, uint64_t ino, int kind, int64_t now)
+{
+    struct cap_slot *sl = cap_slot(fs, ino, kind);
+    return sl->fs == fs && sl->ino == ino && sl->kind == kind && now < sl->until;
+}
+
+/* 1 if name (of kind, 0: not a cached name) of ino is known absent. */
 static int cap_known_absent(const struct keg_fs *fs, uint64_t ino, int kind)
 {
-    int absent;
+    int64_t now = keg_mono_ns();
     pthread_mutex_lock(&cap_lock);
-    struct cap_slot *sl = cap_slot(fs, ino, kind);
-    absent = sl->fs == fs && sl->ino == ino && sl->kind == kind && keg_mono_ns() < sl->until;
+    int absent = (kind && slot_absent(fs, ino, kind, now)) || slot_absent(fs, ino, FS_XK_ALL, now);
     pthread_mutex_unlock(&cap_lock);
     return absent;
 }
 
-static void cap_set_absent(const struct keg_fs *fs, uint64_t ino, int kind)
+/* LOCKS: cap_lock held. */
+static void slot_set(const struct keg_fs *fs, uint64_t ino, int kind)
 {
-    pthread_mutex_lock(&cap_lock);
     struct cap_slot *sl = cap_slot(fs, ino, kind);
     sl->fs = fs;
     sl->ino = ino;
     sl->kind = kind;
     sl->until = keg_mono_ns() + FS_CAP_TTL_NS;
+}
+
+void fs_xattr_snap(struct fs_xa_snap *s)
+{
+    pthread_mutex_lock(&cap_lock);
+    s->gen = xa_gen;
+    s->busy = xa_busy;
     pthread_mutex_unlock(&cap_lock);
 }
 
-static void cap_forget(struct keg_fs *fs, uint64_t ino, int kind)
+/* Remember that kind of ino is absent, as an engine call made after snapshot
+ * s said, unless an xattr change through this mount may have overtaken it. */
+static void cap_set_absent(const struct keg_fs *fs, const struct fs_xa_snap *s, uint64_t ino,
+                           int kind)
 {
     pthread_mutex_lock(&cap_lock);
+    if (s->busy == 0 && s->gen == xa_gen)
+        slot_set(fs, ino, kind);
+    pthread_mutex_unlock(&cap_lock);
+}
+
+
+/* A setxattr/removexattr starts: no absence read
+ * from the engine before it ends is stored (see DESIGN). */
+static void change_begin(void)
+{
+    pthread_mutex_lock(&cap_lock);
+    xa_gen++;
+    xa_busy++;
+    pthread_mutex_unlock(&cap_lock);
+}
+
+/* LOCKS: cap_lock held. */
+static void slot_clear(const struct keg_fs *fs, uint64_t ino, int kind)
+{
     struct cap_slot *sl = cap_slot(fs, ino, kind);
     if (sl->fs == fs && sl->ino == ino && sl->kind == kind)
         sl->until = 0;
+}
+
+void fs_xattr_learn(const struct keg_fs *fs, const struct fs_xa_snap *s, uint64_t ino, int none)
+{
+    if (none) {
+        cap_set_absent(fs, s, ino, FS_XK_ALL);
+        return;
+    }
+    pthread_mutex_lock(&cap_lock);
+    slot_clear(fs, ino, FS_XK_ALL);
+    pthread_mutex_unlock(&cap_lock);
+}
+
+/* ... and ends: forget the absences it may have made wrong. */
+static void change_end(struct keg_fs *fs, uint64_t ino, int kind)
+{
+    pthread_mutex_lock(&cap_lock);
+    if (kind)
+        slot_clear(fs, ino, kind);
+    slot_clear(fs, ino, FS_XK_ALL);
+    xa_busy--;
     pthread_mutex_unlock(&cap_lock);
 }
 
@@ -98,13 +175,15 @@ ssize_t fs_xattr_get_raw(struct keg_fs *fs, uint64_t ino, const char *name, void
                          size_t size)
 {
     int kind = xname_kind(name);
-    if (kind && cap_known_absent(fs, ino, kind))
+    struct fs_xa_snap s;
+    if (cap_known_absent(fs, ino, kind))
         return -ENODATA;
+    fs_xattr_snap(&s);
     ssize_t n = keg_meta_getxattr(fs->meta, ino, name, buf, size);
     if (n == -ENOENT)
         return fs_odir_getxattr(fs, ino, name, buf, size);    /* removed, open here */
     if (kind && n == -ENODATA)
-        cap_set_absent(fs, ino, kind);
+        cap_set_absent(fs, &s, ino, kind);
     return n;
 }
 
@@ -144,6 +223,7 @@ int keg_fs_setxattr(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, co
         return -EROFS;
     struct fs_pattr_tok t;
     int kind = xname_kind(name);
+    change_begin();
     fs_pattr_begin(fs, ino, &t);        /* ctime of a directory may be cached (ns.c) */
     if (fs_acl_name(name))
         rc = fs_acl_set(fs, c, ino, name, val, len, flags);    /* also the mode (acl.c) */
@@ -152,8 +232,7 @@ int keg_fs_setxattr(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, co
     if (rc == -ENOENT)
         rc = fs_odir_setxattr(fs, ino, name, val, len, flags);  /* removed, open here */
     fs_pattr_end(fs, &t, NULL);
-    if (kind)
-        cap_forget(fs, ino, kind);
+    change_end(fs, ino, kind);
     return rc;
 }
 
@@ -178,23 +257,28 @@ int keg_fs_removexattr(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino,
         return -EROFS;
     struct fs_pattr_tok t;
     int kind = xname_kind(name);
+    change_begin();
     fs_pattr_begin(fs, ino, &t);
     rc = keg_meta_removexattr(fs->meta, ino, name);
     if (rc == -ENOENT)
         rc = fs_odir_removexattr(fs, ino, name);            /* removed, open here */
     fs_pattr_end(fs, &t, NULL);
-    if (kind)
-        cap_forget(fs, ino, kind);
+    change_end(fs, ino, kind);
     return rc;
 }
 
 void fs_xattr_new_inode(struct keg_fs *fs, uint64_t ino, int has_access, int has_default)
 {
-    cap_set_absent(fs, ino, 3);
+    /* nobody else knows the new inode number yet: no snapshot needed */
+    pthread_mutex_lock(&cap_lock);
+    slot_set(fs, ino, FS_XK_CAP);
     if (!has_access)
-        cap_set_absent(fs, ino, 1);
+        slot_set(fs, ino, 1);
     if (!has_default)
-        cap_set_absent(fs, ino, 2);
+        slot_set(fs, ino, 2);
+    if (!has_access && !has_default)
+        slot_set(fs, ino, FS_XK_ALL);
+    pthread_mutex_unlock(&cap_lock);
 }
 
 void keg_fs_set_acl(struct keg_fs *fs, int on)

@@ -1423,7 +1423,7 @@ static int mr_readdir(struct keg_meta *m, uint64_t ino, const char *after, uint3
     struct mr_priv *p = PRIV(m);
     char *cursor = NULL;
     int delivered = 0, rc = 0, stop = 0;
-    size_t step = plus ? 3 : 2;
+    size_t step = plus ? 4 : 2;     /* name, dirent[, attr, has xattrs] */
     if (after && *after) {
         cursor = keg_strdup(after);
         if (!cursor)
@@ -1465,12 +1465,16 @@ static int mr_readdir(struct keg_meta *m, uint64_t ino, const char *after, uint3
             struct keg_dirent de = {.name = nm->str, .ino = mr_get64(b),
                                     .type = (uint32_t)b[8] | (uint32_t)b[9] << 8, .attr = NULL};
             if (plus) {
+                const redisReply *xv = r->element[6 + i * step];
                 rc = mr_attr_decode(de.ino, r->element[5 + i * step], &at);
+                if (rc == 0 && xv->type != REDIS_REPLY_INTEGER)
+                    rc = -EIO;
                 if (rc) {
                     stop = 1;
                     break;
                 }
                 de.attr = &at;
+                de.no_xattr = xv->integer == 0;
             }
             if (cb(arg, &de)) {
                 stop = 1;

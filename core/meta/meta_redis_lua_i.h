@@ -479,7 +479,8 @@
 "return {0, putattr(a)}\n"
 
 /* ARGV: 4 dir ino, 5 has_after, 6 after, 7 max, 8 plus.
- * -> {0, names scanned, last name scanned, name1, dirent1[, attr1], name2, ...}
+ * -> {0, names scanned, last name scanned, name1, dirent1[, attr1, has xattrs1], name2, ...}
+ * (has xattrs: 1 or 0, with plus)
  * (an entry whose hash value or inode vanished is scanned but not returned) */
 #define MR_LUA_READDIR \
 "local ino = tonumber(ARGV[4])\n" \
@@ -496,11 +497,15 @@
 "  local v = vals[i]\n" \
 "  if v then\n" \
 "    local raw = ''\n" \
-"    if plus then raw = redis.call('GET', P .. 'i' .. N(struct.unpack('<I8', v))) end\n" \
+"    local cino = N(struct.unpack('<I8', v))\n" \
+"    if plus then raw = redis.call('GET', P .. 'i' .. cino) end\n" \
 "    if raw then\n" \
 "      out[#out + 1] = names[i]\n" \
 "      out[#out + 1] = v\n" \
-"      if plus then out[#out + 1] = raw end\n" \
+"      if plus then\n" \
+"        out[#out + 1] = raw\n" \
+"        out[#out + 1] = redis.call('EXISTS', P .. 'x' .. cino)\n" \
+"      end\n" \
 "    end\n" \
 "  end\n" \
 "end\n" \

@@ -529,6 +529,7 @@ static int sq_txn(struct keg_meta *m, int how, sq_fn *fn, void *arg)
                  "ctime,ctimensec,alloc"
 #define SQ_ICOLS_I "i.ino,i.mode,i.uid,i.gid,i.nlink,i.size,i.rdev,i.parent,i.atime," \
                    "i.atimensec,i.mtime,i.mtimensec,i.ctime,i.ctimensec,i.alloc"
+#define SQ_ICOLS_N 15   /* columns of SQ_ICOLS_I */
 
 static void sq_col_attr(sqlite3_stmt *st, int b, struct keg_attr *a)
 {
@@ -1975,6 +1976,7 @@ struct sq_dirent_buf {
     uint64_t ino;
     uint32_t type;
     struct keg_attr attr;
+    int no_xattr;
 };
 
 struct sq_readdir_arg {
@@ -1999,7 +2001,8 @@ static int sq_readdir_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
 {
     static const char sel[] = "SELECT d.name, d.ino, d.type FROM dentry d"
                               " WHERE d.parent=? AND d.name>? ORDER BY d.name LIMIT ?";
-    static const char selp[] = "SELECT d.name, d.ino, d.type, " SQ_ICOLS_I " FROM dentry d"
+    static const char selp[] = "SELECT d.name, d.ino, d.type, " SQ_ICOLS_I ","
+                               " EXISTS(SELECT 1 FROM xattr x WHERE x.ino=d.ino) FROM dentry d"
                                " JOIN inode i ON i.ino=d.ino"
                                " WHERE d.parent=? AND d.name>? ORDER BY d.name LIMIT ?";
     struct sq_readdir_arg *a = arg;
@@ -2029,8 +2032,11 @@ static int sq_readdir_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
             return -ENOMEM;
         e->ino = (uint64_t)sqlite3_column_int64(st, 1);
         e->type = (uint32_t)sqlite3_column_int64(st, 2);
-        if (a->plus)
+        e->no_xattr = 0;
+        if (a->plus) {
             sq_col_attr(st, 3, &e->attr);
+            e->no_xattr = sqlite3_column_int(st, 3 + SQ_ICOLS_N) == 0;
+        }
         a->n++;
         rc = sq_next(c, st);
     }
@@ -2045,7 +2051,8 @@ static int sq_readdir(struct keg_meta *m, uint64_t ino, const char *after, uint3
     int delivered = 0;
     for (size_t i = 0; rc == 0 && i < a.n; i++) {
         struct keg_dirent de = {.name = a.ents[i].name, .ino = a.ents[i].ino,
-                                .type = a.ents[i].type, .attr = plus ? &a.ents[i].attr : NULL};
+                                .type = a.ents[i].type, .attr = plus ? &a.ents[i].attr : NULL,
+                                .no_xattr = plus && a.ents[i].no_xattr};
         if (cb(arg, &de))
             break;
         delivered++;

@@ -10,6 +10,8 @@
 #include <cmocka.h>
 
 #include "test_fs_helpers.h"
+#include "fs/fs_i.h"
+#include <time.h>
 
 #define ACC "system.posix_acl_access"
 #define DEF "system.posix_acl_default"
@@ -193,12 +195,114 @@ static void test_acl_inherit(void **state)
     tvol_cleanup(&v);
 }
 
+/*--------------------------------------------------------------------------*/
+
+struct xnames {
+    int      n;
+    char     name[16][8];
+    uint64_t ino[16];
+};
+
+static int xnames_fill(void *arg, const char *name, const struct keg_attr *attr, uint64_t next)
+{
+    struct xnames *x = arg;
+    (void)next;
+    if (name[0] == '.' || x->n >= 16)
+        return 0;
+    snprintf(x->name[x->n], sizeof(x->name[0]), "%s", name);
+    x->ino[x->n++] = attr->ino;
+    return 0;
+}
+
+static void xlist(struct tvol *v, uint64_t dir, struct xnames *x)
+{
+    struct keg_dh *dh;
+    memset(x, 0, sizeof(*x));
+    assert_int_equal(keg_fs_opendir(v->fs, &tv_root, dir, &dh), 0);
+    assert_int_equal(keg_fs_readdir(v->fs, &tv_root, dh, 0, 1, xnames_fill, x), 0);
+    assert_int_equal(keg_fs_releasedir(v->fs, dh), 0);
+}
+
+static uint64_t meta_getxattrs(struct tvol *v)
+{
+    return atomic_load(&keg_meta_stats(v->fs->meta)[KEG_META_OP_GETXATTR].requests);
+}
+
+/* xattr.c: readdir with attributes learns which entries have no xattr at
+ * all, and their getxattrs (ls -l asks two per file) are answered without
+ * the engine; another mount's setxattr shows once the entry expires; this
+ * mount's own setxattr shows at once, also when it overtook a readdir. */
+static void test_xattr_absence_from_readdir(void **state)
+{
+    struct tvol v, other;
+    struct keg_attr a;
+    char val[16];
+    struct xnames x;
+    const struct timespec ttl = {1, 100 * 1000 * 1000};
+    (void)state;
+    tvol_init(&v, 65536, "none");
+    tvol_mount(&v);
+    other = v;      /* a second mount of the same volume */
+    assert_int_equal(tvol_mount_conf(&other, 1, 0, 0), 0);
+    assert_int_equal(keg_fs_mkdir(v.fs, &tv_root, KEG_ROOT_INO, "d", 0755, &a), 0);
+    uint64_t d = a.ino;
+    for (int i = 0; i < 8; i++) {
+        char name[8];
+        snprintf(name, sizeof(name), "f%d", i);
+        assert_int_equal(keg_fs_mknod(other.fs, &tv_root, d, name, S_IFREG | 0644, 0, &a), 0);
+    }
+    xlist(&v, d, &x);
+    assert_int_equal(x.n, 8);
+    assert_int_equal(keg_fs_setxattr(other.fs, &tv_root, x.ino[3], "user.k", "v3", 2, 0), 0);
+    /* f3 got an xattr before this listing: only f3 goes to the engine */
+    xlist(&v, d, &x);
+    uint64_t g0 = meta_getxattrs(&v);
+    for (int i = 0; i < 8; i++) {
+        assert_int_equal(keg_fs_getxattr(v.fs, &tv_root, x.ino[i], "security.selinux", val,
+                                         sizeof(val)), -ENODATA);
+        assert_int_equal(keg_fs_getxattr(v.fs, &tv_root, x.ino[i], "system.posix_acl_access",
+                                         val, sizeof(val)), -ENODATA);
+    }
+    assert_int_equal(keg_fs_getxattr(v.fs, &tv_root, x.ino[3], "user.k", val, sizeof(val)), 2);
+    assert_memory_equal(val, "v3", 2);
+    assert_int_equal(meta_getxattrs(&v) - g0, 3);   /* f3: selinux, the ACL, user.k */
+    /* another mount sets one: seen here once the entry expired */
+    assert_int_equal(keg_fs_setxattr(other.fs, &tv_root, x.ino[5], "user.k", "v5", 2, 0), 0);
+    nanosleep(&ttl, NULL);
+    assert_int_equal(keg_fs_getxattr(v.fs, &tv_root, x.ino[5], "user.k", val, sizeof(val)), 2);
+    assert_memory_equal(val, "v5", 2);
+    /* this mount sets one: seen at once */
+    xlist(&v, d, &x);
+    assert_int_equal(keg_fs_getxattr(v.fs, &tv_root, x.ino[6], "user.k", val, sizeof(val)),
+                     -ENODATA);
+    assert_int_equal(keg_fs_setxattr(v.fs, &tv_root, x.ino[6], "user.k", "v6", 2, 0), 0);
+    assert_int_equal(keg_fs_getxattr(v.fs, &tv_root, x.ino[6], "user.k", val, sizeof(val)), 2);
+    /* ... also when its change overtook an engine answer read before it */
+    struct fs_xa_snap s;
+    fs_xattr_snap(&s);
+    assert_int_equal(keg_fs_setxattr(v.fs, &tv_root, x.ino[7], "user.k", "v7", 2, 0), 0);
+    fs_xattr_learn(v.fs, &s, x.ino[7], 1);              /* the stale answer arrives */
+    assert_int_equal(keg_fs_getxattr(v.fs, &tv_root, x.ino[7], "user.k", val, sizeof(val)), 2);
+    assert_int_equal(keg_fs_removexattr(v.fs, &tv_root, x.ino[7], "user.k"), 0);
+    assert_int_equal(keg_fs_getxattr(v.fs, &tv_root, x.ino[7], "user.k", val, sizeof(val)),
+                     -ENODATA);
+    /* a node created here without ACLs has none: no engine call */
+    g0 = meta_getxattrs(&v);
+    assert_int_equal(keg_fs_mknod(v.fs, &tv_root, d, "new", S_IFREG | 0644, 0, &a), 0);
+    assert_int_equal(keg_fs_getxattr(v.fs, &tv_root, a.ino, "security.selinux", val,
+                                     sizeof(val)), -ENODATA);
+    assert_int_equal(meta_getxattrs(&v), g0);
+    keg_fs_free(other.fs);
+    tvol_cleanup(&v);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_acl_off_refused),
         cmocka_unit_test(test_acl_mode_sync),
         cmocka_unit_test(test_acl_inherit),
+        cmocka_unit_test(test_xattr_absence_from_readdir),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -224,6 +224,7 @@ static int delq_drain(struct keg_meta *m, uint64_t id, int *seen)
 struct names {
     char names[64][300];
     struct keg_attr attrs[64];
+    int no_xattr[64];
     int plus_seen;
     int n;
     int stop_after;             /* cb returns 1 on this call index (0: never) */
@@ -237,8 +238,10 @@ static int names_cb(void *arg, const struct keg_dirent *de)
     if (nm->n >= 64)
         return 1;
     snprintf(nm->names[nm->n], sizeof(nm->names[0]), "%s", de->name);
+    nm->no_xattr[nm->n] = de->no_xattr;
     if (de->attr) {
         nm->attrs[nm->n] = *de->attr;
+        nm->no_xattr[nm->n] = de->no_xattr;
         nm->plus_seen++;
         assert_int_equal(de->attr->ino, de->ino);
         assert_int_equal(de->attr->mode & S_IFMT, de->type);
@@ -1156,6 +1159,28 @@ static void test_readdir(void **state)
     assert_int_equal(nm.attrs[1].mode, S_IFDIR | 0700);     /* "B" */
     assert_int_equal(nm.attrs[1].nlink, 2);
     assert_int_equal(nm.attrs[0].mode, S_IFREG | 0600);
+    /* plus: which entries have no xattr at all (none has yet; then "a" and
+     * "B" get one, and "a" loses it again) */
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(nm.no_xattr[i], 1);
+    uint64_t xa = lookup_ino(t->m, d, "a"), xb = lookup_ino(t->m, d, "B");
+    assert_int_equal(keg_meta_setxattr(t->m, xa, "user.k", "v", 1, 0), 0);
+    assert_int_equal(keg_meta_setxattr(t->m, xb, "system.posix_acl_default", "\2\0\0\0", 4, 0),
+                     0);
+    memset(&nm, 0, sizeof(nm));
+    assert_int_equal(keg_meta_readdir(t->m, d, NULL, 0, 1, names_cb, &nm), 8);
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(nm.no_xattr[i], i != 1 && i != 2);    /* "B", "a" */
+    assert_int_equal(keg_meta_removexattr(t->m, xa, "user.k"), 0);
+    memset(&nm, 0, sizeof(nm));
+    assert_int_equal(keg_meta_readdir(t->m, d, NULL, 0, 1, names_cb, &nm), 8);
+    assert_int_equal(nm.no_xattr[2], 1);
+    assert_int_equal(nm.no_xattr[1], 0);
+    /* without plus, nothing is claimed */
+    memset(&nm, 0, sizeof(nm));
+    assert_int_equal(keg_meta_readdir(t->m, d, NULL, 0, 0, names_cb, &nm), 8);
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(nm.no_xattr[i], 0);
     /* early stop: the refused entry is not counted */
     memset(&nm, 0, sizeof(nm));
     nm.stop_after = 2;

@@ -98,6 +98,9 @@ struct keg_dirent {
     uint64_t         ino;
     uint32_t         type;  /* S_IFMT bits of the child's mode */
     struct keg_attr *attr;  /* full attributes when readdir(plus=1), else NULL */
+    int              no_xattr;  /* plus: 1 if the child had no extended attributes
+                                 * when its attributes were read; 0: has some, or
+                                 * the engine does not say */
 };
 
 /* A POSIX byte-range lock (end is inclusive; UINT64_MAX = to EOF). */
