@@ -914,10 +914,12 @@ static void readahead(struct keg_fs *fs, struct keg_fh *fh, uint64_t off, size_t
             fh->ra_upto = to;
     }
     if (fh->ra_win == FS_RA_MAX_BLOCKS && fh->ra_next > FS_DROP_BEHIND + fs->bs) {
+        /* at most span per call: a reader moves by one request (1 MiB, or
+         * the window when it skips ahead) */
+        uint64_t span = KEG_MAX((uint64_t)FS_DROP_BEHIND, FS_RA_MAX_BLOCKS * (uint64_t)fs->bs);
         dto = fh->ra_next - FS_DROP_BEHIND - fs->bs;
         dto -= dto % fs->bs;
-        dfrom = KEG_MAX(fh->ra_dropped, dto > FS_RA_MAX_BLOCKS * (uint64_t)fs->bs ?
-                        dto - FS_RA_MAX_BLOCKS * (uint64_t)fs->bs : 0);
+        dfrom = KEG_MAX(fh->ra_dropped, dto > span ? dto - span : 0);
         if (dto > fh->ra_dropped)
             fh->ra_dropped = dto;
     }
