@@ -256,12 +256,18 @@ static void lru_unlink(struct bc_ent *e)
     e->lprev = e->lnext = NULL;
 }
 
+/* Link e into the LRU after prev (&bc->lru: the MRU head). */
+static void lru_link(struct bc_ent *prev, struct bc_ent *e)
+{
+    e->lnext = prev->lnext;
+    e->lprev = prev;
+    prev->lnext->lprev = e;
+    prev->lnext = e;
+}
+
 static void lru_push(struct fs_bcache *bc, struct bc_ent *e)
 {
-    e->lnext = bc->lru.lnext;
-    e->lprev = &bc->lru;
-    bc->lru.lnext->lprev = e;
-    bc->lru.lnext = e;
+    lru_link(&bc->lru, e);
 }
 
 static void hash_unlink(struct fs_bcache *bc, struct bc_ent *e)
@@ -282,6 +288,17 @@ static struct bc_ent *bc_lookup(struct fs_bcache *bc, uint64_t id, uint32_t indx
     return e;
 }
 
+/* Remove the unreferenced READY entry e and free it (its buffer may go back
+ * to the idle whole-block buffers).  LOCKS: bc->mu held. */
+static void bc_free_ready(struct fs_bcache *bc, struct bc_ent *e)
+{
+    lru_unlink(e);
+    hash_unlink(bc, e);
+    atomic_fetch_sub_explicit(&bc->used, e->len, memory_order_relaxed);
+    bc_buf_release_locked(bc, e->base, e->base_size);
+    keg_free(e);
+}
+
 /* Evict unreferenced entries from the LRU tail until the read share is
  * within bc_limit().  LOCKS: bc->mu held. */
 static void bc_evict(struct fs_bcache *bc)
@@ -293,13 +310,8 @@ static void bc_evict(struct fs_bcache *bc)
         fs_bigbuf_drop(bc->fs);     /* writers need the memory more */
     while (atomic_load_explicit(&bc->used, memory_order_relaxed) > limit && e != &bc->lru) {
         struct bc_ent *prev = e->lprev;
-        if (e->refs == 0) {
-            lru_unlink(e);
-            hash_unlink(bc, e);
-            atomic_fetch_sub_explicit(&bc->used, e->len, memory_order_relaxed);
-            bc_buf_release_locked(bc, e->base, e->base_size);
-            keg_free(e);
-        }
+        if (e->refs == 0)
+            bc_free_ready(bc, e);
         e = prev;
     }
 }
@@ -607,6 +619,21 @@ static int fetch_one(struct keg_fs *fs, uint64_t id, uint32_t indx, uint32_t ble
     return 0;
 }
 
+/* The slice bytes [*sa, *sb) that data segment s shows in chunk range
+ * [cfrom, cto): 1, or 0 for a hole, no overlap, or a reference past the
+ * slice's end (corrupt: the read reports it). */
+static int seg_slice_range(const struct fs_seg *s, uint32_t cfrom, uint32_t cto, uint32_t *sa,
+                           uint32_t *sb)
+{
+    uint32_t a = KEG_MAX(s->pos, cfrom);
+    uint32_t b = (uint32_t)KEG_MIN((uint64_t)s->pos + s->len, (uint64_t)cto);
+    if (s->id == 0 || a >= b)
+        return 0;
+    *sa = s->soff + (a - s->pos);
+    *sb = s->soff + (b - s->pos);
+    return *sb <= s->size;
+}
+
 /* Queue fetches for the blocks behind chunk bytes [cfrom, cto) given the
  * segments segs (which cover at least that range); the first `skip` blocks
  * are left to the caller.  *budget limits the jobs queued.  Returns 0 or
@@ -617,14 +644,9 @@ static int fetch_segs(struct keg_fs *fs, const struct fs_seg *segs, size_t n, ui
     uint32_t bs = fs->bs;
     for (size_t k = 0; k < n; k++) {
         const struct fs_seg *s = &segs[k];
-        uint32_t a = KEG_MAX(s->pos, cfrom);
-        uint32_t b = (uint32_t)KEG_MIN((uint64_t)s->pos + s->len, (uint64_t)cto);
-        if (s->id == 0 || a >= b)
+        uint32_t sa, sb;
+        if (!seg_slice_range(s, cfrom, cto, &sa, &sb))
             continue;
-        uint32_t sa = s->soff + (a - s->pos);
-        uint32_t sb = s->soff + (b - s->pos);
-        if (sb > s->size)
-            continue;           /* corrupt reference: the read reports it */
         for (uint32_t i = sa / bs; (uint64_t)i * bs < sb; i++) {
             if (*skip > 0) {
                 (*skip)--;
@@ -833,19 +855,11 @@ static void bc_drop(struct fs_bcache *bc, uint64_t id, uint32_t indx)
     struct bc_ent *e;
     pthread_mutex_lock(&bc->mu);
     e = bc_lookup(bc, id, indx);
-    if (e && e->state == BC_READY) {
+    if (e && e->state == BC_READY && e->refs == 0) {
+        bc_free_ready(bc, e);
+    } else if (e && e->state == BC_READY) {
         lru_unlink(e);
-        if (e->refs == 0) {
-            hash_unlink(bc, e);
-            atomic_fetch_sub_explicit(&bc->used, e->len, memory_order_relaxed);
-            bc_buf_release_locked(bc, e->base, e->base_size);
-            keg_free(e);
-        } else {
-            e->lprev = bc->lru.lprev;       /* the tail: evicted first */
-            e->lnext = &bc->lru;
-            bc->lru.lprev->lnext = e;
-            bc->lru.lprev = e;
-        }
+        lru_link(bc->lru.lprev, e);     /* the tail: evicted first */
     }
     pthread_mutex_unlock(&bc->mu);
 }
@@ -860,12 +874,9 @@ static int drop_segs(struct keg_fs *fs, const struct fs_seg *segs, size_t n, uin
     (void)arg;
     for (size_t k = 0; k < n; k++) {
         const struct fs_seg *s = &segs[k];
-        uint32_t a = KEG_MAX(s->pos, cfrom);
-        uint32_t b = (uint32_t)KEG_MIN((uint64_t)s->pos + s->len, (uint64_t)cto);
-        if (s->id == 0 || a >= b || (uint64_t)s->soff + s->len > s->size)
+        uint32_t sa, sb;
+        if (!seg_slice_range(s, cfrom, cto, &sa, &sb))
             continue;
-        uint32_t sa = s->soff + (a - s->pos);
-        uint32_t sb = s->soff + (b - s->pos);
         for (uint32_t i = sa / bs; (uint64_t)i * bs < sb; i++) {
             uint64_t b0 = (uint64_t)i * bs;
             uint64_t va = KEG_MAX(b0, (uint64_t)s->soff);
