@@ -74,21 +74,18 @@ static struct cap_slot *cap_slot(const struct keg_fs *fs, uint64_t ino, int kind
     return &cap_slots[h >> (64 - FS_CAP_SLOTS_LOG2)];
 }
 
+/* ino's entry of kind, or NULL if its slot holds another.  LOCKS: cap_lock held. */
+static struct cap_slot *slot_find(const struct keg_fs *fs, uint64_t ino, int kind)
+{
+    struct cap_slot *sl = cap_slot(fs, ino, kind);
+    return sl->fs == fs && sl->ino == ino && sl->kind == kind ? sl : NULL;
+}
+
 /* LOCKS: cap_lock held. */
 static int slot_absent(const struct keg_fs *fs, uint64_t ino, int kind, int64_t now)
 {
-    struct cap_slot *sl = cap_slot(fs, ino, kind);
-    return sl->fs == fs && sl->ino == ino && sl->kind == kind && now < sl->until;
-}
-
-/* 1 if name (of kind, 0: not a cached name) of ino is known absent. */
-static int cap_known_absent(const struct keg_fs *fs, uint64_t ino, int kind)
-{
-    int64_t now = keg_mono_ns();
-    pthread_mutex_lock(&cap_lock);
-    int absent = (kind && slot_absent(fs, ino, kind, now)) || slot_absent(fs, ino, FS_XK_ALL, now);
-    pthread_mutex_unlock(&cap_lock);
-    return absent;
+    struct cap_slot *sl = slot_find(fs, ino, kind);
+    return sl && now < sl->until;
 }
 
 /* LOCKS: cap_lock held. */
@@ -99,6 +96,24 @@ static void slot_set(const struct keg_fs *fs, uint64_t ino, int kind)
     sl->ino = ino;
     sl->kind = kind;
     sl->until = keg_mono_ns() + FS_CAP_TTL_NS;
+}
+
+/* LOCKS: cap_lock held. */
+static void slot_clear(const struct keg_fs *fs, uint64_t ino, int kind)
+{
+    struct cap_slot *sl = slot_find(fs, ino, kind);
+    if (sl)
+        sl->until = 0;
+}
+
+/* 1 if name (of kind, 0: not a cached name) of ino is known absent. */
+static int cap_known_absent(const struct keg_fs *fs, uint64_t ino, int kind)
+{
+    int64_t now = keg_mono_ns();
+    pthread_mutex_lock(&cap_lock);
+    int absent = (kind && slot_absent(fs, ino, kind, now)) || slot_absent(fs, ino, FS_XK_ALL, now);
+    pthread_mutex_unlock(&cap_lock);
+    return absent;
 }
 
 void fs_xattr_snap(struct fs_xa_snap *s)
@@ -120,25 +135,6 @@ static void cap_set_absent(const struct keg_fs *fs, const struct fs_xa_snap *s, 
     pthread_mutex_unlock(&cap_lock);
 }
 
-
-/* A setxattr/removexattr starts: no absence read
- * from the engine before it ends is stored (see DESIGN). */
-static void change_begin(void)
-{
-    pthread_mutex_lock(&cap_lock);
-    xa_gen++;
-    xa_busy++;
-    pthread_mutex_unlock(&cap_lock);
-}
-
-/* LOCKS: cap_lock held. */
-static void slot_clear(const struct keg_fs *fs, uint64_t ino, int kind)
-{
-    struct cap_slot *sl = cap_slot(fs, ino, kind);
-    if (sl->fs == fs && sl->ino == ino && sl->kind == kind)
-        sl->until = 0;
-}
-
 void fs_xattr_learn(const struct keg_fs *fs, const struct fs_xa_snap *s, uint64_t ino, int none)
 {
     if (none) {
@@ -147,6 +143,16 @@ void fs_xattr_learn(const struct keg_fs *fs, const struct fs_xa_snap *s, uint64_
     }
     pthread_mutex_lock(&cap_lock);
     slot_clear(fs, ino, FS_XK_ALL);
+    pthread_mutex_unlock(&cap_lock);
+}
+
+/* A setxattr/removexattr starts: no absence read from the engine before it
+ * ends is stored (see DESIGN). */
+static void change_begin(void)
+{
+    pthread_mutex_lock(&cap_lock);
+    xa_gen++;
+    xa_busy++;
     pthread_mutex_unlock(&cap_lock);
 }
 
