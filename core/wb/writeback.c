@@ -84,6 +84,7 @@
 #include "keg/mem.h"
 #include "keg/retry.h"
 
+#define WB_ROOM_TRIES     4         /* cache evictions for one put that found the disk full */
 #define WB_SLOTS          16
 #define WB_RATE_SLOTS     8
 #define WB_RATE_WINDOW    5         /* seconds averaged by rate_bps */
@@ -745,16 +746,17 @@ static int wb_put(struct keg_obj *o, const char *key, const void *buf, size_t le
     }
 
     rc = wb_stage_file(wb, key, name, buf, len);
-    if (rc == -ENOSPC) {
-        /* Staging comes before caching: drop clean cached blocks (twice the
-         * room this object needs: the next puts come soon) and try again. */
+    /* Staging comes before caching: drop clean cached blocks (twice the room
+     * this object needs: the next puts come soon) and try again.  Puts of
+     * other threads may take the room first: again, while blocks are freed. */
+    for (int tries = 0; rc == -ENOSPC && tries < WB_ROOM_TRIES; tries++) {
         uint64_t need = 2 * (KEGC_HDR + strlen(key) + (uint64_t)len);
         uint64_t freed = keg_cache_ssd_make_room(o->inner, need);
-        if (freed) {
-            KEG_DEBUG("staging %s: disk full, %llu bytes of cached blocks dropped", key,
-                      (unsigned long long)freed);
-            rc = wb_stage_file(wb, key, name, buf, len);
-        }
+        if (!freed)
+            break;
+        KEG_DEBUG("staging %s: disk full, %llu bytes of cached blocks dropped", key,
+                  (unsigned long long)freed);
+        rc = wb_stage_file(wb, key, name, buf, len);
     }
 
     pthread_mutex_lock(&wb->mu);
