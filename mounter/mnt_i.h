@@ -212,6 +212,8 @@ struct mnt_live {
     /* memory (keg_fs_mem_stats; mem_budget 0: a mounter that does not report it) */
     uint64_t mem_budget, mem_write_bytes, mem_read_bytes, mem_read_limit, mem_read_floor;
     uint64_t mem_read_cap;
+    uint64_t mem_read_hits, mem_read_misses, mem_read_prefetched, mem_read_evicted;
+    uint64_t mem_read_dropped;
     /* seconds the writeback has had work (staged or uploading objects) without a
      * break, as the stats thread saw it; 0: idle */
     uint64_t upload_busy_sec;

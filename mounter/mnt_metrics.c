@@ -285,6 +285,14 @@ static void mm_render_store(FILE *f, const char *vol)
         keg_metrics_sample_u64(f, "kegfs_object_bytes_total", lab,
                                __atomic_load_n(&v[i].bytes, __ATOMIC_RELAXED));
     }
+    keg_metrics_family(f, "kegfs_object_retries_total", "counter",
+                       "requests sent to the object store again after a transient failure, "
+                       "by verb");
+    for (int i = 0; i < KEG_OBJ_VERB_N; i++) {
+        snprintf(lab, sizeof(lab), "volume=\"%s\",verb=\"%s\"", vol, verbs[i]);
+        keg_metrics_sample_u64(f, "kegfs_object_retries_total", lab,
+                               __atomic_load_n(&v[i].retries, __ATOMIC_RELAXED));
+    }
     keg_metrics_family(f, "kegfs_object_request_duration_seconds", "histogram",
                        "object store request latency, by verb");
     for (int i = 0; i < KEG_OBJ_VERB_N; i++) {
@@ -336,6 +344,20 @@ static void mm_render_layers(FILE *f, const char *vol)
            m.write_bytes);
     mm_u64(f, "kegfs_memory_read_cache_bytes", "gauge",
            "bytes held by the memory read cache", vol, m.read_bytes);
+    mm_u64(f, "kegfs_memory_cache_hits_total", "counter",
+           "block lookups the memory read cache answered (cached or already being fetched)",
+           vol, m.read_hits);
+    mm_u64(f, "kegfs_memory_cache_misses_total", "counter",
+           "block lookups that fetched the block (from the SSD cache or the object store)", vol,
+           m.read_misses);
+    mm_u64(f, "kegfs_memory_cache_prefetched_total", "counter",
+           "blocks read ahead into the memory read cache before a read asked for them", vol,
+           m.read_prefetched);
+    mm_u64(f, "kegfs_memory_cache_evictions_total", "counter",
+           "blocks the memory read cache freed to make room", vol, m.read_evicted);
+    mm_u64(f, "kegfs_memory_cache_dropped_total", "counter",
+           "blocks freed behind sequential readers that had finished them", vol,
+           m.read_dropped);
 }
 
 static void mm_render_meta(FILE *f, const char *vol)

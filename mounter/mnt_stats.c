@@ -70,6 +70,8 @@ static const struct {
     F(cache_hits), F(cache_misses), F(cache_shared), F(cache_corrupt), F(cache_evictions),
     F(open_files), F(open_dirs), F(restarts), F(mem_budget), F(mem_write_bytes),
     F(mem_read_bytes), F(mem_read_limit), F(mem_read_floor), F(mem_read_cap),
+    F(mem_read_hits), F(mem_read_misses), F(mem_read_prefetched), F(mem_read_evicted),
+    F(mem_read_dropped),
     F(upload_busy_sec), F(has_names), F(names_up), F(names_cached), F(names_answered),
     F(names_drops), F(has_store), F(store_failing_sec), F(store_retrying),
     F(store_retrying_puts), F(store_retries), F(store_failed),
@@ -237,6 +239,11 @@ static void collect(struct mnt_live *l)
     l->mem_read_limit = m.read_limit;
     l->mem_read_floor = m.read_floor;
     l->mem_read_cap = m.read_cap;
+    l->mem_read_hits = m.read_hits;
+    l->mem_read_misses = m.read_misses;
+    l->mem_read_prefetched = m.read_prefetched;
+    l->mem_read_evicted = m.read_evicted;
+    l->mem_read_dropped = m.read_dropped;
     struct keg_meta_name_cache nc;
     if (keg_meta_name_cache_stats(keg_fs_meta(w.fs), &nc) == 0) {
         l->has_names = 1;
@@ -422,6 +429,15 @@ void mnt_stats_print(FILE *out, const struct mnt_live *l, const char *in)
         if (l->mem_read_cap)
             fprintf(out, ", cap %s", mnt_fmt_size(l->mem_read_cap, a, sizeof(a)));
         fprintf(out, "); write buffers %s\n", mnt_fmt_size(l->mem_write_bytes, a, sizeof(a)));
+        if (l->mem_read_hits + l->mem_read_misses + l->mem_read_prefetched +
+            l->mem_read_evicted + l->mem_read_dropped)  /* 0: no reads yet, or an older mounter */
+            fprintf(out, "%s           read cache: %llu hits, %llu misses (%s hit), "
+                    "%llu read ahead, %llu evicted, %llu dropped behind readers\n", in,
+                    (unsigned long long)l->mem_read_hits, (unsigned long long)l->mem_read_misses,
+                    ratio(l->mem_read_hits, l->mem_read_misses, c, sizeof(c)),
+                    (unsigned long long)l->mem_read_prefetched,
+                    (unsigned long long)l->mem_read_evicted,
+                    (unsigned long long)l->mem_read_dropped);
     }
     if (l->has_cache) {
         fprintf(out, "%scache:     %s of %s in %llu objects; %llu hits, %llu misses (%s hit), "

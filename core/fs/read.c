@@ -125,6 +125,13 @@ struct fs_bcache {
     struct bc_ent   lru;            /* sentinel */
     struct bc_ent  *h[BC_BUCKETS];
     struct keg_fs  *fs;             /* its whole-block buffers (fs_bigbuf_get), or NULL */
+    /* what happened to block lookups and entries (keg_fs_mem_stats); written
+     * under mu, read anywhere */
+    _Atomic uint64_t hits;          /* a read found the block cached or being fetched */
+    _Atomic uint64_t misses;        /* a read fetched the block */
+    _Atomic uint64_t prefetched;    /* read-ahead fetched a block before any read */
+    _Atomic uint64_t evicted;       /* entries freed for room (LRU tail) */
+    _Atomic uint64_t dropped;       /* entries a sequential reader had finished */
 };
 
 int fs_bcache_new(uint64_t budget, uint64_t cap, struct keg_fs *fs, struct fs_bcache **out)
@@ -143,6 +150,11 @@ int fs_bcache_new(uint64_t budget, uint64_t cap, struct keg_fs *fs, struct fs_bc
     bc->wbytes = fs ? &fs->wbytes : NULL;
     bc->fs = fs;
     atomic_init(&bc->used, 0);
+    atomic_init(&bc->hits, 0);
+    atomic_init(&bc->misses, 0);
+    atomic_init(&bc->prefetched, 0);
+    atomic_init(&bc->evicted, 0);
+    atomic_init(&bc->dropped, 0);
     bc->lru.lnext = bc->lru.lprev = &bc->lru;
     *out = bc;
     return 0;
@@ -199,6 +211,11 @@ int keg_fs_mem_stats(struct keg_fs *fs, struct keg_fs_mem_stats *st)
         st->read_limit = bc_limit(bc);
         st->read_floor = bc->floor;
         st->read_cap = bc->cap;
+        st->read_hits = atomic_load_explicit(&bc->hits, memory_order_relaxed);
+        st->read_misses = atomic_load_explicit(&bc->misses, memory_order_relaxed);
+        st->read_prefetched = atomic_load_explicit(&bc->prefetched, memory_order_relaxed);
+        st->read_evicted = atomic_load_explicit(&bc->evicted, memory_order_relaxed);
+        st->read_dropped = atomic_load_explicit(&bc->dropped, memory_order_relaxed);
     }
     return 0;
 }
@@ -310,8 +327,10 @@ static void bc_evict(struct fs_bcache *bc)
         fs_bigbuf_drop(bc->fs);     /* writers need the memory more */
     while (atomic_load_explicit(&bc->used, memory_order_relaxed) > limit && e != &bc->lru) {
         struct bc_ent *prev = e->lprev;
-        if (e->refs == 0)
+        if (e->refs == 0) {
             bc_free_ready(bc, e);
+            atomic_fetch_add_explicit(&bc->evicted, 1, memory_order_relaxed);
+        }
         e = prev;
     }
 }
@@ -448,6 +467,7 @@ static int bc_get_mode(struct keg_fs *fs, uint64_t id, uint32_t indx, uint32_t b
         return -EEXIST;
     }
     if (e) {
+        atomic_fetch_add_explicit(&bc->hits, 1, memory_order_relaxed);
         e->refs++;
         while (e->state == BC_LOADING)
             pthread_cond_wait(&bc->cv, &bc->mu);
@@ -477,6 +497,7 @@ static int bc_get_mode(struct keg_fs *fs, uint64_t id, uint32_t indx, uint32_t b
         pthread_mutex_unlock(&bc->mu);
         return -ENOMEM;
     }
+    atomic_fetch_add_explicit(prefetch ? &bc->prefetched : &bc->misses, 1, memory_order_relaxed);
     e->id = id;
     e->indx = indx;
     e->len = blen;
@@ -857,6 +878,7 @@ static void bc_drop(struct fs_bcache *bc, uint64_t id, uint32_t indx)
     e = bc_lookup(bc, id, indx);
     if (e && e->state == BC_READY && e->refs == 0) {
         bc_free_ready(bc, e);
+        atomic_fetch_add_explicit(&bc->dropped, 1, memory_order_relaxed);
     } else if (e && e->state == BC_READY) {
         lru_unlink(e);
         lru_link(bc->lru.lprev, e);     /* the tail: evicted first */

@@ -84,6 +84,18 @@ static const struct keg_obj_ops *const obj_layers[] = {
     &keg_obj_retry_ops,
 };
 
+static _Thread_local uint64_t obj_thread_retries;
+
+void keg_obj_note_retry(void)
+{
+    obj_thread_retries++;
+}
+
+uint64_t keg_obj_thread_retries(void)
+{
+    return obj_thread_retries;
+}
+
 static void register_builtins(void)
 {
     for (size_t i = 0; i < sizeof(obj_stores) / sizeof(obj_stores[0]); i++)

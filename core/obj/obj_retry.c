@@ -147,6 +147,7 @@ static int retry_again(struct oretry *r, struct attempt *a, int rc, const char *
         KEG_DEBUG("%s %s failed: %s; retry %u in %lld ms", op, key, strerror(-rc), a->n,
                   (long long)delay_ms);
     keg_sleep_ns(KEG_MIN(delay_ms * 1000000, end - now));
+    keg_obj_note_retry();
     return 1;
 }
 

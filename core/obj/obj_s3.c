@@ -627,6 +627,7 @@ static int s3_do(struct obj_s3 *s, struct s3_req *r)
                 atomic_fetch_add(&s->retrying_puts, 1);
         }
         atomic_fetch_add(&s->retries, 1);
+        keg_obj_note_retry();
         KEG_DEBUG("%s; retry %u in %" PRIu64 " ms", line, attempt + 1, delay);
         keg_sleep_ms(delay);
     }

@@ -270,6 +270,47 @@ static void test_block_buffers_reused(void **state)
     keg_free(got);
 }
 
+/* The read cache's counters (keg_fs_mem_stats, exported as metrics): a block is a
+ * miss once, a hit after; reading twice the budget evicts. */
+static void test_cache_counters(void **state)
+{
+    struct rfiles f;
+    struct tvol v;
+    struct keg_fs_mem_stats m;
+    (void)state;
+
+    tvol_init(&v, BS, "none");
+    mount_budget(&v, 0);
+    make_files(&v, &f);
+    keg_fs_mem_stats(v.fs, &m);
+    assert_int_equal(m.read_hits + m.read_misses + m.read_prefetched, 0);
+    assert_int_equal(m.read_evicted + m.read_dropped, 0);
+
+    /* one file, 128 KiB reads of 64 KiB blocks: each read looks up two blocks */
+    read_check(&v, &f, 0, BUDGET);
+    keg_fs_mem_stats(v.fs, &m);
+    assert_int_equal(m.read_hits + m.read_misses, READ_LEN / BS);
+    assert_int_equal(m.read_misses + m.read_prefetched, READ_LEN / BS);
+    uint64_t fetched = m.read_misses + m.read_prefetched;
+
+    /* again: everything is cached, every lookup is a hit */
+    uint64_t hits = m.read_hits;
+    read_check(&v, &f, 0, BUDGET);
+    keg_fs_mem_stats(v.fs, &m);
+    assert_int_equal(m.read_hits - hits, READ_LEN / BS);
+    assert_int_equal(m.read_misses + m.read_prefetched, fetched);
+    assert_int_equal(m.read_evicted, 0);
+
+    /* all 16 files: twice the budget, so the oldest blocks make room */
+    read_all(&v, &f, BUDGET);
+    keg_fs_mem_stats(v.fs, &m);
+    assert_true(m.read_evicted >= (NREAD * READ_LEN - BUDGET) / BS);
+    assert_int_equal(m.read_misses + m.read_prefetched, (uint64_t)NREAD * READ_LEN / BS);
+
+    free_files(&f);
+    tvol_cleanup(&v);
+}
+
 /* Drop-behind (core/fs/read.c): a steady sequential reader gives back the
  * blocks it finished, so reading a file much larger than FS_DROP_BEHIND holds
  * about FS_DROP_BEHIND of cache, not the file; a reader in random order keeps
@@ -315,6 +356,13 @@ static void test_drop_behind(void **state)
         assert_true(used(&v) <= bound + BS);    /* + the pinned block */
     }
     assert_true(peak > FS_DROP_BEHIND / 2);    /* it did cache what it read */
+    struct keg_fs_mem_stats ms;
+    keg_fs_mem_stats(v.fs, &ms);
+    /* each of the 384 blocks fetched once (read or read ahead), the finished ones
+     * dropped behind the reader, none evicted for room (the budget holds the file) */
+    assert_int_equal(ms.read_misses + ms.read_prefetched, len / BS);
+    assert_true(ms.read_dropped >= (len - bound - BS) / BS);
+    assert_int_equal(ms.read_evicted, 0);
     assert_memory_equal(p0, data, 100);
     keg_fs_read_unpin(v.fs, pin0);
     /* a second handle reading behind a first one, interleaved */
@@ -372,6 +420,7 @@ int main(void)
         cmocka_unit_test(test_small_cap),
         cmocka_unit_test(test_block_buffers_reused),
         cmocka_unit_test(test_drop_behind),
+        cmocka_unit_test(test_cache_counters),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

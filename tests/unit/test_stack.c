@@ -126,7 +126,8 @@ static void test_faulty_env(void **state)
 }
 
 /* With sc.metrics the metrics layer sits right above the store (and its retry
- * layer) and counts the requests that reach it, per verb: requests, failures (not a missing key), bytes. */
+ * layer) and counts the requests that reach it, per verb: requests, failures (not a
+ * missing key), bytes, and the repeats of a request after transient failures. */
 static void test_metrics_layer(void **state)
 {
     struct keg_format f;
@@ -159,6 +160,8 @@ static void test_metrics_layer(void **state)
     assert_int_equal(v[KEG_OBJ_VERB_GET].latency.count, 2);
     assert_int_equal(v[KEG_OBJ_VERB_HEAD].requests, 1);
     assert_int_equal(v[KEG_OBJ_VERB_DEL].requests, 1);
+    for (int i = 0; i < KEG_OBJ_VERB_N; i++)
+        assert_int_equal(v[i].retries, 0);
     keg_obj_close(o);
 
     /* injected failures below it count as the store's */
@@ -167,10 +170,38 @@ static void test_metrics_layer(void **state)
     assert_int_equal(keg_stack_open(&f, &sc, &o), 0);
     assert_string_equal(o->inner->ops->name, "retry");
     assert_string_equal(o->inner->inner->ops->name, "faulty");
+    uint64_t r0 = keg_obj_thread_retries();
     assert_true(keg_obj_put(o, "vol1/y", "x", 1) < 0);
     v = keg_obj_metrics_stats(o);
+    assert_int_equal(v[KEG_OBJ_VERB_PUT].requests, 1);
     assert_int_equal(v[KEG_OBJ_VERB_PUT].errors, 1);
     assert_int_equal(v[KEG_OBJ_VERB_PUT].bytes, 0);
+    /* the retry layer tried again until its deadline: every repeat is counted */
+    assert_true(v[KEG_OBJ_VERB_PUT].retries >= 2);
+    assert_int_equal(v[KEG_OBJ_VERB_PUT].retries, keg_obj_thread_retries() - r0);
+    assert_int_equal(v[KEG_OBJ_VERB_GET].retries, 0);
+    keg_obj_close(o);
+
+    /* a store failing half the time: requests succeed after some repeats, which
+     * are counted by verb; a request is still one request */
+    setenv("KEG_FAULTY", "seed=3,err=0.5", 1);
+    sc.retry_deadline_ms = 10000;
+    assert_int_equal(keg_stack_open(&f, &sc, &o), 0);
+    r0 = keg_obj_thread_retries();
+    for (int i = 0; i < 20; i++) {
+        char key[32];
+        snprintf(key, sizeof(key), "vol1/k%d", i);
+        assert_int_equal(keg_obj_put(o, key, "abc", 3), 0);
+        assert_int_equal(keg_obj_get(o, key, 0, buf, sizeof(buf)), 3);
+    }
+    v = keg_obj_metrics_stats(o);
+    assert_int_equal(v[KEG_OBJ_VERB_PUT].requests, 20);
+    assert_int_equal(v[KEG_OBJ_VERB_GET].requests, 20);
+    assert_int_equal(v[KEG_OBJ_VERB_PUT].errors + v[KEG_OBJ_VERB_GET].errors, 0);
+    assert_true(v[KEG_OBJ_VERB_PUT].retries > 0);
+    assert_true(v[KEG_OBJ_VERB_GET].retries > 0);
+    assert_int_equal(v[KEG_OBJ_VERB_PUT].retries + v[KEG_OBJ_VERB_GET].retries,
+                     keg_obj_thread_retries() - r0);
     keg_obj_close(o);
     unsetenv("KEG_FAULTY");
 

@@ -231,6 +231,12 @@ struct keg_fs_mem_stats {
                              * at least read_floor, at most read_cap */
     uint64_t read_floor;    /* the read cache's share never drops below this */
     uint64_t read_cap;      /* optional cap of the read share (block_cache_size; 0: none) */
+    /* counters since the mount (block lookups of reads, compaction and copies) */
+    uint64_t read_hits;     /* the block was cached, or already being fetched */
+    uint64_t read_misses;   /* the block was fetched from the object store stack */
+    uint64_t read_prefetched; /* read-ahead fetched the block before a read asked */
+    uint64_t read_evicted;  /* blocks freed to make room (least recently used first) */
+    uint64_t read_dropped;  /* blocks a sequential reader had finished (drop-behind) */
 };
 /* A snapshot (the figures move independently).  Returns 0. */
 int keg_fs_mem_stats(struct keg_fs *fs, struct keg_fs_mem_stats *st);

@@ -65,6 +65,13 @@ typedef int keg_obj_list_cb(void *arg, const char *key, uint64_t size);
  * layer, obj_retry.c, retries these within its deadline). */
 int keg_obj_transient(int rc);
 
+/* Retries, counted per thread: a retry loop (obj_s3.c, obj_retry.c) calls
+ * keg_obj_note_retry once for each attempt it repeats, in the thread that made
+ * the request; keg_obj_thread_retries is the calling thread's count so far, so
+ * a layer above learns a request's retries from the difference across it. */
+void     keg_obj_note_retry(void);
+uint64_t keg_obj_thread_retries(void);
+
 /* put_file's callback: move the caller's file to dst.  Returns 0 or -errno
  * (then the file was not moved). */
 typedef int keg_obj_take_fn(void *arg, const char *dst);

@@ -17,6 +17,8 @@ struct keg_obj_verb_stats {
     uint64_t requests;                 /* calls that returned (atomic) */
     uint64_t errors;                   /* calls that failed, -ENOENT aside (atomic) */
     uint64_t bytes;                    /* payload bytes of successful gets / puts (atomic) */
+    uint64_t retries;                  /* repeats of those calls inside the store after a
+                                        * transient failure (atomic) */
     struct keg_metrics_hist latency;
 };
 

@@ -3,12 +3,14 @@
 # work done: after writing and fsyncing 5 files of 1 MiB and reading them back with the
 # page cache dropped, written/read bytes cover them, the write/create/fsync op counters
 # and the object store's put requests and bytes moved, a failing rmdir counts as an
-# error, histograms are consistent (+Inf bucket = _count), other paths get 404, other
-# methods 405, and no secret or URL appears in the output.  The metadata engine's
-# counters follow the work too: mknod requests grow by at least the files created, with
-# a latency observation each and no engine error; the session heartbeat (every second
-# here) is recent and its requests grow; deleting files moves the deletion counter; many
-# small appends to one file get its chunk compacted or queued for compaction.
+# error, histograms are consistent (+Inf bucket = _count), a second read is served by the
+# memory read cache (hits grow, nothing fetched again), no store retries are counted on a
+# healthy store, other paths get 404, other methods 405, and no secret or URL appears in
+# the output.  The metadata engine's counters follow the work too: mknod requests grow
+# by at least the files created, with a latency observation each and no engine error;
+# the session heartbeat (every second here) is recent and its requests grow; deleting
+# files moves the deletion counter; many small appends to one file get its chunk
+# compacted or queued for compaction.
 # timeout: 120
 . "$(dirname "$0")/../lib.sh"
 need_kegfs
@@ -51,6 +53,27 @@ r=$(value kegfs_read_bytes_total '')
 [ "$(value kegfs_object_bytes_total 'verb="put"')" -ge $((5 * MiB)) ] || fail "object put bytes"
 [ "$(value kegfs_object_errors_total 'verb="put"')" = 0 ] || fail "object put errors counted"
 grep -q "^kegfs_memory_budget_bytes{volume=\"$VOL\"} [1-9]" "$WORK/scrape" || fail "no memory budget"
+grep -q "^kegfs_object_retries_total{volume=\"$VOL\",verb=\"put\"} 0$" "$WORK/scrape" \
+  || fail "object put retries not exported as 0 on a healthy store"
+
+# the memory read cache: the first read fetched each file's block, a second read
+# (the kernel's page cache dropped again) finds them all cached
+fetched=$(( $(value kegfs_memory_cache_misses_total '') + $(value kegfs_memory_cache_prefetched_total '') ))
+[ "$fetched" -ge 5 ] || fail "memory cache fetched $fetched blocks, expected >= 5"
+h0=$(value kegfs_memory_cache_hits_total '')
+echo 3 > /proc/sys/vm/drop_caches
+cat "$MNT"/f? > /dev/null || fail "read back again"
+scrape
+h1=$(value kegfs_memory_cache_hits_total '')
+[ "$h1" -ge $((h0 + 5)) ] || fail "memory cache hits grew by $((h1 - h0)) on a re-read, expected >= 5"
+f1=$(( $(value kegfs_memory_cache_misses_total '') + $(value kegfs_memory_cache_prefetched_total '') ))
+[ "$f1" = "$fetched" ] || fail "a re-read of cached blocks fetched $((f1 - fetched)) again"
+# `kegfs stats` shows the same counters (its file is rewritten every second)
+stats_hits() {
+  "$KEGFS" stats "$MNT" 2>/dev/null | sed -n 's/^ *read cache: \([0-9]*\) hits, .*/\1/p'
+}
+hits_shown() { [ "$(stats_hits)" -ge "$h1" ] 2>/dev/null; }
+wait_for 5 hits_shown || fail "kegfs stats shows '$(stats_hits)' read cache hits, expected >= $h1"
 
 # metadata engine: requests per op follow the creates, each with a latency observation
 scrape
