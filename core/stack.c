@@ -235,6 +235,7 @@ int keg_stack_stats(struct keg_obj *top, struct keg_stack_stats *st)
         st->upload_rate_bps = w.rate_bps;
         st->waiting_puts = w.waiting_puts;
         st->max_staging = w.max_staging;
+        st->oldest_staged_ms = w.oldest_ms;
     }
     if (cs) {
         struct keg_cache_ssd_stats c;

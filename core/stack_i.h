@@ -86,6 +86,8 @@ struct keg_wb_stats {
     uint64_t waiting_puts;    /* puts blocked by max_staging right now */
     uint64_t max_staging;
     uint64_t skipped_uploads; /* objects deleted while staged, never uploaded (since open) */
+    uint64_t oldest_ms;       /* how long the oldest staged bytes have waited for their
+                               * upload (0: nothing staged) */
 };
 
 /* Opens the writeback layer over inner: recovers what is staged and starts

@@ -205,6 +205,8 @@ struct mnt_live {
     uint64_t staged_bytes, staged_objects, unsynced_objects, uploading, failing_objects;
     uint64_t uploaded_bytes, uploaded_objects, upload_errors, upload_rate_bps;
     uint64_t waiting_puts, max_staging;
+    uint64_t oldest_staged_ms;            /* the oldest staged bytes' wait (0: none, or an
+                                           * older mounter) */
     uint64_t cache_bytes, cache_objects, cache_budget, cache_hits, cache_misses;
     uint64_t cache_shared, cache_corrupt, cache_evictions;
     uint64_t open_files, open_dirs;       /* handles the kernel holds (this worker's) */

@@ -335,6 +335,13 @@ static void mm_render_layers(FILE *f, const char *vol)
                "failed upload attempts", vol, s.upload_errors);
         mm_u64(f, "kegfs_writeback_upload_rate_bytes", "gauge",
                "upload rate over the last ~5 s, bytes per second", vol, s.upload_rate_bps);
+        keg_metrics_family(f, "kegfs_writeback_oldest_staged_seconds", "gauge",
+                           "how long the oldest staged bytes have waited for their upload "
+                           "(0: nothing staged)");
+        char lab[200];
+        snprintf(lab, sizeof(lab), "volume=\"%s\"", vol);
+        keg_metrics_sample(f, "kegfs_writeback_oldest_staged_seconds", lab,
+                           (double)s.oldest_staged_ms / 1000.0);
         mm_u64(f, "kegfs_writeback_waiting_writes", "gauge",
                "writes blocked because staging is full", vol, s.waiting_puts);
     }

@@ -71,7 +71,7 @@ static const struct {
     F(open_files), F(open_dirs), F(restarts), F(mem_budget), F(mem_write_bytes),
     F(mem_read_bytes), F(mem_read_limit), F(mem_read_floor), F(mem_read_cap),
     F(mem_read_hits), F(mem_read_misses), F(mem_read_prefetched), F(mem_read_evicted),
-    F(mem_read_dropped),
+    F(mem_read_dropped), F(oldest_staged_ms),
     F(upload_busy_sec), F(has_names), F(names_up), F(names_cached), F(names_answered),
     F(names_drops), F(has_store), F(store_failing_sec), F(store_retrying),
     F(store_retrying_puts), F(store_retries), F(store_failed),
@@ -215,6 +215,7 @@ static void collect(struct mnt_live *l)
     l->upload_rate_bps = s.upload_rate_bps;
     l->waiting_puts = s.waiting_puts;
     l->max_staging = s.max_staging;
+    l->oldest_staged_ms = s.oldest_staged_ms;
     l->cache_bytes = s.cache_bytes;
     l->cache_objects = s.cache_objects;
     l->cache_budget = s.cache_budget;
@@ -394,9 +395,12 @@ void mnt_stats_print(FILE *out, const struct mnt_live *l, const char *in)
             (unsigned long long)l->open_files, (unsigned long long)l->open_dirs);
     if (l->has_writeback) {
         fprintf(out, "%sstaged:    %s in %llu objects (max %s), %llu not yet fsync'ed, "
-                "%llu writes waiting\n", in, mnt_fmt_size(l->staged_bytes, a, sizeof(a)),
+                "%llu writes waiting", in, mnt_fmt_size(l->staged_bytes, a, sizeof(a)),
                 (unsigned long long)l->staged_objects, mnt_fmt_size(l->max_staging, b, sizeof(b)),
                 (unsigned long long)l->unsynced_objects, (unsigned long long)l->waiting_puts);
+        if (l->staged_objects && l->oldest_staged_ms)
+            fprintf(out, "; the oldest waits for %.1fs", (double)l->oldest_staged_ms / 1000.0);
+        fputc('\n', out);
         fprintf(out, "%suploads:   %llu in flight, %llu failing, %s/s; %s in %llu objects "
                 "uploaded, %llu errors", in, (unsigned long long)l->uploading,
                 (unsigned long long)l->failing_objects,

@@ -109,6 +109,10 @@ struct wb_ent {
     int64_t        due;            /* QUEUED: not uploaded before (upload delay), ns */
     int            local_only;     /* put here and never handed to a worker: the store
                                     * cannot have it (with write-once keys) */
+    int64_t        staged_ns;      /* monotonic ns since its bytes wait for an upload (the
+                                    * put; recovered: the file's mtime; put again while
+                                    * uploading: that put, once the upload ends) */
+    int64_t        reput_ns;       /* put again while uploading: when; else 0 */
     uint64_t       size;           /* object bytes */
     char           key[];
 };
@@ -662,6 +666,9 @@ static void *wb_worker(void *arg)
             keg_free(e);
         } else if (rc == 0 && e->gen != gen) {
             e->state = WB_QUEUED;          /* put again while uploading: upload the new file */
+            if (e->reput_ns)
+                e->staged_ns = e->reput_ns;
+            e->reput_ns = 0;
             list_add_tail(&wb->ready, e);
         } else if (rc == 0) {
             char name[KEGC_NAME_MAX + 1];
@@ -792,6 +799,8 @@ static int wb_put(struct keg_obj *o, const char *key, const void *buf, size_t le
         wb->staged_bytes -= e->size;
         e->size = len;
         e->gen++;
+        if (e->state == WB_UPLOADING)
+            e->reput_ns = keg_mono_ns();    /* the bytes of this put wait from now */
         if (e->synced) {
             e->synced = 0;
             wb->unsynced++;
@@ -808,6 +817,7 @@ static int wb_put(struct keg_obj *o, const char *key, const void *buf, size_t le
         e = ne;
         e->state = WB_QUEUED;
         wb->last_put_ns = keg_mono_ns();
+        e->staged_ns = wb->last_put_ns;
         e->due = wb->delay_ns ? wb->last_put_ns + wb->delay_ns : 0;
         e->local_only = 1;
         wb_hash_add(wb, e);
@@ -1252,7 +1262,18 @@ int keg_wb_stats(struct keg_obj *o, struct keg_wb_stats *st)
     st->waiting_puts = wb->waiting_puts;
     st->max_staging = wb->max_staging;
     st->skipped_uploads = wb->skipped_uploads;
+    /* the oldest bytes waiting: a walk of the entries (a stats reader asks about
+     * once a second; the ready FIFO is not in staging order once entries park) */
+    int64_t oldest = 0;
+    for (size_t b = 0; b < wb->nbuckets; b++)
+        for (struct wb_ent *e = wb->ht[b]; e; e = e->hnext)
+            if (!e->deleted && (!oldest || e->staged_ns < oldest))
+                oldest = e->staged_ns;
     pthread_mutex_unlock(&wb->mu);
+    if (oldest) {
+        int64_t age = keg_mono_ns() - oldest;
+        st->oldest_ms = age > 0 ? (uint64_t)age / 1000000 : 0;
+    }
     return 0;
 }
 
@@ -1342,6 +1363,16 @@ static int wb_take_slot(struct wb *wb, const char *base)
 }
 
 /* Queues every staged file of our slot; removes temp files.  Returns 0 or -errno. */
+/* The monotonic ns of wall-clock time t (a staged file's mtime), never later than now. */
+static int64_t wb_mono_of(const struct timespec *t)
+{
+    struct timespec real;
+    int64_t now = keg_mono_ns();
+    clock_gettime(CLOCK_REALTIME, &real);
+    int64_t age = (real.tv_sec - t->tv_sec) * 1000000000LL + (real.tv_nsec - t->tv_nsec);
+    return age > 0 ? now - age : now;
+}
+
 static int wb_recover(struct wb *wb)
 {
     DIR *d = fdopendir(dup(wb->dirfd));
@@ -1374,6 +1405,7 @@ static int wb_recover(struct wb *wb)
             break;
         }
         e->state = WB_QUEUED;
+        e->staged_ns = wb_mono_of(&st.st_mtim);
         wb_hash_add(wb, e);
         list_add_tail(&wb->ready, e);
         wb->staged_bytes += e->size;

@@ -310,6 +310,52 @@ static void test_close_leaves_staged(void **state)
     keg_obj_close(b);
 }
 
+/* The age of the oldest staged bytes (kegfs_writeback_oldest_staged_seconds): it grows
+ * while an object waits, is the older one's of two, counts from the files' mtime for
+ * objects recovered from an earlier run, and is 0 once everything is uploaded. */
+static void test_oldest_staged_age(void **state)
+{
+    struct fx *fx = *state;
+    struct keg_wb_conf wc = {.workers = 1, .drain_ms = 50, .retries = 2, .backoff_ms = 10};
+    struct keg_obj *o = open_wb(fx, "file", wc);
+    struct keg_wb_stats st;
+
+    assert_int_equal(wbst(o).oldest_ms, 0);
+    atomic_store(&cnt_put_err, -EIO);           /* nothing gets uploaded */
+    put_block(o, 1, 2000);
+    ms_sleep(300);
+    put_block(o, 2, 2000);
+    st = wbst(o);
+    assert_int_equal(st.staged_objects, 2);
+    assert_true(st.oldest_ms >= 300 && st.oldest_ms < 10000);
+    keg_obj_close(o);                           /* both stay staged */
+    assert_int_equal(count_files(fx->slot, NULL, NULL), 2);
+
+    /* the files were staged an hour ago, as far as their mtime says */
+    DIR *d = opendir(fx->slot);
+    struct dirent *de;
+    struct timespec ts[2];
+    assert_non_null(d);
+    clock_gettime(CLOCK_REALTIME, &ts[0]);
+    ts[0].tv_sec -= 3600;
+    ts[1] = ts[0];
+    while ((de = readdir(d)) != NULL)
+        if (de->d_name[0] != '.')
+            assert_int_equal(utimensat(dirfd(d), de->d_name, ts, 0), 0);
+    closedir(d);
+    o = open_wb(fx, "file", wc);
+    st = wbst(o);
+    assert_int_equal(st.staged_objects, 2);
+    assert_true(st.oldest_ms >= 3599000 && st.oldest_ms < 3660000);
+
+    atomic_store(&cnt_put_err, 0);
+    assert_int_equal(keg_wb_drain(o, 10000, NULL), 0);
+    st = wbst(o);
+    assert_int_equal(st.staged_objects, 0);
+    assert_int_equal(st.oldest_ms, 0);
+    keg_obj_close(o);
+}
+
 struct bp_mon {
     struct keg_obj *o;
     const char     *slot;
@@ -1138,6 +1184,7 @@ int main(void)
         T(test_deleted_staging_file_spared),
         T(test_crash_recovery),
         T(test_close_leaves_staged),
+        T(test_oldest_staged_age),
         T(test_backpressure),
         T(test_permanent_failure),
         T(test_transient_failure_logged),

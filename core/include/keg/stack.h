@@ -55,6 +55,7 @@ struct keg_stack_stats {
     uint64_t upload_rate_bps;     /* bytes/s averaged over the last ~5 s */
     uint64_t waiting_puts;        /* writes blocked right now because staging is full */
     uint64_t max_staging;         /* the bound, bytes */
+    uint64_t oldest_staged_ms;    /* how long the oldest staged bytes have waited (0: none) */
     /* SSD cache */
     uint64_t cache_bytes;
     uint64_t cache_objects;

@@ -52,11 +52,18 @@ for _ in $(seq 1 50); do
   [ -z "$n" ] || [ "$n" -le 86400 ] || fail "absurd drain estimate: $up"
   echo "$up" | grep -q 'drains in more than a day' && fail "drain estimate over a day: $up"
   if echo "$st" | grep -q 'staged: .* in 0 objects'; then
+    echo "$st" | grep -q 'the oldest waits' && fail "an empty staging area has an oldest age: $st"
     [ "$staged" = 1 ] && break       # drained (before the first update: not staged yet)
   else
     staged=1
+    w=$(echo "$st" | sed -nE 's/.*the oldest waits for ([0-9.]+)s.*/\1/p')
+    [ -n "$w" ] && awk -v w="$w" -v o="${oldest:-0}" 'BEGIN {exit !(w > o)}' && oldest=$w
   fi
   sleep 0.3
 done
 [ "$unknown" -gt 0 ] || fail "the drain time was never 'unknown' right after the first upload"
+# each object takes 1.5 s per store op, one worker: the last one waits for seconds
+awk -v w="${oldest:-0}" 'BEGIN {exit !(w >= 1.5)}' \
+  || fail "kegfs stats never showed staged bytes waiting 1.5 s or more (largest: ${oldest:-none})"
+echo "# the oldest staged bytes waited up to ${oldest}s"
 echo "# samples with an unknown drain time: $unknown"
