@@ -61,10 +61,10 @@ e2e-k8s: deps-test
 
 # KegFS, local disk, libfuse's passthrough_hp, s3fs and rclone side by side (bench/README.md);
 # BENCH_FLAGS e.g. --quick, --targets LIST, --workloads LIST.  The report (JSON, Markdown,
-# PNG charts, the raw figures and the machine) goes to $(BENCH_OUT), by default docs/bench/,
-# the figures docs/benchmarks.md quotes; BENCH_OUT=$(BUILD)/bench-results keeps a trial run
-# out of the repository.
-BENCH_OUT ?= docs/bench
+# PNG charts, the raw figures and the machine) goes to $(BENCH_OUT): by default docs/bench/,
+# the figures docs/benchmarks.md quotes, for the plain `make bench`, and $(BUILD)/bench-results
+# for a run with BENCH_FLAGS (a quick or cut run must not replace the full run's report).
+BENCH_OUT ?= $(if $(strip $(BENCH_FLAGS)),$(BUILD)/bench-results,docs/bench)
 bench: deps-bench build
 	@bench/run.sh $(BUILD) --out $(BENCH_OUT) $(BENCH_FLAGS)
 
