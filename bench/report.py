@@ -25,6 +25,13 @@ LABEL = {
     "sqlite": "KegFS SQLite+file", "s3wb": "KegFS Redis+S3 writeback",
     "s3": "KegFS Redis+S3", "rclone": "rclone mount", "s3fs": "s3fs",
 }
+# one colour per target in every chart (gnuplot's own 8 colours, then brown): gnuplot's
+# default cycle gave the 9th column the 1st one's colour
+COLOR = {
+    "disk": "#9400d3", "pthp": "#009e73", "pthpwb": "#56b4e9", "kpt": "#e69f00",
+    "sqlite": "#f0e442", "s3wb": "#0072b2", "s3": "#e51e10", "rclone": "#000000",
+    "s3fs": "#8c564b",
+}
 SMALL = ["create", "randmod", "append", "empty"]
 SMALL_LABEL = {"create": "sequential writes", "randmod": "data modifications",
                "append": "single-file append", "empty": "empty files"}
@@ -391,6 +398,8 @@ def draw(out, summary, targets, fio_names):
             if logy:
                 f.write("set logscale y\nset yrange [*:*]\n")
             f.write("set datafile missing 'NaN'\n")
+            for i, t in enumerate(targets):
+                f.write('set linetype %d lc rgb "%s"\n' % (i + 1, COLOR[t]))
             f.write("plot for [i=2:%d] '%s' using i:xtic(1) title columnheader(i)\n"
                     % (len(targets) + 1, dat))
         r = subprocess.run(["gnuplot", gp], capture_output=True, text=True)
