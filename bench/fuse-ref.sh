@@ -15,7 +15,8 @@
 #     whenever the timeout is not 0; KegFS never does: see docs/benchmarks.md)
 #   * allow_other is added to the upstream mount options (default_permissions,fsname=hpps)
 # Needs deb-src lines in the apt sources (added as /etc/apt/sources.list.d/
-# kegfs-bench-src.sources for the running Debian release when no deb-src is configured),
+# kegfs-bench-src.sources for the running Debian release when no deb-src is configured,
+# with the URI of the machine's own Debian entry: deb.debian.org when apt names none),
 # dpkg-dev, g++ and libfuse3-dev (scripts/install-deps.sh bench).
 set -euo pipefail
 
@@ -58,10 +59,17 @@ if [ -z "$src" ]; then
   if ! grep -rqs '^\(Types:.*deb-src\|deb-src\)' /etc/apt/sources.list /etc/apt/sources.list.d/; then
     [ "$(id -u)" = 0 ] || { echo "fuse-ref: no deb-src in the apt sources (needs root to add)" >&2; exit 1; }
     codename=$(. /etc/os-release && echo "$VERSION_CODENAME")
-    echo "fuse-ref: adding deb-src for $codename (/etc/apt/sources.list.d/kegfs-bench-src.sources)" >&2
+    # the mirror the machine installs from (a machine may reach no other): the entry
+    # whose Release file says Origin Debian, suite CODENAME, component main
+    uri=$(apt-cache policy 2>/dev/null | awk -v s="$codename/main" '
+      $2 ~ /^[a-z+]+:/ && $3 == s { u = $2; next }
+      u && $1 == "release" && /o=Debian,/ { print u; exit }
+      { u = "" }')
+    uri=${uri:-http://deb.debian.org/debian}
+    echo "fuse-ref: adding deb-src for $codename from $uri (/etc/apt/sources.list.d/kegfs-bench-src.sources)" >&2
     cat > /etc/apt/sources.list.d/kegfs-bench-src.sources <<EOF
 Types: deb-src
-URIs: http://deb.debian.org/debian
+URIs: $uri
 Suites: $codename $codename-updates
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
