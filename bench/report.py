@@ -244,8 +244,10 @@ def main():
                                   n.split(".")[3], "" if n.split(".")[3] == "1" else "s")
            for n in fio_names}, "MiB/s", False)
     table("Real work, seconds (lower is better)", REAL, REAL_LABEL, "s")
-    md.append("⚠: at least one repetition failed (a non-zero exit, e.g. tar on rclone cannot "
-              "create symlinks) or did not finish within the cap; its time is still shown.\n")
+    if any("⚠" in line for line in md):
+        md.append("⚠: at least one repetition failed (a non-zero exit, e.g. tar on rclone "
+                  "cannot create symlinks) or did not finish within the cap; its time is still "
+                  "shown.\n")
 
     # ratios: KegFS targets against the passthrough and the peers (>1: KegFS is faster)
     keg = [t for t in ("sqlite", "s3wb", "s3") if t in targets]
