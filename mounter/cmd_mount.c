@@ -57,6 +57,7 @@
 #include "keg/log.h"
 #include "keg/mem.h"
 #include "keg/meta.h"
+#include "keg/metrics.h"
 #include "keg/mountinfo.h"
 #include "keg/stack.h"
 #include "keg/url.h"
@@ -187,7 +188,8 @@ static void usage(FILE *out)
         "      --mem-cache-size MiB optional cap of the read cache's share of the budget\n"
         "                           (default: none; writes always come first)\n"
         "      --metrics HOST:PORT  serve Prometheus metrics at http://HOST:PORT/metrics\n"
-        "                           (off by default; e.g. 127.0.0.1:9567)\n"
+        "                           (off by default; e.g. 127.0.0.1:9567), or, with\n"
+        "                           unix:/ABS/PATH, on a unix socket (mode 0600) at PATH\n"
         "      --read-ahead SIZE    kernel read-ahead of the mount (default 4M; 0 leaves the\n"
         "                           kernel's 128K: sequential reads come in 128 KiB requests)\n"
         "      --cache-dir DIR      local SSD cache of blocks (and writeback staging) in DIR\n"
@@ -1555,6 +1557,18 @@ out:
     return status;
 }
 
+/* --metrics: a malformed address, or a unix socket path that is relative or too long,
+ * is a usage error before anything is mounted.  Returns 0 or 2. */
+static int check_metrics_opt(const struct mount_opts *o)
+{
+    struct keg_metrics_addr a;
+    const char *why = NULL;
+    if (!o->metrics || keg_metrics_parse_addr(o->metrics, &a, &why) == 0)
+        return 0;
+    mnt_error("--metrics %s: %s", o->metrics, why);
+    return 2;
+}
+
 /* Started by an upgrading supervisor (cmd_upgrade.c): the mount exists and is
  * ours, so none of the pre-mount checks apply (and nothing may touch the mount
  * point: no worker answers until we start one).  Returns the exit status, or -1
@@ -1624,7 +1638,9 @@ int mnt_cmd_mount(int argc, char **argv)
         rc = rc ? 1 : 0;
         goto out;
     }
-    rc = check_cache_opts(&o);
+    rc = check_metrics_opt(&o);
+    if (!rc)
+        rc = check_cache_opts(&o);
     if (rc)
         goto out;
     const char *mp;

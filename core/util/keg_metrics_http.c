@@ -5,14 +5,25 @@
  * the program's figures into a memory stream (open_memstream) handed to libmicrohttpd,
  * which frees it after sending.  Rendering reads atomics and stats snapshots only, so a
  * scrape never holds a lock of the file system while it writes to the socket.
+ *
+ * A "unix:/PATH" address is an AF_UNIX stream socket this file creates, binds and
+ * hands to libmicrohttpd as its listen socket (MHD_OPTION_LISTEN_SOCKET): the node
+ * plugin of the CSI driver scrapes its mounters that way, without a TCP port per
+ * mount.  The socket file is the server's only while its device and inode are the
+ * ones bound here: a later server (a restarted worker of the same mount) replaces a
+ * stale file, and stopping the earlier one must not unlink the newer socket.
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include "keg/mem.h"
 #include "keg/metrics.h"
@@ -23,7 +34,13 @@ struct keg_metrics_server {
     struct MHD_Daemon     *d;
     keg_metrics_render_fn *render;
     void                  *arg;
+    char   path[KEG_METRICS_UNIX_PATH_MAX];  /* the unix socket bound here, "" for TCP */
+    dev_t  dev;                               /* and its file, unlinked at stop while */
+    ino_t  ino;                               /* it is still this one */
 };
+
+_Static_assert(KEG_METRICS_UNIX_PATH_MAX == sizeof(((struct sockaddr_un *)0)->sun_path),
+               "KEG_METRICS_UNIX_PATH_MAX is the size of sun_path");
 
 static enum MHD_Result metrics_reply(struct MHD_Connection *c, unsigned status,
                                      const char *text)
@@ -71,76 +88,221 @@ static enum MHD_Result metrics_handler(void *cls, struct MHD_Connection *c, cons
     return ret;
 }
 
-/* Split "HOST:PORT" / "[V6]:PORT" / ":PORT" into host (NULL: any) and port. */
-static int metrics_split(const char *addr, char *host, size_t hn, char *port, size_t pn)
+/*----------------------------------------------------------------------------
+ * Addresses
+ *--------------------------------------------------------------------------*/
+
+static int metrics_bad(const char **why, const char *reason, int rc)
+{
+    if (why)
+        *why = reason;
+    return rc;
+}
+
+int keg_metrics_parse_addr(const char *addr, struct keg_metrics_addr *out, const char **why)
 {
     const char *colon;
+    memset(out, 0, sizeof(*out));
+    if (why)
+        *why = NULL;
     if (!addr || !*addr)
-        return -EINVAL;
+        return metrics_bad(why, "empty address (HOST:PORT or unix:/PATH)", -EINVAL);
+    if (strncmp(addr, "unix:", 5) == 0) {
+        const char *path = addr + 5;
+        if (path[0] != '/')
+            return metrics_bad(why, "a unix socket path must be absolute (unix:/PATH)",
+                               -EINVAL);
+        if (strlen(path) >= sizeof(out->path))
+            return metrics_bad(why, "the unix socket path is longer than 107 bytes",
+                               -ENAMETOOLONG);
+        if (path[strlen(path) - 1] == '/')
+            return metrics_bad(why, "the unix socket path names a directory", -EINVAL);
+        out->is_unix = 1;
+        memcpy(out->path, path, strlen(path) + 1);
+        return 0;
+    }
     if (addr[0] == '[') {
         const char *end = strchr(addr, ']');
-        if (!end || end[1] != ':' || (size_t)(end - addr - 1) >= hn)
-            return -EINVAL;
-        memcpy(host, addr + 1, (size_t)(end - addr - 1));
-        host[end - addr - 1] = '\0';
+        if (!end || end[1] != ':' || (size_t)(end - addr - 1) >= sizeof(out->host))
+            return metrics_bad(why, "expected [V6]:PORT", -EINVAL);
+        memcpy(out->host, addr + 1, (size_t)(end - addr - 1));
+        out->host[end - addr - 1] = '\0';
         colon = end + 1;
     } else {
         colon = strrchr(addr, ':');
-        if (!colon || (size_t)(colon - addr) >= hn)
-            return -EINVAL;
-        memcpy(host, addr, (size_t)(colon - addr));
-        host[colon - addr] = '\0';
+        if (!colon || (size_t)(colon - addr) >= sizeof(out->host))
+            return metrics_bad(why, "expected HOST:PORT, :PORT or unix:/PATH", -EINVAL);
+        memcpy(out->host, addr, (size_t)(colon - addr));
+        out->host[colon - addr] = '\0';
     }
-    if (!colon[1] || strlen(colon + 1) >= pn || strspn(colon + 1, "0123456789") !=
-                                                     strlen(colon + 1))
-        return -EINVAL;
-    if (strtoul(colon + 1, NULL, 10) > 65535)
-        return -EINVAL;
-    snprintf(port, pn, "%s", colon + 1);
+    size_t pl = strlen(colon + 1);
+    if (!pl || pl >= sizeof(out->port) || strspn(colon + 1, "0123456789") != pl ||
+        strtoul(colon + 1, NULL, 10) > 65535)
+        return metrics_bad(why, "the port must be a number 0..65535", -EINVAL);
+    memcpy(out->port, colon + 1, pl + 1);
     return 0;
+}
+
+/*----------------------------------------------------------------------------
+ * Listening
+ *--------------------------------------------------------------------------*/
+
+/* Whether a process accepts connections on the socket at sa (a stale file refuses). */
+static int metrics_unix_in_use(const struct sockaddr_un *sa)
+{
+    int c = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (c < 0)
+        return 0;
+    int used = connect(c, (const struct sockaddr *)sa, sizeof(*sa)) == 0;
+    close(c);
+    return used;
+}
+
+/* Create, bind (0600) and listen on the unix socket of a.  *fd_out gets it and s->path,
+ * s->dev, s->ino name its file.  Returns 0 or -errno (message logged). */
+static int metrics_listen_unix(const struct keg_metrics_addr *a, struct keg_metrics_server *s,
+                               int *fd_out)
+{
+    struct sockaddr_un sa;
+    struct stat st;
+    int rc;
+    *fd_out = -1;
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    memcpy(sa.sun_path, a->path, strlen(a->path) + 1);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    if (lstat(a->path, &st) == 0) {
+        if (!S_ISSOCK(st.st_mode)) {
+            KEG_ERR("--metrics unix:%s: the path exists and is not a socket", a->path);
+            rc = -EEXIST;
+            goto fail;
+        }
+        if (metrics_unix_in_use(&sa)) {
+            KEG_ERR("--metrics unix:%s: another process serves this socket", a->path);
+            rc = -EADDRINUSE;
+            goto fail;
+        }
+        if (unlink(a->path) < 0 && errno != ENOENT) {
+            rc = -errno;
+            KEG_ERR("--metrics unix:%s: cannot remove the stale socket: %s", a->path,
+                    strerror(-rc));
+            goto fail;
+        }
+        KEG_INFO("--metrics unix:%s: replaced a stale socket", a->path);
+    }
+    /* The umask is the process's: for the length of one bind, files other threads
+     * create get at most 0600 too, never more than they asked for. */
+    mode_t um = umask(0177);
+    rc = bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ? -errno : 0;
+    umask(um);
+    if (rc == 0 && listen(fd, 64) < 0)
+        rc = -errno;
+    if (rc == 0 && lstat(a->path, &st) < 0)
+        rc = -errno;
+    if (rc < 0) {
+        KEG_ERR("--metrics unix:%s: cannot listen: %s", a->path, strerror(-rc));
+        goto fail;
+    }
+    if ((st.st_mode & 07777) != 0600 && chmod(a->path, 0600) < 0)
+        KEG_WARN("--metrics unix:%s: mode %o, and chmod 0600 failed: %s", a->path,
+                 (unsigned)(st.st_mode & 07777), strerror(errno));
+    memcpy(s->path, a->path, strlen(a->path) + 1);
+    s->dev = st.st_dev;
+    s->ino = st.st_ino;
+    *fd_out = fd;
+    return 0;
+fail:
+    close(fd);
+    return rc;
+}
+
+/* Unlink the socket file of s if it is still the one bound by s. */
+static void metrics_unlink_own(const struct keg_metrics_server *s)
+{
+    struct stat st;
+    if (!s->path[0] || lstat(s->path, &st) < 0)
+        return;
+    if (S_ISSOCK(st.st_mode) && st.st_dev == s->dev && st.st_ino == s->ino)
+        unlink(s->path);
 }
 
 int keg_metrics_start(const char *addr, keg_metrics_render_fn *render, void *arg,
                       struct keg_metrics_server **out, unsigned *port_out)
 {
-    char host[256], port[8];
+    struct keg_metrics_addr a;
     struct addrinfo hints, *ai = NULL;
+    const char *why = NULL;
+    int lfd = -1, rc;
     *out = NULL;
     if (port_out)
         *port_out = 0;
-    if (metrics_split(addr, host, sizeof(host), port, sizeof(port)) < 0)
-        return -EINVAL;
-    memset(&hints, 0, sizeof(hints));
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE;
-    int g = getaddrinfo(host[0] ? host : NULL, port, &hints, &ai);
-    if (g != 0 || !ai) {
-        KEG_ERR("--metrics %s: cannot resolve '%s': %s", addr, host, gai_strerror(g));
-        return -EINVAL;
+    rc = keg_metrics_parse_addr(addr, &a, &why);
+    if (rc < 0) {
+        KEG_ERR("--metrics %s: %s", addr ? addr : "", why);
+        return rc;
+    }
+    if (!a.is_unix) {
+        memset(&hints, 0, sizeof(hints));
+        hints.ai_socktype = SOCK_STREAM;
+        hints.ai_flags = AI_PASSIVE;
+        int g = getaddrinfo(a.host[0] ? a.host : NULL, a.port, &hints, &ai);
+        if (g != 0 || !ai) {
+            KEG_ERR("--metrics %s: cannot resolve '%s': %s", addr, a.host, gai_strerror(g));
+            return -EINVAL;
+        }
     }
     struct keg_metrics_server *s = keg_calloc(1, sizeof(*s));
     if (!s) {
-        freeaddrinfo(ai);
+        if (ai)
+            freeaddrinfo(ai);
         return -ENOMEM;
     }
     s->render = render;
     s->arg = arg;
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
-    if (ai->ai_family == AF_INET6)
-        flags |= MHD_USE_IPv6;
-    s->d = MHD_start_daemon(flags, 0, NULL, NULL, metrics_handler, s,
-                            MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-                            MHD_OPTION_CONNECTION_LIMIT, 16u,
-                            MHD_OPTION_CONNECTION_TIMEOUT, 10u,
-                            MHD_OPTION_END);
-    freeaddrinfo(ai);
+    if (a.is_unix) {
+        rc = metrics_listen_unix(&a, s, &lfd);
+        if (rc < 0) {
+            keg_free(s);
+            return rc;
+        }
+        /* libmicrohttpd owns a copy: whether a failed start closes the socket it was
+         * given is not documented, so this file never closes that copy itself (at
+         * worst a failed start leaks one descriptor, never closes a reused one). */
+        int mfd = fcntl(lfd, F_DUPFD_CLOEXEC, 0);
+        if (mfd >= 0)
+            s->d = MHD_start_daemon(flags, 0, NULL, NULL, metrics_handler, s,
+                                    MHD_OPTION_LISTEN_SOCKET, mfd,
+                                    MHD_OPTION_CONNECTION_LIMIT, 16u,
+                                    MHD_OPTION_CONNECTION_TIMEOUT, 10u,
+                                    MHD_OPTION_END);
+        else
+            errno = EMFILE;
+    } else {
+        if (ai->ai_family == AF_INET6)
+            flags |= MHD_USE_IPv6;
+        s->d = MHD_start_daemon(flags, 0, NULL, NULL, metrics_handler, s,
+                                MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                                MHD_OPTION_CONNECTION_LIMIT, 16u,
+                                MHD_OPTION_CONNECTION_TIMEOUT, 10u,
+                                MHD_OPTION_END);
+        freeaddrinfo(ai);
+    }
     if (!s->d) {
-        int rc = errno ? -errno : -EADDRINUSE;
+        rc = errno ? -errno : -EADDRINUSE;
         KEG_ERR("--metrics %s: cannot listen: %s", addr, strerror(-rc));
+        if (lfd >= 0) {
+            metrics_unlink_own(s);
+            close(lfd);
+        }
         keg_free(s);
         return rc;
     }
-    if (port_out) {
+    if (lfd >= 0)
+        close(lfd);         /* the daemon's copy listens on */
+    if (port_out && !a.is_unix) {
         const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
         *port_out = di ? di->port : 0;
     }
@@ -152,6 +314,7 @@ void keg_metrics_stop(struct keg_metrics_server *s)
 {
     if (!s)
         return;
-    MHD_stop_daemon(s->d);
+    MHD_stop_daemon(s->d);      /* closes the listen socket, also one handed to it */
+    metrics_unlink_own(s);
     keg_free(s);
 }
