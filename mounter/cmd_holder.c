@@ -9,21 +9,24 @@
  *     request:  VERB\n key=value\n ... \n          (blank line ends it)
  *     answer:   ok\n key=value\n ... \n   or   error ERRNO\n message=...\n \n
  *
- *   mount     volume_id, target, options, readonly; the mounter config (META_URL
- *             and keys) comes as a descriptor (SCM_RIGHTS), never in the text.
+ *   mount     volume_id, target, options, readonly, metrics (1: the mounter serves
+ *             /metrics on a unix socket); the mounter config (META_URL and keys)
+ *             comes as a descriptor (SCM_RIGHTS), never in the text.
  *             Idempotent: a live mounter at target for the same volume is the
- *             answer.  Answer: pid.
+ *             answer.  Answer: pid, metrics (its socket, or empty).
  *   unmount   target: unmount (lazily if busy), stop the mounter, forget it.
  *   list      every mount: "mount=<target>" followed by its volume_id, pid,
- *             state (live | starting | restarting), binary, restarts.
+ *             state (live | starting | restarting), binary, restarts, metrics.
  *   upgrade   binary [, target]: `kegfs upgrade` each mounter (all, or target)
  *             not already running binary; new mounters use it from then on.
  *
  * Mounters are `<binary> mount --config <state>/mounts/<hash>.yaml --over-stale
- * -o allow_other [-o <options>] <target>`
+ * -o allow_other [-o <options>] [--metrics unix:<state>/metrics/<hash>.sock] <target>`
  * children of the holder, each in its own session, stdout/stderr to
  * <state>/logs/<hash>.log, KEGFS_RUN_DIR=<state>/run.  The table of mounts is
  * persisted in <state>/holder.state (no secrets; the configs are 0600 files).
+ * The metrics sockets are where the node plugin, which sees <state> at the same
+ * path, fetches each mounter's /metrics.
  *
  * The monitor thread (every --check-ms) reaps exited mounters and restarts every
  * mount that is still wanted and whose mounter is gone: a fresh mounter mounts the
@@ -66,6 +69,7 @@
 #define KEG_LOG_TAG "holder"
 #include "keg/log.h"
 #include "keg/mem.h"
+#include "keg/metrics.h"
 #include "keg/spawn.h"
 
 #include "mnt_i.h"
@@ -76,6 +80,7 @@
 
 struct hmount {
     char    *volume_id, *target, *options, *config, *binary;
+    char    *metrics;        /* its metrics socket, "" for none */
     int      readonly;
     pid_t    pid;            /* the mounter (supervisor); 0: not running */
     int      busy;           /* a request is starting or upgrading it */
@@ -116,6 +121,7 @@ static void hm_clear(struct hmount *m)
     keg_free(m->options);
     keg_free(m->config);
     keg_free(m->binary);
+    keg_free(m->metrics);
     memset(m, 0, sizeof(*m));
 }
 
@@ -175,8 +181,8 @@ static void hm_save(void)
     for (size_t i = 0; i < n_mounts; i++) {
         const struct hmount *m = &mounts[i];
         fprintf(fp, "mount=%s\nvolume_id=%s\noptions=%s\nreadonly=%d\nconfig=%s\nbinary=%s\n"
-                "pid=%ld\n", m->target, m->volume_id, m->options, m->readonly, m->config,
-                m->binary, (long)m->pid);
+                "pid=%ld\nmetrics=%s\n", m->target, m->volume_id, m->options, m->readonly,
+                m->config, m->binary, (long)m->pid, m->metrics);
     }
     int ok = fflush(fp) == 0 && fsync(fileno(fp)) == 0;
     if (fclose(fp) != 0)
@@ -220,6 +226,8 @@ static void hm_load(void)
                     cur.config = keg_strdup("");
                 if (!cur.binary)
                     cur.binary = keg_strdup(mounter_bin);
+                if (!cur.metrics)
+                    cur.metrics = keg_strdup("");   /* a table of an older holder */
                 if (!pid_is_mounter(cur.pid, cur.target))
                     cur.pid = 0;      /* gone with the previous holder: the monitor restarts it */
                 KEG_INFO("target=%s volume_id=%s: %s", cur.target, cur.volume_id,
@@ -248,6 +256,8 @@ static void hm_load(void)
             hm_set(&cur.config, v);
         else if (strcmp(ln, "binary") == 0)
             hm_set(&cur.binary, v);
+        else if (strcmp(ln, "metrics") == 0)
+            hm_set(&cur.metrics, v);
         else if (strcmp(ln, "readonly") == 0)
             cur.readonly = strtol(v, NULL, 10) != 0;
         else if (strcmp(ln, "pid") == 0)
@@ -314,11 +324,33 @@ static void cg_release(const char *target)
     keg_free(dir);
 }
 
+/* The metrics socket of the mounter of target, "<state>/metrics/<hash>.sock", into out
+ * (KEG_METRICS_UNIX_PATH_MAX bytes); "" (logged) when it does not fit a socket address. */
+static void metrics_path(const char *target, char *out)
+{
+    char h[17];
+    mnt_path_hash(target, h);
+    int n = snprintf(out, KEG_METRICS_UNIX_PATH_MAX, "%s/metrics/%s.sock", state_dir, h);
+    if (n < 0 || n >= KEG_METRICS_UNIX_PATH_MAX) {
+        KEG_WARN("target=%s: %s/metrics is too long for a unix socket path: no metrics "
+                 "socket", target, state_dir);
+        out[0] = '\0';
+    }
+}
+
+/* Remove the metrics socket file a mounter of m left (it did not exit cleanly). */
+static void unlink_metrics(const char *path)
+{
+    struct stat st;
+    if (path && path[0] && lstat(path, &st) == 0 && S_ISSOCK(st.st_mode))
+        unlink(path);
+}
+
 /* Start the mounter of m.  LOCKS: hold_mu (short: a posix_spawn).  Returns 0 or -errno. */
 static int hm_spawn(struct hmount *m)
 {
-    const char *argv[14];
-    char h[17];
+    const char *argv[16];
+    char h[17], metrics[KEG_METRICS_UNIX_PATH_MAX + 5];
     int argc = 0;
     mnt_path_hash(m->target, h);
     char *log = keg_asprintf("%s/logs/%s.log", state_dir, h);
@@ -338,6 +370,11 @@ static int hm_spawn(struct hmount *m)
     if (m->options && *m->options) {
         argv[argc++] = "-o";
         argv[argc++] = m->options;
+    }
+    if (m->metrics && m->metrics[0]) {
+        snprintf(metrics, sizeof(metrics), "unix:%s", m->metrics);
+        argv[argc++] = "--metrics";
+        argv[argc++] = metrics;
     }
     argv[argc++] = m->target;
     argv[argc] = NULL;
@@ -517,7 +554,8 @@ static int valid_path(const char *p)
 
 static void do_mount(int c, const struct hreq *r)
 {
-    char vol[256], target[PATH_MAX], opts[2048], ro[8], h[17];
+    char vol[256], target[PATH_MAX], opts[2048], ro[8], h[17], met[8];
+    char sock[KEG_METRICS_UNIX_PATH_MAX];
     if (!rq_get(r, "volume_id", vol, sizeof(vol)) || !vol[0] ||
         !rq_get(r, "target", target, sizeof(target)) || !valid_path(target)) {
         reply_err(c, EINVAL, "mount needs volume_id and an absolute target");
@@ -526,6 +564,9 @@ static void do_mount(int c, const struct hreq *r)
     if (!rq_get(r, "options", opts, sizeof(opts)))
         opts[0] = '\0';
     int readonly = rq_get(r, "readonly", ro, sizeof(ro)) && strcmp(ro, "1") == 0;
+    sock[0] = '\0';
+    if (rq_get(r, "metrics", met, sizeof(met)) && strcmp(met, "1") == 0)
+        metrics_path(target, sock);
 
     pthread_mutex_lock(&hold_mu);
     struct hmount *m = hm_find(target);
@@ -541,10 +582,11 @@ static void do_mount(int c, const struct hreq *r)
     }
     if (m && m->pid && pid_is_mounter(m->pid, target) && m->readonly == readonly &&
         strcmp(m->options, opts) == 0) {
-        pid_t pid = m->pid;
+        /* a running mounter keeps the metrics socket it has (or has none) */
+        char out[128 + KEG_METRICS_UNIX_PATH_MAX];
+        snprintf(out, sizeof(out), "ok\npid=%ld\nexisting=1\nmetrics=%s\n\n", (long)m->pid,
+                 m->metrics);
         pthread_mutex_unlock(&hold_mu);
-        char out[128];
-        snprintf(out, sizeof(out), "ok\npid=%ld\nexisting=1\n\n", (long)pid);
         reply(c, out);
         return;
     }
@@ -563,8 +605,10 @@ static void do_mount(int c, const struct hreq *r)
         nm.options = keg_strdup(opts);
         nm.binary = keg_strdup(mounter_bin);
         nm.config = keg_asprintf("%s/mounts/%s.yaml", state_dir, h);
+        nm.metrics = keg_strdup(sock);
         nm.readonly = readonly;
-        if (!nm.volume_id || !nm.target || !nm.options || !nm.binary || !nm.config) {
+        if (!nm.volume_id || !nm.target || !nm.options || !nm.binary || !nm.config ||
+            !nm.metrics) {
             hm_clear(&nm);
             pthread_mutex_unlock(&hold_mu);
             reply_err(c, ENOMEM, "out of memory");
@@ -576,6 +620,7 @@ static void do_mount(int c, const struct hreq *r)
         m->pid = 0;
         m->readonly = readonly;
         hm_set(&m->options, opts);
+        hm_set(&m->metrics, sock);
     }
     if (!m) {
         pthread_mutex_unlock(&hold_mu);
@@ -597,6 +642,7 @@ static void do_mount(int c, const struct hreq *r)
     if (rc == 0 && m)
         rc = hm_spawn(m);
     pid_t pid = m ? m->pid : 0;
+    snprintf(sock, sizeof(sock), "%s", m && m->metrics ? m->metrics : "");
     if (m)
         hm_save();
     pthread_mutex_unlock(&hold_mu);
@@ -608,8 +654,8 @@ static void do_mount(int c, const struct hreq *r)
     struct hproc p = {.pid = pid, .target = target};
     rc = keg_fuse_wait_live(target, HOLD_MOUNT_WAIT_MS, 20, hproc_replaced, &p);
     if (rc == 0) {
-        char out[128];
-        snprintf(out, sizeof(out), "ok\npid=%ld\n\n", (long)pid);
+        char out[128 + KEG_METRICS_UNIX_PATH_MAX];
+        snprintf(out, sizeof(out), "ok\npid=%ld\nmetrics=%s\n\n", (long)pid, sock);
         reply(c, out);
         goto unbusy;
     }
@@ -622,6 +668,7 @@ static void do_mount(int c, const struct hreq *r)
     m = hm_find(target);
     if (m) {
         unlink(m->config);
+        unlink_metrics(m->metrics);
         hm_remove(m);
         hm_save();
     }
@@ -645,11 +692,13 @@ static void do_unmount(int c, const struct hreq *r)
     pthread_mutex_lock(&hold_mu);
     struct hmount *m = hm_find(target);
     pid_t pid = 0;
-    char *config = NULL;
+    char *config = NULL, *metrics = NULL;
     if (m) {
         pid = m->pid;
         config = m->config;
         m->config = NULL;
+        metrics = m->metrics;
+        m->metrics = NULL;
         hm_remove(m);         /* the monitor must not restart it */
         hm_save();
     }
@@ -662,6 +711,8 @@ static void do_unmount(int c, const struct hreq *r)
         unlink(config);
         keg_free(config);
     }
+    unlink_metrics(metrics);
+    keg_free(metrics);
     if (rc) {
         reply_err(c, -rc, "unmounting %s: %s", target, strerror(-rc));
         return;
@@ -673,7 +724,8 @@ static void do_unmount(int c, const struct hreq *r)
 static void do_list(int c)
 {
     pthread_mutex_lock(&hold_mu);
-    size_t cap = 64 + n_mounts * (PATH_MAX + 512) + strlen(mounter_bin);
+    size_t cap = 64 + n_mounts * (PATH_MAX + 512 + KEG_METRICS_UNIX_PATH_MAX) +
+                 strlen(mounter_bin);
     char *out = keg_malloc(cap);
     if (!out) {
         pthread_mutex_unlock(&hold_mu);
@@ -685,10 +737,10 @@ static void do_list(int c)
         const struct hmount *m = &mounts[i];
         o += (size_t)snprintf(out + o, cap - o,
                               "mount=%s\nvolume_id=%s\npid=%ld\nstate=%s\nbinary=%s\n"
-                              "restarts=%u\nreadonly=%d\noptions=%s\n", m->target,
-                              m->volume_id, (long)m->pid,
+                              "restarts=%u\nreadonly=%d\noptions=%s\nmetrics=%s\n",
+                              m->target, m->volume_id, (long)m->pid,
                               m->busy ? "starting" : m->pid ? "live" : "restarting", m->binary,
-                              m->restarts, m->readonly, m->options);
+                              m->restarts, m->readonly, m->options, m->metrics);
     }
     pthread_mutex_unlock(&hold_mu);
     if (o < cap)
@@ -897,6 +949,7 @@ static void monitor_once(void)
             KEG_WARN("target=%s: the pod directory is gone, forgetting the mount", m->target);
             unmount_all(m->target);
             unlink(m->config);
+            unlink_metrics(m->metrics);
             hm_remove(m);
             hm_save();
             i--;
@@ -1133,14 +1186,17 @@ int mnt_cmd_holder(int argc, char **argv)
     char *run = keg_asprintf("%s/run", sdir);
     char *mdir = keg_asprintf("%s/mounts", sdir);
     char *ldir = keg_asprintf("%s/logs", sdir);
+    char *xdir = keg_asprintf("%s/metrics", sdir);
     char *sockp = sock ? keg_strdup(sock) : keg_asprintf("%s/holder.sock", sdir);
-    if (!state_dir || !state_file || !mounter_bin || !run || !mdir || !ldir || !sockp) {
+    if (!state_dir || !state_file || !mounter_bin || !run || !mdir || !ldir || !xdir ||
+        !sockp) {
         mnt_error("out of memory");
         return 1;
     }
     mkdir(sdir, 0711);
     mkdir(mdir, 0700);
     mkdir(ldir, 0700);
+    mkdir(xdir, 0700);
     mkdir(run, 0700);
     if (!getenv("KEGFS_RUN_DIR"))
         setenv("KEGFS_RUN_DIR", run, 1);   /* mounters and upgrades agree on it */
@@ -1209,6 +1265,7 @@ int mnt_cmd_holder(int argc, char **argv)
     keg_free(run);
     keg_free(mdir);
     keg_free(ldir);
+    keg_free(xdir);
     keg_free(sockp);
     return 0;
 }
