@@ -156,6 +156,8 @@ struct csi_ctx {
     struct csi_state *state;          /* node: recorded publishes (NULL in controller mode) */
     struct csi_mount_mgr *mm;         /* node: starts and stops mounters */
     int         ready;                /* Probe: 1 once recovery has run */
+    int         mounter_metrics;      /* node: mounters serve /metrics on unix sockets
+                                       * that --metrics aggregates (csi/scrape.c) */
 
     pthread_mutex_t lock;             /* protects busy[], nbusy, cap_busy, nwaiting */
     pthread_cond_t  key_cond;         /* with lock: broadcast when a key is released */
@@ -282,6 +284,17 @@ void csi_metrics_methods(const char *const *names, size_t n);
 void csi_metrics_rpc(int method, int code, int64_t dur_us);
 void csi_metrics_restart(enum csi_restart_cause cause);
 void csi_metrics_round(void);
+/* What the node plugin last saw of a publish record (kegfs_csi_volumes{state}):
+ *   LIVE        published, and the last check found the mount serving
+ *   RECOVERING  found dead or missing, a mounter is being started again (also a
+ *               record not checked since this plugin started)
+ *   FAILED      the last attempt to start its mounter again failed (retried every
+ *               watchdog round) */
+enum csi_vol_state { CSI_VOL_LIVE, CSI_VOL_RECOVERING, CSI_VOL_FAILED, CSI_VOL_NSTATES };
+/* Note the state of the record of target; forget it once the record is gone.
+ * Thread-safe.  BORROWS target. */
+void csi_metrics_volume(const char *target, enum csi_vol_state st);
+void csi_metrics_volume_forget(const char *target);
 /* Serve the metrics at addr ("HOST:PORT").  Returns 0 or -errno. */
 int  csi_metrics_start(struct csi_ctx *ctx, const char *addr);
 void csi_metrics_stop(void);

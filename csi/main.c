@@ -1,4 +1,5 @@
 /* main.c -- kegfs-csi: command-line flags, then serve the CSI socket. */
+#include <curl/curl.h>
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -39,7 +40,9 @@ static void usage(FILE *fp)
         "  --holder-upgrade B   holder mode: at start, run every mounter on this plugin's\n"
         "                       kegfs (copied next to the socket, in bin/), upgrading in\n"
         "                       place (true or false; default true)\n"
-        "  --metrics HOST:PORT  serve Prometheus metrics at http://HOST:PORT/metrics\n"
+        "  --metrics HOST:PORT  serve Prometheus metrics at http://HOST:PORT/metrics; a\n"
+        "                       node plugin also gives each mounter a metrics socket and\n"
+        "                       includes every mounter's metrics in its own\n"
         "  --workers N          gRPC worker threads (default 8)\n"
         "  --watchdog-ms MS     how often dead mounts are re-established (default 2000)\n"
         "  -v, --verbose        log at debug level\n"
@@ -230,6 +233,14 @@ int main(int argc, char **argv)
     ctx.cache_root = *cache_root ? cache_root : NULL;
     ctx.watchdog_ms = (unsigned)wd_ms;
     csi_ctx_init(&ctx);
+    /* --metrics on a node plugin: every mounter gets a metrics socket and the plugin's
+     * endpoint includes theirs (libcurl's global state set up here, before any thread) */
+    if (metrics && (ctx.mode & CSI_MODE_NODE)) {
+        if (curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK)
+            ctx.mounter_metrics = 1;
+        else
+            KEG_WARN("libcurl did not initialise: the mounters' metrics are left out");
+    }
 
     if (ctx.mode & CSI_MODE_NODE) {
         rc = csi_state_open(state_dir, &ctx.state);

@@ -52,6 +52,7 @@
 struct mm_proc {
     char *mounter;          /* path of the kegfs binary */
     char *log_dir;          /* <state_dir>/logs */
+    char *metrics_dir;      /* <state_dir>/metrics, NULL when its sockets would not fit */
 };
 
 /*----------------------------------------------------------------------------
@@ -87,6 +88,51 @@ static void mm_tail(const char *path, char *err, size_t errlen)
     for (char *p = err + o; *p; p++)
         if (*p == '\n')
             *p = '|';
+}
+
+/* The metrics socket of the mounter of target: "<dir>/metrics/<hash>.sock" into out
+ * (KEG_METRICS_UNIX_PATH_MAX bytes), or "" when dir is NULL. */
+static void mm_metrics_path(const char *metrics_dir, const char *target, char *out)
+{
+    char hash[17];
+    out[0] = '\0';
+    if (!metrics_dir)
+        return;
+    keg_fnv1a64_hex(target, hash);
+    int n = snprintf(out, KEG_METRICS_UNIX_PATH_MAX, "%s/%s.sock", metrics_dir, hash);
+    if (n < 0 || n >= KEG_METRICS_UNIX_PATH_MAX)
+        out[0] = '\0';
+}
+
+/* Remove what a mounter that did not exit cleanly left at its metrics socket path. */
+static void mm_unlink_socket(const char *path)
+{
+    struct stat st;
+    if (path[0] && lstat(path, &st) == 0 && S_ISSOCK(st.st_mode))
+        unlink(path);
+}
+
+/* Create <state_dir>/metrics (0700) and return it, or NULL (logged) when it cannot be
+ * made or a socket path below it would be longer than a socket address holds.
+ * OWNERSHIP: keg_free(). */
+static char *mm_metrics_dir(const char *state_dir)
+{
+    char *dir = keg_asprintf("%s/metrics", state_dir);
+    if (!dir)
+        return NULL;
+    /* "/" + 16 hex digits + ".sock" and the NUL */
+    if (strlen(dir) + 23 > KEG_METRICS_UNIX_PATH_MAX) {
+        KEG_WARN("%s is too long for unix socket paths: mounters get no metrics socket "
+                 "(kegfs-csi --metrics shows only its own metrics)", dir);
+        keg_free(dir);
+        return NULL;
+    }
+    if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+        KEG_WARN("cannot create %s: %s: mounters get no metrics socket", dir, strerror(errno));
+        keg_free(dir);
+        return NULL;
+    }
+    return dir;
 }
 
 static int mm_check(struct csi_mount_mgr *mm, const char *target)
@@ -151,16 +197,16 @@ static void mm_exit_reason(const struct mm_child *c, char *err, size_t errlen)
         snprintf(err, errlen, "the mounter exited before the mount was live");
 }
 
-static int mm_start(struct csi_mount_mgr *mm, const struct csi_mount_req *req, pid_t *pid,
-                    char *err, size_t errlen)
+static int mm_start(struct csi_mount_mgr *mm, const struct csi_mount_req *req,
+                    struct csi_mount_res *res, char *err, size_t errlen)
 {
     struct mm_proc *p = mm->priv;
-    const char *argv[12];
-    char hash[17], *logpath = NULL;
+    const char *argv[16];
+    char hash[17], *logpath = NULL, metrics[KEG_METRICS_UNIX_PATH_MAX + 5];
     int argc = 0, rc;
     pid_t child = 0;
 
-    *pid = 0;
+    memset(res, 0, sizeof(*res));
     err[0] = '\0';
     keg_fnv1a64_hex(req->target, hash);   /* 16 hex digits naming target */
     logpath = keg_asprintf("%s/%s.log", p->log_dir, hash);
@@ -180,6 +226,13 @@ static int mm_start(struct csi_mount_mgr *mm, const struct csi_mount_req *req, p
     if (req->options && *req->options) {
         argv[argc++] = "-o";
         argv[argc++] = req->options;
+    }
+    if (req->metrics)
+        mm_metrics_path(p->metrics_dir, req->target, res->metrics);
+    if (res->metrics[0]) {
+        snprintf(metrics, sizeof(metrics), "unix:%s", res->metrics);
+        argv[argc++] = "--metrics";
+        argv[argc++] = metrics;
     }
     argv[argc++] = req->target;
     argv[argc] = NULL;
@@ -207,7 +260,9 @@ static int mm_start(struct csi_mount_mgr *mm, const struct csi_mount_req *req, p
         mm_kill(child, req->target);
     }
     if (rc == 0)
-        *pid = child;
+        res->pid = child;
+    else
+        res->metrics[0] = '\0';
     keg_free(logpath);
     return rc;
 }
@@ -222,14 +277,28 @@ static int mm_detach(struct csi_mount_mgr *mm, const char *target)
 
 static int mm_stop(struct csi_mount_mgr *mm, const char *target, pid_t pid)
 {
-    KEG_UNUSED(mm);
+    struct mm_proc *p = mm->priv;
+    char sock[KEG_METRICS_UNIX_PATH_MAX];
     int rc = keg_umount_or_detach(target);
     if (rc == 1)
         KEG_WARN("target=%s busy or its mounter dead, detached lazily", target);
     if (rc == 1 || rc == -EINVAL || rc == -ENOENT)
         rc = 0;
     mm_kill(pid, target);
+    mm_metrics_path(p->metrics_dir, target, sock);
+    mm_unlink_socket(sock);
     return rc;
+}
+
+/* A mounter runs if its pid does and names the target (a zombie's cmdline is empty). */
+static int mm_alive(struct csi_mount_mgr *mm, const struct csi_publish *recs, size_t n,
+                    unsigned timeout_ms, unsigned char *alive)
+{
+    KEG_UNUSED(mm);
+    KEG_UNUSED(timeout_ms);
+    for (size_t i = 0; i < n; i++)
+        alive[i] = recs[i].pid > 0 && keg_pid_has_arg(recs[i].pid, recs[i].target);
+    return 0;
 }
 
 static void mm_reap(struct csi_mount_mgr *mm)
@@ -251,6 +320,7 @@ static void mm_destroy(struct csi_mount_mgr *mm)
     if (p) {
         keg_free(p->mounter);
         keg_free(p->log_dir);
+        keg_free(p->metrics_dir);
         keg_free(p);
     }
     keg_free(mm);
@@ -263,6 +333,7 @@ static const struct csi_mount_mgr_ops mm_process_ops = {
     .check = mm_check,
     .detach = mm_detach,
     .reap = mm_reap,
+    .alive = mm_alive,
     .destroy = mm_destroy,
 };
 
@@ -289,6 +360,7 @@ int csi_mount_mgr_process_create(const char *mounter, const char *state_dir,
     if (access(mounter, X_OK) < 0)
         KEG_WARN("mounter %s is not executable (%s): NodePublishVolume will fail", mounter,
                  strerror(errno));
+    p->metrics_dir = mm_metrics_dir(state_dir);
     *out = mm;
     return 0;
 nomem:
@@ -414,12 +486,12 @@ static const char *hm_get(const char *resp, const char *key, char *out, size_t s
 }
 
 static int mm_holder_start(struct csi_mount_mgr *mm, const struct csi_mount_req *req,
-                           pid_t *pid, char *err, size_t errlen)
+                           struct csi_mount_res *res, char *err, size_t errlen)
 {
     struct mm_holder *h = mm->priv;
     char *resp = NULL, v[1024];
     int fd = -1;
-    *pid = 0;
+    memset(res, 0, sizeof(*res));
     err[0] = '\0';
     if (req->config && req->config[0]) {
         fd = open(req->config, O_RDONLY | O_CLOEXEC);
@@ -430,9 +502,10 @@ static int mm_holder_start(struct csi_mount_mgr *mm, const struct csi_mount_req 
             return rc;
         }
     }
-    char *text = keg_asprintf("mount\nvolume_id=%s\ntarget=%s\noptions=%s\nreadonly=%d\n\n",
-                              req->volume_id, req->target, req->options ? req->options : "",
-                              req->readonly ? 1 : 0);
+    char *text = keg_asprintf("mount\nvolume_id=%s\ntarget=%s\noptions=%s\nreadonly=%d\n"
+                              "metrics=%d\n\n", req->volume_id, req->target,
+                              req->options ? req->options : "", req->readonly ? 1 : 0,
+                              req->metrics ? 1 : 0);
     if (!text) {
         if (fd >= 0)
             close(fd);
@@ -443,9 +516,12 @@ static int mm_holder_start(struct csi_mount_mgr *mm, const struct csi_mount_req 
     if (fd >= 0)
         close(fd);
     if (rc == 0) {
-        *pid = (pid_t)strtol(hm_get(resp, "pid", v, sizeof(v)) ? v : "0", NULL, 10);
+        res->pid = (pid_t)strtol(hm_get(resp, "pid", v, sizeof(v)) ? v : "0", NULL, 10);
+        if (hm_get(resp, "metrics", v, sizeof(v)) && v[0] == '/' &&
+            strlen(v) < sizeof(res->metrics))
+            memcpy(res->metrics, v, strlen(v) + 1);
         KEG_INFO("volume_id=%s target=%s: holder mounter pid %ld%s", req->volume_id,
-                 req->target, (long)*pid, hm_get(resp, "existing", v, sizeof(v)) ?
+                 req->target, (long)res->pid, hm_get(resp, "existing", v, sizeof(v)) ?
                  " (already running)" : "");
     } else if (resp && hm_get(resp, "message", v, sizeof(v))) {
         snprintf(err, errlen, "mount holder: %s", v);
@@ -550,7 +626,7 @@ static int mm_holder_reconcile(struct csi_mount_mgr *mm, struct csi_state *state
 {
     struct mm_holder *h = mm->priv;
     char *resp = NULL;
-    char v[PATH_MAX], vol[256], pid[32];
+    char v[PATH_MAX], vol[256], pid[32], sock[KEG_METRICS_UNIX_PATH_MAX];
     unsigned held = 0, updated = 0, dropped = 0;
     int rc = csi_holder_call(h->socket, "list\n\n", -1, 30, &resp);
     if (rc < 0) {
@@ -569,14 +645,23 @@ static int mm_holder_reconcile(struct csi_mount_mgr *mm, struct csi_state *state
         hm_get(ln + 1, "mount", v, sizeof(v));
         hm_get(ln + 1, "volume_id", vol, sizeof(vol));
         hm_get(ln + 1, "pid", pid, sizeof(pid));
+        if (!hm_get(ln + 1, "metrics", sock, sizeof(sock)) || sock[0] != '/')
+            sock[0] = '\0';
         held++;
         struct csi_publish rec;
         if (csi_state_find(state, v, &rec) == 0) {
             pid_t p = (pid_t)strtol(pid, NULL, 10);
-            if (p && p != rec.pid) {
-                rec.pid = p;
-                if (csi_state_put(state, &rec) == 0)
-                    updated++;
+            /* the holder names each mounter's metrics socket (none for mounters it
+             * started before it gave them one) */
+            if ((p && p != rec.pid) || strcmp(sock, rec.metrics) != 0) {
+                char *m = keg_strdup(sock);
+                if (m) {
+                    keg_free(rec.metrics);
+                    rec.metrics = m;
+                    rec.pid = p ? p : rec.pid;
+                    if (csi_state_put(state, &rec) == 0)
+                        updated++;
+                }
             }
             csi_publish_clear(&rec);
         } else {
@@ -599,8 +684,8 @@ static int mm_holder_reconcile(struct csi_mount_mgr *mm, struct csi_state *state
             *end = save;
     }
     keg_free(resp);
-    KEG_INFO("mount holder %s: %u mount(s) held, %u pid(s) updated, %u dropped", h->socket,
-             held, updated, dropped);
+    KEG_INFO("mount holder %s: %u mount(s) held, %u record(s) updated, %u dropped",
+             h->socket, held, updated, dropped);
     if (!h->upgrade)
         return 0;
     char *copy = NULL;
@@ -637,6 +722,39 @@ static int mm_holder_reconcile(struct csi_mount_mgr *mm, struct csi_state *state
     return 0;           /* a refused upgrade is logged above; retrying would not help */
 }
 
+/* The holder's list: a mounter is alive when the holder holds its target with a
+ * running mounter (state live; pids are the holder's, maybe of another pid namespace). */
+static int mm_holder_alive(struct csi_mount_mgr *mm, const struct csi_publish *recs, size_t n,
+                           unsigned timeout_ms, unsigned char *alive)
+{
+    struct mm_holder *h = mm->priv;
+    char *resp = NULL, target[PATH_MAX], state[32];
+    memset(alive, 0, n);
+    int rc = csi_holder_call(h->socket, "list\n\n", -1, KEG_MAX(1u, (timeout_ms + 999) / 1000),
+                             &resp);
+    if (rc < 0) {
+        keg_free(resp);
+        return rc;
+    }
+    for (char *ln = strstr(resp, "\nmount="); ln; ln = strstr(ln + 1, "\nmount=")) {
+        char *end = strstr(ln + 1, "\nmount=");
+        char save = 0;
+        if (end) {
+            save = *end;
+            *end = '\0';
+        }
+        hm_get(ln + 1, "mount", target, sizeof(target));
+        hm_get(ln + 1, "state", state, sizeof(state));
+        for (size_t i = 0; i < n; i++)
+            if (strcmp(recs[i].target, target) == 0 && strcmp(state, "live") == 0)
+                alive[i] = 1;
+        if (end)
+            *end = save;
+    }
+    keg_free(resp);
+    return 0;
+}
+
 static void mm_holder_destroy(struct csi_mount_mgr *mm)
 {
     if (!mm)
@@ -659,6 +777,7 @@ static const struct csi_mount_mgr_ops mm_holder_ops = {
     .check = mm_check,
     .detach = mm_detach,
     .reconcile = mm_holder_reconcile,
+    .alive = mm_holder_alive,
     .destroy = mm_holder_destroy,
 };
 

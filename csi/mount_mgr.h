@@ -12,6 +12,9 @@
  *    (docs/internals/MOUNT-HOLDER.md).
  * Secrets never pass through this interface: the node handler writes them into
  * a 0600 config file (csi_mount_write_config) and hands over its path.
+ * With req->metrics each mounter also gets `--metrics unix:<dir>/metrics/<hash>.sock`
+ * (<hash>: 16 hex digits of a hash of the target, like its config and log file), so
+ * the node plugin's /metrics can include every mounter's (csi/scrape.c).
  */
 #ifndef KEG_CSI_MOUNT_MGR_H
 #define KEG_CSI_MOUNT_MGR_H
@@ -19,16 +22,29 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include "keg/metrics.h"
+
 struct csi_mount_req {
     const char *volume_id;
     const char *target;        /* absolute; exists */
     const char *config;        /* 0600 YAML with meta-url and credentials */
     const char *options;       /* comma-joined mount options, "" for none */
     int         readonly;
+    int         metrics;       /* 1: the mounter serves /metrics on a unix socket */
+};
+
+/* What start() reports of the mounter it started (or found running). */
+struct csi_mount_res {
+    pid_t pid;                                  /* the mounter, 0 if unknown */
+    /* its metrics socket, named by the mounters' owner (the plugin's state dir, or the
+     * holder's, which both see at the same path): "<dir>/metrics/<hash of target>.sock";
+     * "" when it serves none */
+    char  metrics[KEG_METRICS_UNIX_PATH_MAX];
 };
 
 struct csi_mount_mgr;
 struct csi_state;
+struct csi_publish;
 
 struct csi_mount_mgr_ops {
     const char *name;          /* "process", "holder", "fake" */
@@ -37,14 +53,15 @@ struct csi_mount_mgr_ops {
      * detaches or stops first. */
     int         self_healing;
     /* Start a mounter for req and wait until the mount at req->target is live.
-     * *pid = the mounter's pid.  On failure err gets a one-paragraph reason
-     * (for a mounter that died: its last log lines).  Returns 0, -ETIMEDOUT
-     * (not live in time; the mounter was stopped), -EIO (mounter exited),
-     * or -errno (spawn failed).  Thread-safe. */
-    int  (*start)(struct csi_mount_mgr *mm, const struct csi_mount_req *req, pid_t *pid,
-                  char *err, size_t errlen);
-    /* Unmount target (lazily when busy) and stop mounter pid (0: unknown).
-     * Nothing mounted and no such process is success.  Returns 0 or -errno. */
+     * *res (always set) = the mounter's pid and metrics socket.  On failure err gets
+     * a one-paragraph reason (for a mounter that died: its last log lines).  Returns
+     * 0, -ETIMEDOUT (not live in time; the mounter was stopped), -EIO (mounter
+     * exited), or -errno (spawn failed).  Thread-safe. */
+    int  (*start)(struct csi_mount_mgr *mm, const struct csi_mount_req *req,
+                  struct csi_mount_res *res, char *err, size_t errlen);
+    /* Unmount target (lazily when busy) and stop mounter pid (0: unknown); its
+     * metrics socket file goes too.  Nothing mounted and no such process is
+     * success.  Returns 0 or -errno. */
     int  (*stop)(struct csi_mount_mgr *mm, const char *target, pid_t pid);
     /* 0 if a live KegFS mount is at target, -ENOTCONN if the mount is dead
      * (mounter gone), -EINVAL if nothing is mounted there, -ENOENT if target
@@ -62,6 +79,12 @@ struct csi_mount_mgr_ops {
      * (the holder not answering yet): the watchdog then calls it again every
      * round until it returns 0. */
     int  (*reconcile)(struct csi_mount_mgr *mm, struct csi_state *state);
+    /* For the metrics: alive[i] = 1 if the mounter of recs[i] runs now, else 0.
+     * Never looks at the targets (a scrape must not wait for a hung mount).
+     * Optional.  Returns 0, or -errno when it cannot tell (the holder did not
+     * answer within timeout_ms). */
+    int  (*alive)(struct csi_mount_mgr *mm, const struct csi_publish *recs, size_t n,
+                  unsigned timeout_ms, unsigned char *alive);
     void (*destroy)(struct csi_mount_mgr *mm);
 };
 

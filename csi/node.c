@@ -180,9 +180,10 @@ int csi_node_publish_volume(struct csi_ctx *ctx, const Csi__V1__NodePublishVolum
     struct csi_publish rec, old;
     char *url = NULL, *config = NULL, hash[17], err[1024];
     int readonly, rc, had = 0, config_new = 0;
-    pid_t pid = 0;
+    struct csi_mount_res res;
     KEG_UNUSED(out);
 
+    memset(&res, 0, sizeof(res));
     /* validate */
     if (node_need(ctx, st) < 0)
         return -1;
@@ -227,8 +228,10 @@ int csi_node_publish_volume(struct csi_ctx *ctx, const Csi__V1__NodePublishVolum
                      "flags", req->volume_id, req->target_path);
             goto out;
         }
-        if (ctx->mm->ops->check(ctx->mm, req->target_path) == 0)
+        if (ctx->mm->ops->check(ctx->mm, req->target_path) == 0) {
+            csi_metrics_volume(req->target_path, CSI_VOL_LIVE);
             goto out;                               /* already published: OK */
+        }
         KEG_WARN("volume_id=%s target=%s: recorded mount is not live, mounting again",
                  req->volume_id, req->target_path);
         ctx->mm->ops->stop(ctx->mm, req->target_path, old.pid);
@@ -266,9 +269,9 @@ int csi_node_publish_volume(struct csi_ctx *ctx, const Csi__V1__NodePublishVolum
     config_new = 1;
     struct csi_mount_req mr = {
         .volume_id = req->volume_id, .target = req->target_path, .config = config,
-        .options = options, .readonly = readonly,
+        .options = options, .readonly = readonly, .metrics = ctx->mounter_metrics,
     };
-    rc = ctx->mm->ops->start(ctx->mm, &mr, &pid, err, sizeof(err));
+    rc = ctx->mm->ops->start(ctx->mm, &mr, &res, err, sizeof(err));
     if (rc < 0) {
         csi_fail(st, rc == -ENOENT || rc == -EACCES ? CSI_FAILED_PRECONDITION : CSI_INTERNAL,
                  "mounting volume %s at %s failed: %s", req->volume_id, req->target_path, err);
@@ -281,18 +284,20 @@ int csi_node_publish_volume(struct csi_ctx *ctx, const Csi__V1__NodePublishVolum
     rec.readonly = readonly;
     rec.options = options;
     rec.config = config;
-    rec.pid = pid;
+    rec.pid = res.pid;
+    rec.metrics = res.metrics;
     rc = csi_state_put(ctx->state, &rec);
     memset(&rec, 0, sizeof(rec));
     if (rc < 0) {
-        ctx->mm->ops->stop(ctx->mm, req->target_path, pid);
+        ctx->mm->ops->stop(ctx->mm, req->target_path, res.pid);
         csi_fail(st, CSI_INTERNAL, "cannot record the publish in %s: %s", ctx->state_dir,
                  strerror(-rc));
         goto out;
     }
     config_new = 0;
+    csi_metrics_volume(req->target_path, CSI_VOL_LIVE);
     KEG_INFO("volume_id=%s target=%s published (readonly=%d, mounter pid %ld)",
-             req->volume_id, req->target_path, readonly, (long)pid);
+             req->volume_id, req->target_path, readonly, (long)res.pid);
 
 out:
     if (config_new && !had)
@@ -364,6 +369,7 @@ int csi_node_unpublish_volume(struct csi_ctx *ctx, const Csi__V1__NodeUnpublishV
                  strerror(-rc));
         goto out;
     }
+    csi_metrics_volume_forget(req->target_path);
     if (rmdir(req->target_path) < 0 && errno != ENOENT) {
         if (errno == ENOTEMPTY || errno == EEXIST)
             KEG_WARN("volume_id=%s target=%s: not removed, it is not empty (files written "
@@ -513,10 +519,12 @@ int csi_node_get_capabilities(struct csi_ctx *ctx, const Csi__V1__NodeGetCapabil
 static int node_recover_one(struct csi_ctx *ctx, const struct csi_publish *rec)
 {
     char err[1024];
-    pid_t pid = 0;
+    struct csi_mount_res res;
     int rc = ctx->mm->ops->check(ctx->mm, rec->target);
-    if (rc == 0)
+    if (rc == 0) {
+        csi_metrics_volume(rec->target, CSI_VOL_LIVE);
         return 0;
+    }
     if (rc == -ENOENT) {
         /* target gone: if its parent went too, the pod is gone: forget it */
         char parent[PATH_MAX];
@@ -531,12 +539,14 @@ static int node_recover_one(struct csi_ctx *ctx, const struct csi_publish *rec)
             if (rec->config[0])
                 unlink(rec->config);
             csi_state_remove(ctx->state, rec->target);
+            csi_metrics_volume_forget(rec->target);
             return 0;
         }
     }
     KEG_WARN("volume_id=%s target=%s: mount is %s, re-establishing it", rec->volume_id,
              rec->target, rc == -ENOTCONN ? "dead (ENOTCONN)" : "not there");
     csi_metrics_restart(rc == -ENOTCONN ? CSI_RESTART_DEAD : CSI_RESTART_MISSING);
+    csi_metrics_volume(rec->target, CSI_VOL_RECOVERING);
     if (!ctx->mm->ops->self_healing) {
         ctx->mm->ops->detach(ctx->mm, rec->target);
         ctx->mm->ops->stop(ctx->mm, rec->target, rec->pid);
@@ -544,6 +554,7 @@ static int node_recover_one(struct csi_ctx *ctx, const struct csi_publish *rec)
     if (!rec->config[0] || access(rec->config, R_OK) < 0) {
         KEG_ERR("volume_id=%s target=%s: mounter config %s is missing; cannot re-mount "
                 "(unpublish and publish again)", rec->volume_id, rec->target, rec->config);
+        csi_metrics_volume(rec->target, CSI_VOL_FAILED);
         return -ENOENT;
     }
     /* the same confinement as at publish: a link swapped in below the kubelet
@@ -555,27 +566,32 @@ static int node_recover_one(struct csi_ctx *ctx, const struct csi_publish *rec)
         KEG_ERR("volume_id=%s target=%s: not re-mounted: %s", rec->volume_id, rec->target,
                 cst.msg);
         csi_status_clear(&cst);
+        csi_metrics_volume(rec->target, CSI_VOL_FAILED);
         return -EINVAL;
     }
     csi_status_clear(&cst);
     struct csi_mount_req mr = {
         .volume_id = rec->volume_id, .target = rec->target, .config = rec->config,
-        .options = rec->options, .readonly = rec->readonly,
+        .options = rec->options, .readonly = rec->readonly, .metrics = ctx->mounter_metrics,
     };
-    rc = ctx->mm->ops->start(ctx->mm, &mr, &pid, err, sizeof(err));
+    rc = ctx->mm->ops->start(ctx->mm, &mr, &res, err, sizeof(err));
     if (rc < 0) {
         KEG_ERR("volume_id=%s target=%s: re-mount failed: %s", rec->volume_id, rec->target,
                 err);
+        /* busy: the holder is mounting it itself right now */
+        csi_metrics_volume(rec->target, rc == -EBUSY ? CSI_VOL_RECOVERING : CSI_VOL_FAILED);
         return rc;
     }
     struct csi_publish upd = *rec;
-    upd.pid = pid;
+    upd.pid = res.pid;
+    upd.metrics = res.metrics;
     rc = csi_state_put(ctx->state, &upd);
     if (rc < 0)
         KEG_ERR("volume_id=%s target=%s: re-mounted but the state was not updated: %s",
                 rec->volume_id, rec->target, strerror(-rc));
+    csi_metrics_volume(rec->target, CSI_VOL_LIVE);
     KEG_INFO("volume_id=%s target=%s: re-mounted (mounter pid %ld)", rec->volume_id,
-             rec->target, (long)pid);
+             rec->target, (long)res.pid);
     return 1;
 }
 

@@ -12,6 +12,7 @@
  *                                   options: ""
  *                                   config: <dir>/mounts/<hash>.yaml
  *                                   pid: 1234
+ *                                   metrics: <dir>/metrics/<hash>.sock   (or "")
  *
  * Writing is temp file + fsync + rename + fsync(dir), so a crash at any point
  * leaves the previous or the new state.  YAML is emitted and parsed with
@@ -55,6 +56,7 @@ void csi_publish_clear(struct csi_publish *p)
     keg_free(p->target);
     keg_free(p->options);
     keg_free(p->config);
+    keg_free(p->metrics);
     memset(p, 0, sizeof(*p));
 }
 
@@ -77,9 +79,10 @@ int csi_publish_copy(struct csi_publish *dst, const struct csi_publish *src)
     dst->target = state_dup(src->target);
     dst->options = state_dup(src->options);
     dst->config = state_dup(src->config);
+    dst->metrics = state_dup(src->metrics);
     dst->readonly = src->readonly;
     dst->pid = src->pid;
-    if (!dst->volume_id || !dst->target || !dst->options || !dst->config) {
+    if (!dst->volume_id || !dst->target || !dst->options || !dst->config || !dst->metrics) {
         csi_publish_clear(dst);
         return -ENOMEM;
     }
@@ -149,7 +152,8 @@ static int state_emit(struct csi_state *s, FILE *fp)
             state_kv(&em, "readonly", p->readonly ? "true" : "false", 0) < 0 ||
             state_kv(&em, "options", p->options, 1) < 0 ||
             state_kv(&em, "config", p->config, 1) < 0 ||
-            state_kv(&em, "pid", num, 0) < 0)
+            state_kv(&em, "pid", num, 0) < 0 ||
+            state_kv(&em, "metrics", p->metrics ? p->metrics : "", 1) < 0)
             goto out;
         if (!yaml_mapping_end_event_initialize(&ev) || !yaml_emitter_emit(&em, &ev))
             goto out;
@@ -247,6 +251,8 @@ static int state_set_field(struct csi_publish *p, const char *k, const char *v)
         dst = &p->options;
     else if (strcmp(k, "config") == 0)
         dst = &p->config;
+    else if (strcmp(k, "metrics") == 0)
+        dst = &p->metrics;
     else if (strcmp(k, "readonly") == 0)
         p->readonly = strcmp(v, "true") == 0;
     else if (strcmp(k, "pid") == 0)
@@ -297,6 +303,8 @@ static int state_load(struct csi_state *s, FILE *fp)
                         cur.options = keg_strdup("");
                     if (!cur.config)
                         cur.config = keg_strdup("");
+                    if (!cur.metrics)
+                        cur.metrics = keg_strdup("");   /* a record of an older plugin */
                     rc = state_append(s, &cur);
                 } else {
                     KEG_WARN("%s: skipping a publish record without volume_id/target", s->path);

@@ -19,6 +19,7 @@ struct csi_publish {
     char *options;        /* comma-joined mount flags, "" if none */
     char *config;         /* mounter config file (0600, holds the secrets) */
     pid_t pid;            /* mounter pid, 0 if unknown */
+    char *metrics;        /* the mounter's metrics socket (absolute), "" for none */
 };
 
 struct csi_state;

@@ -6,6 +6,7 @@
 
 #include "csi_fakes.h"
 #include "keg/mem.h"
+#include "state.h"
 
 #define FAKE_MAX 64
 
@@ -276,6 +277,7 @@ int fake_open_store(const struct keg_format *f, const char *access_key, const ch
 static struct fake_mm_call fake_calls[256];
 static int fake_ncalls;
 int fake_mm_start_rc;
+char fake_mm_metrics_dir[64];
 int fake_mm_reconcile_fails;
 int fake_mm_reconcile_calls;
 static struct {
@@ -290,6 +292,7 @@ void fake_mm_reset(void)
     fake_ncalls = 0;
     fake_ntargets = 0;
     fake_mm_start_rc = 0;
+    fake_mm_metrics_dir[0] = '\0';
     fake_mm_check_hook = NULL;
     fake_mm_reconcile_fails = 0;
     fake_mm_reconcile_calls = 0;
@@ -322,6 +325,7 @@ static void fake_record(const char *op, const char *target, const struct csi_mou
         snprintf(c->config, sizeof(c->config), "%s", req->config);
         snprintf(c->options, sizeof(c->options), "%s", req->options ? req->options : "");
         c->readonly = req->readonly;
+        c->metrics = req->metrics;
     }
     c->pid = pid;
 }
@@ -343,18 +347,22 @@ const struct fake_mm_call *fake_mm_last(const char *op)
     return NULL;
 }
 
-static int fmm_start(struct csi_mount_mgr *mm, const struct csi_mount_req *req, pid_t *pid,
-                     char *err, size_t errlen)
+static int fmm_start(struct csi_mount_mgr *mm, const struct csi_mount_req *req,
+                     struct csi_mount_res *res, char *err, size_t errlen)
 {
     KEG_UNUSED(mm);
-    *pid = 0;
+    memset(res, 0, sizeof(*res));
     if (fake_mm_start_rc) {
         snprintf(err, errlen, "fake mounter failed");
         fake_record("start", req->target, req, 0);
         return fake_mm_start_rc;
     }
-    *pid = fake_next_pid++;
-    fake_record("start", req->target, req, *pid);
+    res->pid = fake_next_pid++;
+    if (req->metrics)
+        snprintf(res->metrics, sizeof(res->metrics), "%s/%d.sock",
+                 fake_mm_metrics_dir[0] ? fake_mm_metrics_dir : "/fake/metrics",
+                 (int)res->pid);
+    fake_record("start", req->target, req, res->pid);
     fake_mm_set_state(req->target, 0);
     return 0;
 }
@@ -397,6 +405,21 @@ static int fmm_reconcile(struct csi_mount_mgr *mm, struct csi_state *state)
     return n <= __atomic_load_n(&fake_mm_reconcile_fails, __ATOMIC_SEQ_CST) ? -ECONNREFUSED : 0;
 }
 
+/* alive: what check() would answer is 0 (the fake's mounters live while mounted) */
+static int fmm_alive(struct csi_mount_mgr *mm, const struct csi_publish *recs, size_t n,
+                     unsigned timeout_ms, unsigned char *alive)
+{
+    KEG_UNUSED(timeout_ms);
+    for (size_t i = 0; i < n; i++) {
+        alive[i] = 0;
+        for (int t = 0; t < fake_ntargets; t++)
+            if (strcmp(fake_targets[t].target, recs[i].target) == 0)
+                alive[i] = fake_targets[t].rc == 0;
+    }
+    KEG_UNUSED(mm);
+    return 0;
+}
+
 static void fmm_destroy(struct csi_mount_mgr *mm)
 {
     keg_free(mm);
@@ -410,6 +433,7 @@ static const struct csi_mount_mgr_ops fake_mm_ops = {
     .detach = fmm_detach,
     .reap = NULL,
     .reconcile = fmm_reconcile,
+    .alive = fmm_alive,
     .destroy = fmm_destroy,
 };
 

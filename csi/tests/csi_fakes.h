@@ -1,5 +1,6 @@
 /* csi_fakes.h -- fakes for the kegfs-csi handler tests: a metadata engine
- * ("csifake://"), an object store and a mount manager that record calls. */
+ * ("csifake://"), an object store and a mount manager that record calls.  The fake
+ * mounters are alive (alive()) while check() says their target is mounted. */
 #ifndef KEG_CSI_FAKES_H
 #define KEG_CSI_FAKES_H
 
@@ -33,6 +34,7 @@ struct fake_mm_call {
     char config[512];
     char options[256];
     int  readonly;
+    int  metrics;                      /* the request asked for a metrics socket */
     pid_t pid;
 };
 struct csi_mount_mgr *fake_mm_create(void);
@@ -42,6 +44,9 @@ const struct fake_mm_call *fake_mm_last(const char *op);
 /* What check() answers for target (default after start: 0; else -EINVAL). */
 void fake_mm_set_state(const char *target, int check_rc);
 extern int fake_mm_start_rc;           /* start() result (0) */
+/* Where start() puts the metrics sockets it names ("<dir>/<pid>.sock") when the
+ * request asks for one; "" (the default): "/fake/metrics". */
+extern char fake_mm_metrics_dir[64];
 /* Called by check() before it answers, when set (e.g. to hold the watchdog in
  * a check while the test calls an RPC from another thread). */
 extern void (*fake_mm_check_hook)(const char *target);

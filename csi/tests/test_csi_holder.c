@@ -126,7 +126,7 @@ static void test_start_stop(void **state)
 {
     struct csi_mount_mgr *mm = NULL;
     char cfg[400], err[512];
-    pid_t pid = 0;
+    struct csi_mount_res res;
     (void)state;
     snprintf(cfg, sizeof(cfg), "%s/cfg.yaml", dir);
     write_file(cfg, "meta-url: \"redis://:pa55w0rd@redis:6379/1\"\n");
@@ -134,19 +134,22 @@ static void test_start_stop(void **state)
     assert_string_equal(mm->ops->name, "holder");
     assert_true(mm->ops->self_healing);
 
-    holder_start("ok\npid=4242\n\n", "error 5\nmessage=the mounter exited: boom\n\n",
-                 "ok\n\n");
+    holder_start("ok\npid=4242\nmetrics=/h/metrics/00ff.sock\n\n",
+                 "error 5\nmessage=the mounter exited: boom\n\n", "ok\n\n");
     struct csi_mount_req r = {.volume_id = "pvc-1", .target = "/pods/a/mount",
-                              .config = cfg, .options = "noatime", .readonly = 1};
-    assert_int_equal(mm->ops->start(mm, &r, &pid, err, sizeof(err)), 0);
-    assert_int_equal(pid, 4242);
+                              .config = cfg, .options = "noatime", .readonly = 1,
+                              .metrics = 1};
+    assert_int_equal(mm->ops->start(mm, &r, &res, err, sizeof(err)), 0);
+    assert_int_equal(res.pid, 4242);
+    assert_string_equal(res.metrics, "/h/metrics/00ff.sock");   /* the holder names it */
     assert_string_equal(reqs[0], "mount\nvolume_id=pvc-1\ntarget=/pods/a/mount\n"
-                                 "options=noatime\nreadonly=1\n\n");
+                                 "options=noatime\nreadonly=1\nmetrics=1\n\n");
     assert_non_null(strstr(fdtext[0], "pa55w0rd"));     /* by descriptor ... */
     assert_null(strstr(reqs[0], "pa55w0rd"));           /* ... never as text */
 
-    assert_int_equal(mm->ops->start(mm, &r, &pid, err, sizeof(err)), -EIO);
-    assert_int_equal(pid, 0);
+    assert_int_equal(mm->ops->start(mm, &r, &res, err, sizeof(err)), -EIO);
+    assert_int_equal(res.pid, 0);
+    assert_string_equal(res.metrics, "");
     assert_non_null(strstr(err, "boom"));
 
     assert_int_equal(mm->ops->stop(mm, "/pods/a/mount", 4242), 0);
@@ -158,8 +161,11 @@ static void test_start_stop(void **state)
     mm->ops->destroy(mm);
     assert_int_equal(csi_mount_mgr_holder_create("/nonexistent/holder.sock", "/bin/true", dir,
                                                  0, &mm), 0);
-    assert_int_equal(mm->ops->start(mm, &r, &pid, err, sizeof(err)), -EIO);
+    assert_int_equal(mm->ops->start(mm, &r, &res, err, sizeof(err)), -EIO);
     assert_non_null(strstr(err, "/nonexistent/holder.sock"));
+    unsigned char alive[1] = {1};
+    struct csi_publish one = {.volume_id = "pvc-1", .target = "/pods/a/mount"};
+    assert_true(mm->ops->alive(mm, &one, 1, 500, alive) < 0);   /* cannot tell */
     mm->ops->destroy(mm);
 }
 
@@ -189,6 +195,7 @@ static void test_reconcile(void **state)
     assert_int_equal(csi_state_put(st, &rec), 0);
     snprintf(list, sizeof(list),
              "ok\nmounter=/x\ncount=3\nmount=%s\nvolume_id=pvc-1\npid=77\nstate=live\n"
+             "metrics=/h/metrics/0011.sock\n"
              "mount=%s\nvolume_id=pvc-2\npid=78\nstate=live\n"
              "mount=%s\nvolume_id=pvc-3\npid=79\nstate=live\n\n", t1, t2, t3);
     snprintf(bin, sizeof(bin), "%s/mykegfs", dir);
@@ -214,8 +221,26 @@ static void test_reconcile(void **state)
     struct csi_publish got;
     assert_int_equal(csi_state_find(st, t1, &got), 0);
     assert_int_equal(got.pid, 77);
+    assert_string_equal(got.metrics, "/h/metrics/0011.sock");  /* the re-adopted socket */
     csi_publish_clear(&got);
     assert_int_equal(csi_state_find(st, t3, &got), -ENOENT);   /* not adopted */
+
+    /* alive: from the holder's list, by target and state, never by a local pid */
+    struct csi_publish recs[3] = {
+        {.volume_id = "pvc-1", .target = t1, .pid = 1},
+        {.volume_id = "pvc-3", .target = t3, .pid = 1},
+        {.volume_id = "pvc-9", .target = "/nowhere", .pid = 1},
+    };
+    unsigned char alive[3] = {9, 9, 9};
+    snprintf(list, sizeof(list),
+             "ok\nmounter=/x\ncount=2\nmount=%s\nvolume_id=pvc-1\npid=77\nstate=live\n"
+             "mount=%s\nvolume_id=pvc-3\npid=0\nstate=restarting\n\n", t1, t3);
+    holder_start(list, NULL, NULL);
+    assert_int_equal(mm->ops->alive(mm, recs, 3, 1000, alive), 0);
+    holder_join();
+    assert_int_equal(alive[0], 1);
+    assert_int_equal(alive[1], 0);
+    assert_int_equal(alive[2], 0);
     mm->ops->destroy(mm);
     csi_state_close(st);
 }

@@ -1,5 +1,7 @@
 /* test_csi_node.c -- Node handlers, the state file and recovery, with a fake
  * mount manager that records calls (no FUSE, no root, no gRPC). */
+#define _GNU_SOURCE
+#include <curl/curl.h>
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -9,14 +11,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 #include <cmocka.h>
 
 #include "csi_fakes.h"
 #include "csi_i.h"
+#include "keg/hash.h"
 #include "keg/log.h"
 #include "keg/mem.h"
+#include "keg/metrics.h"
 #include "keg/retry.h"
 #include "state.h"
 
@@ -811,6 +817,147 @@ static void test_unpublish_unrecorded(void **state)
     csi_status_clear(&st);
 }
 
+/*--- --metrics: records by state, live mounters, the mounters' metrics merged in -------*/
+
+static size_t get_cb(char *p, size_t sz, size_t nm, void *arg)
+{
+    return fwrite(p, sz, nm, (FILE *)arg);
+}
+
+/* GET /metrics over the unix socket sock.  OWNERSHIP: caller free()s. */
+static char *scrape_plugin(const char *sock, double *took)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    long code = 0;
+    FILE *f = open_memstream(&buf, &len);
+    CURL *h = curl_easy_init();
+    assert_non_null(f);
+    assert_non_null(h);
+    curl_easy_setopt(h, CURLOPT_URL, "http://localhost/metrics");
+    curl_easy_setopt(h, CURLOPT_UNIX_SOCKET_PATH, sock);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 10000L);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, get_cb);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, f);
+    assert_int_equal(curl_easy_perform(h), CURLE_OK);
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+    curl_easy_getinfo(h, CURLINFO_TOTAL_TIME, took);
+    curl_easy_cleanup(h);
+    fclose(f);
+    assert_int_equal(code, 200);
+    return buf;
+}
+
+static void render_mounter(void *arg, FILE *f)
+{
+    keg_metrics_family(f, "kegfs_written_bytes_total", "counter", "bytes written");
+    keg_metrics_sample_u64(f, "kegfs_written_bytes_total", "volume=\"pvc-m\"",
+                           (uint64_t)(uintptr_t)arg);
+}
+
+static int occurrences(const char *hay, const char *needle)
+{
+    int n = 0;
+    size_t off = 0, nl = strlen(needle);
+    while (hay[off]) {
+        if (strncmp(hay + off, needle, nl) == 0)
+            n++;
+        off++;
+    }
+    return n;
+}
+
+static void test_metrics_endpoint(void **state)
+{
+    struct pub p, q;
+    struct csi_status st = { 0 };
+    struct csi_publish ra, rb;
+    struct keg_metrics_server *ma = NULL, *mb = NULL;
+    char plugin[128], addr[140], line[256], ha[17], hb[17];
+    double took = 0;
+    KEG_UNUSED(state);
+
+    assert_true(strlen(dir) < sizeof(fake_mm_metrics_dir));
+    memcpy(fake_mm_metrics_dir, dir, strlen(dir) + 1);
+    ctx.mounter_metrics = 1;
+    pub_init(&p, "pvc-m", "a");
+    pub_init(&q, "pvc-m", "b");
+    assert_int_equal(do_publish(&p, &st), 0);
+    assert_int_equal(fake_mm_last("start")->metrics, 1);     /* asked for a socket */
+    assert_int_equal(do_publish(&q, &st), 0);
+    assert_int_equal(csi_state_find(ctx.state, p.target, &ra), 0);
+    assert_int_equal(csi_state_find(ctx.state, q.target, &rb), 0);
+    assert_int_equal(strncmp(ra.metrics, dir, strlen(dir)), 0); /* recorded */
+    keg_fnv1a64_hex(p.target, ha);
+    keg_fnv1a64_hex(q.target, hb);
+
+    /* the two mounters of one volume serve their own counters */
+    snprintf(addr, sizeof(addr), "unix:%s", ra.metrics);
+    assert_int_equal(keg_metrics_start(addr, render_mounter, (void *)(uintptr_t)ra.pid, &ma,
+                                       NULL), 0);
+    snprintf(addr, sizeof(addr), "unix:%s", rb.metrics);
+    assert_int_equal(keg_metrics_start(addr, render_mounter, (void *)(uintptr_t)rb.pid, &mb,
+                                       NULL), 0);
+    snprintf(plugin, sizeof(plugin), "%s/plugin.sock", dir);
+    snprintf(addr, sizeof(addr), "unix:%s", plugin);
+    assert_int_equal(csi_metrics_start(&ctx, addr), 0);
+
+    char *t = scrape_plugin(plugin, &took);
+    assert_non_null(strstr(t, "\nkegfs_csi_published_targets 2\n"));
+    assert_non_null(strstr(t, "\nkegfs_csi_volumes{state=\"live\"} 2\n"));
+    assert_non_null(strstr(t, "\nkegfs_csi_volumes{state=\"recovering\"} 0\n"));
+    assert_non_null(strstr(t, "\nkegfs_csi_volumes{state=\"failed\"} 0\n"));
+    assert_non_null(strstr(t, "\nkegfs_csi_live_mounters 2\n"));
+    assert_non_null(strstr(t, "\nkegfs_csi_mounters_scraped 2\n"));
+    assert_non_null(strstr(t, "\nkegfs_csi_mounter_scrape_errors_total 0\n"));
+    assert_int_equal(occurrences(t, "# TYPE kegfs_written_bytes_total "), 1);
+    snprintf(line, sizeof(line), "\nkegfs_written_bytes_total{mounter=\"%s\",volume=\"pvc-m\"} "
+             "%ld\n", ha, (long)ra.pid);
+    assert_non_null(strstr(t, line));
+    snprintf(line, sizeof(line), "\nkegfs_written_bytes_total{mounter=\"%s\",volume=\"pvc-m\"} "
+             "%ld\n", hb, (long)rb.pid);
+    assert_non_null(strstr(t, line));
+    assert_null(strstr(t, dir));                  /* no target or socket path, only hashes */
+    free(t);    /* checksrc: ok -- open_memstream's buffer */
+
+    /* a's mounter dies and cannot be started again: failed, not live, not scraped */
+    keg_metrics_stop(ma);
+    fake_mm_set_state(p.target, -ENOTCONN);
+    fake_mm_start_rc = -EIO;
+    csi_node_recover(&ctx);
+    fake_mm_start_rc = 0;
+    /* b's mounter is alive but stuck: its socket accepts and never answers */
+    keg_metrics_stop(mb);
+    int hung = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    memcpy(sa.sun_path, rb.metrics, strlen(rb.metrics) + 1);
+    assert_int_equal(bind(hung, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(listen(hung, 4), 0);
+    t = scrape_plugin(plugin, &took);
+    assert_true(took < 3.0);                       /* one mounter timeout, bounded */
+    assert_non_null(strstr(t, "\nkegfs_csi_volumes{state=\"live\"} 1\n"));
+    assert_non_null(strstr(t, "\nkegfs_csi_volumes{state=\"failed\"} 1\n"));
+    assert_non_null(strstr(t, "\nkegfs_csi_live_mounters 1\n"));
+    assert_non_null(strstr(t, "\nkegfs_csi_mounters_scraped 1\n"));
+    assert_non_null(strstr(t, "\nkegfs_csi_mounter_scrape_errors_total 1\n"));
+    assert_null(strstr(t, "kegfs_written_bytes_total{"));   /* neither mounter's series */
+    free(t);    /* checksrc: ok -- open_memstream's buffer */
+    close(hung);
+
+    /* unpublished: forgotten */
+    assert_int_equal(do_unpublish("pvc-m", p.target, &st), 0);
+    assert_int_equal(do_unpublish("pvc-m", q.target, &st), 0);
+    t = scrape_plugin(plugin, &took);
+    assert_non_null(strstr(t, "\nkegfs_csi_volumes{state=\"failed\"} 0\n"));
+    assert_non_null(strstr(t, "\nkegfs_csi_live_mounters 0\n"));
+    free(t);    /* checksrc: ok -- open_memstream's buffer */
+    csi_metrics_stop();
+    csi_publish_clear(&ra);
+    csi_publish_clear(&rb);
+    ctx.mounter_metrics = 0;
+    csi_status_clear(&st);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -825,6 +972,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_key_lock_watchdog_vs_rpc, setup, teardown),
         cmocka_unit_test_setup_teardown(test_watchdog_reconcile_retry, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unpublish_during_watchdog_check, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_metrics_endpoint, setup, teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    curl_global_cleanup();
+    return rc;
 }
