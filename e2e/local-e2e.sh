@@ -11,8 +11,8 @@ set -euo pipefail
 can_mount || { echo "SKIP: needs root, /dev/fuse and $KEGFS_BIN"; exit 77; }
 [ -x "$CSI_BIN" ] || die "no $CSI_BIN (build kegfs-csi, or set KEG_BUILD)"
 command -v redis-server >/dev/null || { echo "SKIP: redis-server not installed"; exit 77; }
-$PY -c 'import grpc, grpc_tools' 2>/dev/null ||
-  { echo "SKIP: $PY lacks python3-grpcio / python3-grpc-tools"; exit 77; }
+$PY -c 'import grpc, grpc_tools, yaml' 2>/dev/null ||
+  { echo "SKIP: $PY lacks python3-grpcio / python3-grpc-tools / python3-yaml"; exit 77; }
 
 W=$(mktemp -d /tmp/kegfs-e2e.XXXXXX)
 REDIS_PORT=${KEG_E2E_REDIS_PORT:-6392}

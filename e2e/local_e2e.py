@@ -7,21 +7,34 @@ external-provisioner/-resizer talk to) and a node plugin (what kubelet talks
 to), each on its own socket.  Steps:
 
   CreateVolume -> NodePublish to two targets (RWX) -> write in one, read in the
-  other -> ControllerExpandVolume -> NodeGetVolumeStats -> kill the node plugin
-  and every mounter, restart the plugin -> both targets serve the same data
-  again within 10 s -> kill one mounter while the plugin runs (watchdog) ->
-  NodeUnpublish -> DeleteVolume -> no Redis key of the volume ('{ns}*') and no
-  object under its prefix.
+  other -> the node plugin's /metrics (--metrics) has both mounters' series: the
+  bytes written through the target, its FUSE ops, each family's TYPE once, live
+  mounters and records by state -> every query of the chart's dashboard on a real
+  Prometheus scraping the plugin (when prometheus is installed) ->
+  ControllerExpandVolume -> NodeGetVolumeStats
+  -> kill the node plugin and every mounter, restart the plugin -> both targets
+  serve the same data again within 10 s, and both mounters' metrics are back ->
+  stop one mounter (SIGSTOP: its socket accepts and never answers): the scrape
+  still answers 200 within 3 s, without its series, counting the error -> kill
+  it while the plugin runs (watchdog) -> NodeUnpublish -> DeleteVolume -> no
+  Redis key of the volume ('{ns}*') and no object under its prefix.
 
 Prints PASS/FAIL per step and "N passed, M failed".
 """
 import argparse
+import json
 import os
 import re
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.parse
+import urllib.request
+
+import yaml
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "conformance"))
 import csiclient  # noqa: E402
@@ -39,18 +52,20 @@ def step(name, ok, detail=""):
 
 
 class Plugin:
-    def __init__(self, args, mode, sock):
+    def __init__(self, args, mode, sock, metrics_port=0):
         self.args, self.mode, self.sock = args, mode, sock
+        self.metrics_port = metrics_port
         self.proc = None
 
     def start(self):
         log = open(os.path.join(self.args.workdir, "plugin-%s.log" % self.mode), "a")
+        extra = ["--metrics", "127.0.0.1:%d" % self.metrics_port] if self.metrics_port else []
         self.proc = subprocess.Popen(
             [self.args.csi_bin, "--endpoint", "unix://" + self.sock, "--nodeid", "e2e-node",
              "--mode", self.mode, "--state-dir", os.path.join(self.args.workdir, "state"),
              "--mounter", self.args.mounter,
              "--kubelet-dir", self.args.workdir,
-             "--cache-root", os.path.join(self.args.workdir, "cache")],
+             "--cache-root", os.path.join(self.args.workdir, "cache")] + extra,
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         client = csiclient.Client("unix://" + self.sock)
         client.wait_ready(20)
@@ -77,6 +92,170 @@ def retry(fn, req, timeout=90):
             if e.code() != grpc.StatusCode.ABORTED or time.time() > deadline:
                 raise
             time.sleep(0.5)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def fnv1a64_hex(text):
+    """The publish id of a target: its mounter label (keg_fnv1a64_hex)."""
+    h = 0xcbf29ce484222325
+    for b in text.encode():
+        h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return "%016x" % h
+
+
+class Scrape:
+    """One GET of the plugin's /metrics: status, seconds taken, samples."""
+
+    def __init__(self, port):
+        t0 = time.time()
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=15) as r:
+            self.status = r.status
+            self.text = r.read().decode()
+        self.took = time.time() - t0
+        self.types = re.findall(r"^# TYPE (\S+) ", self.text, re.M)
+        self.samples = []
+        for ln in self.text.splitlines():
+            m = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)", ln)
+            if m:
+                labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(3) or ""))
+                self.samples.append((m.group(1), labels, float(m.group(4))))
+
+    def value(self, name, **labels):
+        """Sum of the samples of name whose labels include labels (None: no sample)."""
+        got = [v for n, lab, v in self.samples
+               if n == name and all(lab.get(k) == w for k, w in labels.items())]
+        return sum(got) if got else None
+
+    def mounters(self):
+        return {lab["mounter"] for n, lab, v in self.samples if "mounter" in lab}
+
+
+def dashboard_queries():
+    """(panel title, legend, expr) of every query of the chart's Grafana dashboard."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "charts",
+                        "kegfs-csi", "dashboards", "kegfs.json")
+    with open(path) as f:
+        dash = json.load(f)
+    return [(p["title"], t.get("legendFormat", ""), t["expr"])
+            for p in dash["panels"] for t in p.get("targets", [])]
+
+
+class Prometheus:
+    """A Prometheus server scraping the node plugin every second (for the dashboard)."""
+
+    def __init__(self, binary, workdir, target_port):
+        self.port = free_port()
+        d = os.path.join(workdir, "prometheus")
+        os.makedirs(d, exist_ok=True)
+        cfg = os.path.join(d, "prometheus.yml")
+        with open(cfg, "w") as f:
+            f.write("global: {scrape_interval: 1s, scrape_timeout: 1s}\n"
+                    "scrape_configs:\n"
+                    "  - job_name: kegfs-csi-node\n"
+                    "    static_configs: [{targets: ['127.0.0.1:%d']}]\n" % target_port)
+        self.proc = subprocess.Popen(
+            [binary, "--config.file", cfg, "--storage.tsdb.path", os.path.join(d, "data"),
+             "--web.listen-address", "127.0.0.1:%d" % self.port, "--log.level", "warn"],
+            stdout=open(os.path.join(workdir, "prometheus.log"), "a"),
+            stderr=subprocess.STDOUT, start_new_session=True)
+
+    def query(self, expr):
+        url = "http://127.0.0.1:%d/api/v1/query?%s" % (self.port,
+                                                      urllib.parse.urlencode({"query": expr}))
+        with urllib.request.urlopen(url, timeout=10) as r:
+            out = json.load(r)
+        if out.get("status") != "success":
+            raise RuntimeError("%s: %s" % (expr, out))
+        return out["data"]["result"]
+
+    def wait_scrapes(self, n, seconds=30):
+        """Wait until the plugin has been scraped n more times."""
+        deadline = time.time() + seconds
+        first = None
+        while time.time() < deadline:
+            try:
+                got = self.query('count_over_time(up{job="kegfs-csi-node"}[10m])')
+                c = int(float(got[0]["value"][1])) if got else 0
+            except (OSError, RuntimeError, ValueError):
+                c = None
+            if c is not None:
+                first = c if first is None else first
+                if c >= first + n:
+                    return True
+            time.sleep(0.3)
+        return False
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def check_dashboard(args, mport, vid, t1):
+    """Every query of the dashboard against a real Prometheus that scrapes the node
+    plugin: no error, per-volume panels one series per volume (the two mounters of the
+    volume summed, not shown apart), and the throughput, live-mounter and state panels
+    show what was done.  Skipped when no prometheus binary is installed."""
+    binary = shutil.which("prometheus")
+    if not binary:
+        print("SKIP  dashboard queries on a real Prometheus: prometheus not installed",
+              flush=True)
+        return
+    prom = Prometheus(binary, args.workdir, mport)
+    try:
+        ok = prom.wait_scrapes(2)
+        with open(os.path.join(t1, "dash.bin"), "wb") as f:
+            f.write(os.urandom(2 * MiB))
+            os.fsync(f.fileno())
+        ok = prom.wait_scrapes(3) and ok
+        up = prom.query('min_over_time(up{job="kegfs-csi-node"}[10m])')
+        step("dashboard: Prometheus scrapes the node plugin, every scrape accepted",
+             ok and up and float(up[0]["value"][1]) == 1, "min(up) %s" % up)
+        bad, per_volume = [], 0
+        for title, legend, expr in dashboard_queries():
+            q = expr.replace("$volume", vid)
+            try:
+                res = prom.query(q)
+            except (OSError, RuntimeError) as e:
+                bad.append("%s: %s" % (title, e))
+                continue
+            if "by (volume)" in q:
+                per_volume += 1
+                vols = [r["metric"].get("volume") for r in res]
+                if len(vols) != len(set(vols)) or any("mounter" in r["metric"] for r in res):
+                    bad.append("%s (%s): one series per mounter: %s" % (title, legend, res))
+        step("dashboard: every query answers, per-volume panels one series per volume",
+             not bad and per_volume >= 10, "%d per-volume queries; %s" % (per_volume, bad))
+
+        def one(expr):
+            r = prom.query(expr.replace("$volume", vid))
+            return float(r[0]["value"][1]) if r else None
+        thr = one('sum by (volume) (rate(kegfs_written_bytes_total{volume=~"$volume"}[5m]))')
+        live = one("sum(kegfs_csi_live_mounters)")
+        st = one('sum(kegfs_csi_volumes{state="live"})')
+        step("dashboard: write throughput of the volume, live mounters, volumes by state",
+             thr is not None and thr > 0 and live == 2 and st == 2,
+             "throughput %s B/s, live mounters %s, live volumes %s" % (thr, live, st))
+    finally:
+        prom.stop()
+
+
+def record_pids(workdir):
+    """{target: mounter pid} of the plugin's publish records."""
+    with open(os.path.join(workdir, "state", "state.yaml")) as f:
+        state = yaml.safe_load(f) or {}
+    return {r["target"]: int(r.get("pid") or 0) for r in state.get("publishes") or []}
 
 
 def mounter_pids(workdir):
@@ -151,7 +330,9 @@ def main():
         os.makedirs(os.path.dirname(t), exist_ok=True)
 
     ctl = Plugin(args, "controller", os.path.join(args.workdir, "controller.sock"))
-    node = Plugin(args, "node", os.path.join(args.workdir, "node.sock"))
+    mport = free_port()
+    node = Plugin(args, "node", os.path.join(args.workdir, "node.sock"), mport)
+    ida, idb = fnv1a64_hex(t1), fnv1a64_hex(t2)
     c = ctl.start()
     n = node.start()
     vid = None
@@ -179,6 +360,42 @@ def main():
             f.write(data)
         ok, _ = wait_content(os.path.join(t2, "shared.txt"), data, 5)
         step("write in pod-a, read in pod-b", ok)
+
+        # --metrics of the node plugin: both mounters' series, merged by family
+        nbytes = 3 * MiB + 12345
+        s0 = Scrape(mport)
+        w0 = s0.value("kegfs_written_bytes_total", mounter=ida) or 0
+        ops0 = s0.value("kegfs_fuse_ops_total", mounter=ida) or 0
+        with open(os.path.join(t1, "metrics.bin"), "wb") as f:
+            f.write(os.urandom(nbytes))
+            f.flush()
+            os.fsync(f.fileno())
+        sc = Scrape(mport)
+        w1 = sc.value("kegfs_written_bytes_total", mounter=ida, volume=vid) or 0
+        wb = sc.value("kegfs_written_bytes_total", mounter=idb, volume=vid)
+        ops1 = sc.value("kegfs_fuse_ops_total", mounter=ida, volume=vid) or 0
+        dup = sorted({t for t in sc.types if sc.types.count(t) > 1})
+        step("metrics: the bytes written through pod-a's target, its FUSE ops, pod-b's "
+             "mounter apart", sc.status == 200 and w1 - w0 >= nbytes and ops1 > ops0 and
+             wb is not None and sc.mounters() == {ida, idb},
+             "written %d -> %d (+%d, wrote %d); fuse ops %d -> %d; mounters %s"
+             % (w0, w1, w1 - w0, nbytes, ops0, ops1, sorted(sc.mounters())))
+        step("metrics: each family's TYPE once, no target path or secret",
+             not dup and len(sc.types) > 20 and args.workdir not in sc.text and
+             "://" not in sc.text and
+             not any(k in sc.text for k in (args.access_key, args.secret_key) if k),
+             "duplicated: %s" % dup)
+        step("metrics: live mounters and records by state",
+             sc.value("kegfs_csi_live_mounters") == 2 and
+             sc.value("kegfs_csi_volumes", state="live") == 2 and
+             sc.value("kegfs_csi_volumes", state="failed") == 0 and
+             sc.value("kegfs_csi_mounters_scraped") == 2,
+             "live=%s volumes live=%s failed=%s scraped=%s"
+             % (sc.value("kegfs_csi_live_mounters"), sc.value("kegfs_csi_volumes", state="live"),
+                sc.value("kegfs_csi_volumes", state="failed"),
+                sc.value("kegfs_csi_mounters_scraped")))
+
+        check_dashboard(args, mport, vid, t1)
 
         # static provisioning: an admin's PV whose volumeHandle is new to the
         # driver and whose volumeAttributes name the existing volume's metaurl
@@ -240,6 +457,10 @@ def main():
         ok2, _ = wait_content(os.path.join(t2, "shared.txt"), data, 10 - (time.time() - t0))
         step("both targets serve the data again after plugin restart",
              ok1 and ok2, "%.1f s" % (time.time() - t0))
+        sc = Scrape(mport)
+        step("metrics: both re-established mounters are scraped again",
+             sc.mounters() == {ida, idb} and sc.value("kegfs_csi_live_mounters") == 2,
+             "mounters %s live=%s" % (sorted(sc.mounters()), sc.value("kegfs_csi_live_mounters")))
 
         s = n.node.NodeGetVolumeStats(pb.NodeGetVolumeStatsRequest(volume_id=vid,
                                                                    volume_path=t2))
@@ -248,8 +469,28 @@ def main():
              b is not None and b.total == 1024 * MiB,
              "total=%s" % (b.total if b else None))
 
+        # a mounter stops answering (SIGSTOP: its socket still accepts): the plugin's
+        # scrape answers at once without its series, and counts the error
+        recs = record_pids(args.workdir)
+        pid_a = recs.get(t1, 0)
+        e0 = Scrape(mport).value("kegfs_csi_mounter_scrape_errors_total") or 0
+        if pid_a:
+            os.killpg(pid_a, signal.SIGSTOP)
+            try:
+                sc = Scrape(mport)
+            finally:
+                os.killpg(pid_a, signal.SIGKILL)     # the watchdog starts a new one
+            step("metrics: a stopped mounter is left out, the scrape answers 200 quickly",
+                 sc.status == 200 and sc.took < 3.0 and sc.mounters() == {idb} and
+                 (sc.value("kegfs_csi_mounter_scrape_errors_total") or 0) > e0,
+                 "%.2f s; mounters %s; scrape errors %s -> %s"
+                 % (sc.took, sorted(sc.mounters()), e0,
+                    sc.value("kegfs_csi_mounter_scrape_errors_total")))
+        else:
+            step("metrics: the mounter of pod-a is recorded", False, str(recs))
+
         # watchdog: a mounter dies while the plugin runs
-        pids = mounter_pids(args.workdir)
+        pids = [] if pid_a else mounter_pids(args.workdir)
         if pids:
             os.kill(pids[0], signal.SIGKILL)
             t0 = time.time()
@@ -258,6 +499,23 @@ def main():
             ok2, _ = wait_content(os.path.join(t2, "shared.txt"), data, 10)
             step("watchdog re-mounts a mounter killed while the plugin runs", ok1 and ok2,
                  "%.1f s" % (time.time() - t0))
+        elif pid_a:
+            t0 = time.time()
+            ok1, _ = wait_content(os.path.join(t1, "shared.txt"), data, 10)
+            ok2, _ = wait_content(os.path.join(t2, "shared.txt"), data, 10)
+            step("watchdog re-mounts a mounter killed while the plugin runs", ok1 and ok2,
+                 "%.1f s" % (time.time() - t0))
+            back = False
+            deadline = time.time() + 10
+            while not back and time.time() < deadline:
+                sc = Scrape(mport)
+                back = (sc.mounters() == {ida, idb} and
+                        (sc.value("kegfs_written_bytes_total", mounter=ida) or 0) < nbytes)
+                time.sleep(0.2)
+            step("metrics: the new mounter of pod-a is scraped (its counters start again)",
+                 back, "mounters %s written %s" % (sorted(sc.mounters()),
+                                                   sc.value("kegfs_written_bytes_total",
+                                                            mounter=ida)))
 
         # kubelet: NodeUnpublishVolume (twice: idempotent)
         for t in (t1, t2):

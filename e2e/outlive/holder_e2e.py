@@ -16,6 +16,11 @@ file back; a reader in pod B lists and reads the directory (appender.py).
       holder within 2 s
   (d) plugin killed, restarted, NodeUnpublish at once: targets gone, holder
       empty, no mounter left
+  metrics: the plugin runs with --metrics; every mounter the holder starts serves
+      /metrics on a socket in the holder's directory, and the plugin's endpoint
+      includes both mounters' series after the publish, after (a) (the re-adopted
+      mounters, their counters going on), after (b) and after (c); after (d) the
+      sockets are gone
 
 Prints PASS/FAIL per step, the figures, and "N passed, M failed".
 """
@@ -24,6 +29,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -32,6 +38,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "conformance"))
 import csiclient  # noqa: E402
 from csiclient import pb, mount_cap  # noqa: E402
+sys.path.insert(0, os.path.join(HERE, ".."))
+from local_e2e import Scrape, fnv1a64_hex, free_port  # noqa: E402
 
 MiB = 1 << 20
 RESULTS = {"passed": 0, "failed": 0}
@@ -121,8 +129,9 @@ def is_live(target):
 
 
 class Plugin:
-    def __init__(self, args, sock, holder_sock):
+    def __init__(self, args, sock, holder_sock, metrics_port):
         self.args, self.sock, self.holder_sock = args, sock, holder_sock
+        self.metrics_port = metrics_port
         self.proc = None
 
     def start(self, kegfs):
@@ -132,7 +141,8 @@ class Plugin:
              "--mode", "all", "--state-dir", os.path.join(self.args.workdir, "state"),
              "--mounter", kegfs, "--mount-mode", "holder",
              "--kubelet-dir", self.args.workdir,
-             "--holder-socket", self.holder_sock, "--watchdog-ms", "500"],
+             "--holder-socket", self.holder_sock, "--watchdog-ms", "500",
+             "--metrics", "127.0.0.1:%d" % self.metrics_port],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         client = csiclient.Client("unix://" + self.sock)
         client.wait_ready(20)
@@ -198,8 +208,24 @@ def main():
             break
         time.sleep(0.05)
 
-    plugin = Plugin(args, os.path.join(W, "csi.sock"), hsock)
+    mport = free_port()
+    plugin = Plugin(args, os.path.join(W, "csi.sock"), hsock, mport)
     c = plugin.start(args.kegfs)
+    ids = {fnv1a64_hex(t1), fnv1a64_hex(t2)}
+
+    def scraped(what, seconds=10, check=None):
+        """Wait until the plugin's scrape has both mounters' series (and check(s))."""
+        deadline = time.time() + seconds
+        while True:
+            sc = Scrape(mport)
+            ok = sc.status == 200 and sc.mounters() == ids and (check is None or check(sc))
+            if ok or time.time() > deadline:
+                break
+            time.sleep(0.2)
+        step("metrics %s: both mounters' series in the plugin's scrape" % what, ok,
+             "mounters %s, live %s, %.2f s" % (sorted(sc.mounters()),
+                                               sc.value("kegfs_csi_live_mounters"), sc.took))
+        return sc
     vid = None
     stop = os.path.join(W, "stop")
     apps = []
@@ -216,6 +242,13 @@ def main():
         held = holder_list(hsock)
         step("publish through the holder", is_live(t1) and is_live(t2) and
              set(held) == {t1, t2}, "held: %s" % sorted(held))
+        socks = [held[t].get("metrics", "") for t in (t1, t2)]
+        step("metrics: the holder gives each mounter a 0600 socket in its directory",
+             all(p.startswith(os.path.join(hdir, "metrics") + "/") and
+                 stat.S_ISSOCK(os.stat(p).st_mode) and
+                 stat.S_IMODE(os.stat(p).st_mode) == 0o600 for p in socks if p) and
+             all(socks), "%s" % socks)
+        scraped("after the publish", check=lambda sc: sc.value("kegfs_csi_live_mounters") == 2)
         with open(os.path.join(W, "pids"), "w") as f:
             f.write(" ".join(held[t]["pid"] for t in held))
         os.makedirs(os.path.join(t1, "app"))
@@ -233,6 +266,9 @@ def main():
 
         # (a) the plugin dies and comes back
         before = {t: held[t]["pid"] for t in held}
+        assert wait_until(30, lambda: count_lines(os.path.join(t1, "app", "log")) > 3)
+        w_before = Scrape(mport).value("kegfs_written_bytes_total",
+                                       mounter=fnv1a64_hex(t1)) or 0
         c.close()
         plugin.kill()
         time.sleep(0.5)
@@ -250,6 +286,8 @@ def main():
             state = f.read()
         step("(a) plugin state agrees with the holder",
              all(("pid: %s" % before[t]) in state for t in before))
+        scraped("(a) re-adopted", check=lambda sc: (sc.value(
+            "kegfs_written_bytes_total", mounter=fnv1a64_hex(t1)) or 0) > w_before > 0)
         time.sleep(1.0)
 
         # (b) a new plugin image: its kegfs differs; the holder upgrades in place
@@ -271,6 +309,7 @@ def main():
         n0 = count_lines(logf)
         step("(b) the app goes on after the upgrade",
              wait_until(30, lambda: count_lines(logf) > n0 + 3))
+        scraped("(b) upgraded in place")
 
         open(stop, "w").close()
         for p in apps:
@@ -324,6 +363,7 @@ def main():
         step("(c) a HostToContainer view sees it again within 2 s",
              vback is not None and vback < 2.0,
              "after %s s" % ("%.2f" % vback if vback else "never"))
+        scraped("(c) mounted again by the holder")
         try:
             os.write(held_fd, b"after the crash\n")
             os.fsync(held_fd)
@@ -380,6 +420,11 @@ def main():
         step("(d) unpublish after a plugin restart: clean",
              not os.path.exists(t1) and not os.path.exists(t2) and not left and
              not mounters_of(t1) and not mounters_of(t2), "held=%s" % sorted(left))
+        msocks = os.listdir(os.path.join(hdir, "metrics"))
+        sc = Scrape(mport)
+        step("(d) metrics: no socket left, no mounter series",
+             not msocks and not sc.mounters() and sc.value("kegfs_csi_live_mounters") == 0,
+             "sockets %s" % msocks)
         c.controller.DeleteVolume(pb.DeleteVolumeRequest(volume_id=vid, secrets=secrets),
                                   timeout=60)
         vid = None
