@@ -873,7 +873,7 @@ static void test_metrics_endpoint(void **state)
     struct csi_status st = { 0 };
     struct csi_publish ra, rb;
     struct keg_metrics_server *ma = NULL, *mb = NULL;
-    char plugin[128], addr[140], line[256], ha[17], hb[17];
+    char plugin[300], addr[320], line[256], ha[17], hb[17];
     double took = 0;
     KEG_UNUSED(state);
 
