@@ -24,8 +24,9 @@
 # Images: KEG_K8S_IMAGE (default localhost/kegfs-csi:k8s-local) is built with
 # `podman build` from this tree unless it exists (KEG_K8S_REBUILD=1 rebuilds);
 # the sidecars and pause become FROM-scratch images; all are imported into the
-# cluster's containerd.  Ports: KEG_K8S_PORT_BASE (16480) + 0..9 for the
-# cluster and the health ports, KEG_K8S_REDIS_PORT (6487), KEG_K8S_S3_PORT
+# cluster's containerd.  Ports: KEG_K8S_PORT_BASE (16480) + 0..10 for the
+# cluster, the health ports and (helm installs) the metrics of the node plugin
+# (+7) and the controller (+10), KEG_K8S_REDIS_PORT (6487), KEG_K8S_S3_PORT
 # (7487) and KEG_K8S_S3_MON_PORT (6787).
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
@@ -59,6 +60,10 @@ S3_PORT=${KEG_K8S_S3_PORT:-7487}
 S3_MON_PORT=${KEG_K8S_S3_MON_PORT:-6787}
 HEALTH_NODE=$((PORT_BASE + 8))
 HEALTH_CTRL=$((PORT_BASE + 9))
+# the helm installs enable metrics (scenario 11 scrapes the node plugin); both
+# components are on the host network, so each gets its own port
+METRICS_NODE=$((PORT_BASE + 7))
+METRICS_CTRL=$((PORT_BASE + 10))
 NS=kegfs-system
 # the helm installs run the mount holder with --memory-max (scenario 07 checks
 # each mounter's memory cgroup); the kustomize installs without
@@ -318,6 +323,7 @@ node:
   stateDir: $K8S_DIR/kegfs-state
   cacheDir: $K8S_DIR/kegfs-cache
 mountHolder: {hostDir: $K8S_DIR/kegfs-holder, mounterMemoryMax: "$MOUNTER_MEMORY_MAX"}
+metrics: {enabled: true, port: $METRICS_NODE, controllerPort: $METRICS_CTRL}
 EOF
      [ "$store" = file ] && echo "fileStore: {hostPath: $K8S_DIR/data}"
      echo "secret:"
@@ -396,6 +402,7 @@ for store in $STORES; do
     KEG_E2E_HOST_LOGS="$K8S_DIR/kegfs-state $K8S_DIR/kegfs-holder" KEG_E2E_SECRET_VALUES=$secret_values \
     KEG_E2E_FIGURES=$FIGURES \
     KEG_E2E_MOUNTER_MEMORY_MAX=$([ "$mode" = helm ] && echo "$MOUNTER_MEMORY_MAX") \
+    KEG_E2E_METRICS_URL=$([ "$mode" = helm ] && echo "http://127.0.0.1:$METRICS_NODE/metrics") \
     KEG_E2E_KILL_CONTAINER_CMD="ctr -a $K8S_DIR/containerd/containerd.sock -n k8s.io task kill -s SIGKILL \"\$1\"" \
     KEG_E2E_KEYS_CMD="redis-cli --no-auth-warning -p $REDIS_PORT -n $([ "$store" = file ] && echo 1 || echo 2) --scan --pattern \"*{\$1}*\" | wc -l" \
     KEG_E2E_OBJECTS_CMD="VOL=\$1; STORAGE=$store; OBJDIR=$K8S_DIR/data; BUCKET=\${KEG_TEST_S3_BUCKET:-}; . $REPO/tests/mount/obj_lib.sh; [ $store = file ] || obj_s3_parse \"\$BUCKET\"; obj_list '' | wc -l" \

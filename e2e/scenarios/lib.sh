@@ -19,6 +19,8 @@
 #   KEG_E2E_MAX_STALL_MS  longest stall allowed in events 1-3 (2000)
 #   KEG_E2E_SECRET_VALUES file with one secret string per line that no log may show
 #   KEG_E2E_HOST_LOGS     directories of logs on the node to search as well (09)
+#   KEG_E2E_METRICS_URL   the node plugin's /metrics as the runner reaches it (11;
+#                         unset: skipped)
 #
 # Each scenario uses its own namespace kegfs-e2e-NN, deleted on exit.
 set -euo pipefail
