@@ -444,7 +444,9 @@ int mnt_metrics_start(const char *addr, const char *volume, struct keg_fs *fs)
     mm_ctx.fs = fs;
     keg_metrics_escape(volume, mm_ctx.volume, sizeof(mm_ctx.volume));
     int rc = keg_metrics_start(addr, mm_render, &mm_ctx, &mm_server, &port);
-    if (rc == 0)
+    if (rc == 0 && strncmp(addr, "unix:", 5) == 0)
+        KEG_INFO("metrics on the unix socket %s (GET /metrics)", addr + 5);
+    else if (rc == 0)
         KEG_INFO("metrics on http://%s/metrics (port %u)", addr, port);
     return rc;
 }
