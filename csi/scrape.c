@@ -23,7 +23,6 @@
 #include <errno.h>
 #include <stdint.h>
 #include <string.h>
-#include <time.h>
 
 #include "keg/keg.h"
 #include "keg/mem.h"
@@ -371,13 +370,6 @@ static size_t sc_write_cb(char *ptr, size_t size, size_t nmemb, void *arg)
     return sc_put(&x->body, ptr, n) == 0 ? n : 0;
 }
 
-static uint64_t sc_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 int csi_scrape_fetch(struct csi_scrape *m, const struct csi_scrape_src *src, size_t n,
                      unsigned timeout_ms, unsigned deadline_ms, size_t *failed)
 {
@@ -411,12 +403,12 @@ int csi_scrape_fetch(struct csi_scrape *m, const struct csi_scrape_src *src, siz
             goto out;
         }
     }
-    uint64_t deadline = sc_now_ms() + deadline_ms;
+    uint64_t deadline = (uint64_t)keg_mono_ns() / 1000000u + deadline_ms;
     int running = 1;
     while (running) {
         if (curl_multi_perform(mh, &running) != CURLM_OK)
             break;
-        uint64_t now = sc_now_ms();
+        uint64_t now = (uint64_t)keg_mono_ns() / 1000000u;
         if (!running || now >= deadline)
             break;
         curl_multi_poll(mh, NULL, 0, (int)KEG_MIN(deadline - now, 100u), NULL);
