@@ -60,7 +60,6 @@
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <sys/vfs.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -71,6 +70,7 @@
 #include "keg/mem.h"
 #include "keg/metrics.h"
 #include "keg/spawn.h"
+#include "keg/unix_listen.h"
 
 #include "mnt_i.h"
 
@@ -1203,28 +1203,17 @@ int mnt_cmd_holder(int argc, char **argv)
     cg_setup();
     hm_load();
 
-    int ls = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_un sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sun_family = AF_UNIX;
-    if (ls < 0 || strlen(sockp) >= sizeof(sa.sun_path)) {
-        mnt_error("cannot create the socket %s", sockp);
+    int ls = keg_unix_listen(sockp, KEG_UNIX_LISTEN_REPLACE_LIVE, 0700, NULL);
+    if (ls == -EEXIST) {
+        mnt_error("%s exists and is not a socket", sockp);
         return 1;
     }
-    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sockp);
-    struct stat st;
-    if (lstat(sockp, &st) == 0) {
-        if (!S_ISSOCK(st.st_mode)) {
-            mnt_error("%s exists and is not a socket", sockp);
-            return 1;
-        }
-        unlink(sockp);
+    if (ls == -ENAMETOOLONG || ls == -EINVAL) {
+        mnt_error("cannot create the socket %s: %s", sockp, strerror(-ls));
+        return 1;
     }
-    mode_t um = umask(0077);
-    int brc = bind(ls, (struct sockaddr *)&sa, sizeof(sa));
-    umask(um);
-    if (brc < 0 || listen(ls, 64) < 0) {
-        mnt_error("cannot listen on %s: %s", sockp, strerror(errno));
+    if (ls < 0) {
+        mnt_error("cannot listen on %s: %s", sockp, strerror(-ls));
         return 1;
     }
     struct sigaction sig;

@@ -6,12 +6,14 @@
  * which frees it after sending.  Rendering reads atomics and stats snapshots only, so a
  * scrape never holds a lock of the file system while it writes to the socket.
  *
- * A "unix:/PATH" address is an AF_UNIX stream socket this file creates, binds and
- * hands to libmicrohttpd as its listen socket (MHD_OPTION_LISTEN_SOCKET): the node
- * plugin of the CSI driver scrapes its mounters that way, without a TCP port per
- * mount.  The socket file is the server's only while its device and inode are the
- * ones bound here: a later server (a restarted worker of the same mount) replaces a
- * stale file, and stopping the earlier one must not unlink the newer socket.
+ * A "unix:/PATH" address is an AF_UNIX stream socket this file creates with
+ * keg_unix_listen() (mode 0600; a stale socket file is replaced, one that another
+ * process serves is refused) and hands to libmicrohttpd as its listen socket
+ * (MHD_OPTION_LISTEN_SOCKET): the node plugin of the CSI driver scrapes its mounters
+ * that way, without a TCP port per mount.  The socket file is the server's only while
+ * its device and inode are the ones bound here: a later server (a restarted worker of
+ * the same mount) replaces a stale file, and stopping the earlier one must not unlink
+ * the newer socket.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -27,6 +29,7 @@
 
 #include "keg/mem.h"
 #include "keg/metrics.h"
+#include "keg/unix_listen.h"
 #define KEG_LOG_TAG "metrics"
 #include "keg/log.h"
 
@@ -147,75 +150,36 @@ int keg_metrics_parse_addr(const char *addr, struct keg_metrics_addr *out, const
  * Listening
  *--------------------------------------------------------------------------*/
 
-/* Whether a process accepts connections on the socket at sa (a stale file refuses). */
-static int metrics_unix_in_use(const struct sockaddr_un *sa)
-{
-    int c = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (c < 0)
-        return 0;
-    int used = connect(c, (const struct sockaddr *)sa, sizeof(*sa)) == 0;
-    close(c);
-    return used;
-}
-
 /* Create, bind (0600) and listen on the unix socket of a.  *fd_out gets it and s->path,
  * s->dev, s->ino name its file.  Returns 0 or -errno (message logged). */
 static int metrics_listen_unix(const struct keg_metrics_addr *a, struct keg_metrics_server *s,
                                int *fd_out)
 {
-    struct sockaddr_un sa;
-    struct stat st;
-    int rc;
+    struct keg_unix_listen_info ul;
     *fd_out = -1;
-    memset(&sa, 0, sizeof(sa));
-    sa.sun_family = AF_UNIX;
-    memcpy(sa.sun_path, a->path, strlen(a->path) + 1);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -errno;
-    if (lstat(a->path, &st) == 0) {
-        if (!S_ISSOCK(st.st_mode)) {
-            KEG_ERR("--metrics unix:%s: the path exists and is not a socket", a->path);
-            rc = -EEXIST;
-            goto fail;
-        }
-        if (metrics_unix_in_use(&sa)) {
-            KEG_ERR("--metrics unix:%s: another process serves this socket", a->path);
-            rc = -EADDRINUSE;
-            goto fail;
-        }
-        if (unlink(a->path) < 0 && errno != ENOENT) {
-            rc = -errno;
-            KEG_ERR("--metrics unix:%s: cannot remove the stale socket: %s", a->path,
-                    strerror(-rc));
-            goto fail;
-        }
+    int fd = keg_unix_listen(a->path, 0, 0600, &ul);
+    if (ul.replaced)
         KEG_INFO("--metrics unix:%s: replaced a stale socket", a->path);
+    if (fd < 0) {
+        if (fd == -EEXIST && !ul.failed)
+            KEG_ERR("--metrics unix:%s: the path exists and is not a socket", a->path);
+        else if (fd == -EADDRINUSE && !ul.failed)
+            KEG_ERR("--metrics unix:%s: another process serves this socket", a->path);
+        else if (ul.failed && !strcmp(ul.failed, "unlink"))
+            KEG_ERR("--metrics unix:%s: cannot remove the stale socket: %s", a->path,
+                    strerror(-fd));
+        else
+            KEG_ERR("--metrics unix:%s: cannot listen: %s", a->path, strerror(-fd));
+        return fd;
     }
-    /* The umask is the process's: for the length of one bind, files other threads
-     * create get at most 0600 too, never more than they asked for. */
-    mode_t um = umask(0177);
-    rc = bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ? -errno : 0;
-    umask(um);
-    if (rc == 0 && listen(fd, 64) < 0)
-        rc = -errno;
-    if (rc == 0 && lstat(a->path, &st) < 0)
-        rc = -errno;
-    if (rc < 0) {
-        KEG_ERR("--metrics unix:%s: cannot listen: %s", a->path, strerror(-rc));
-        goto fail;
-    }
-    if ((st.st_mode & 07777) != 0600 && chmod(a->path, 0600) < 0)
+    if (ul.mode != 0600 && chmod(a->path, 0600) < 0)
         KEG_WARN("--metrics unix:%s: mode %o, and chmod 0600 failed: %s", a->path,
-                 (unsigned)(st.st_mode & 07777), strerror(errno));
+                 (unsigned)ul.mode, strerror(errno));
     memcpy(s->path, a->path, strlen(a->path) + 1);
-    s->dev = st.st_dev;
-    s->ino = st.st_ino;
+    s->dev = ul.dev;
+    s->ino = ul.ino;
     *fd_out = fd;
     return 0;
-fail:
-    close(fd);
-    return rc;
 }
 
 /* Unlink the socket file of s if it is still the one bound by s. */
