@@ -1604,8 +1604,16 @@ int mnt_cmd_mount(int argc, char **argv)
      * block buffers come from the arenas and freed ones stay resident: the
      * mounter's RSS would drift far above --buffer-size.  A fixed threshold
      * keeps every block buffer mmap()ed, so freeing it returns the memory; a
-     * small arena count bounds per-thread fragmentation. */
+     * small arena count bounds per-thread fragmentation.  Fixing the mmap
+     * threshold also fixes glibc's trim threshold, at 128 KiB by default: an
+     * arena whose free top reached it was shrunk at once (madvise or brk) and
+     * grown again by the next request, two to three system calls, page faults
+     * and TLB flushes per file operation (strace: 2,000 unlinks made 4,350
+     * madvise calls).  A 2 MiB threshold keeps at most that much free memory
+     * per arena and took the churn out (rm -rf of 10,000 files: 3.6 s -> 2.7 s;
+     * small-file creates +10-20 %). */
     mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+    mallopt(M_TRIM_THRESHOLD, 2 * 1024 * 1024);
     mallopt(M_ARENA_MAX, 4);
 
     memset(&o, 0, sizeof(o));
