@@ -1203,7 +1203,7 @@ int mnt_cmd_holder(int argc, char **argv)
     cg_setup();
     hm_load();
 
-    int ls = keg_unix_listen(sockp, KEG_UNIX_LISTEN_REPLACE_LIVE, 0700, NULL);
+    int ls = keg_unix_listen(sockp, KEG_UNIX_LISTEN_REPLACE_LIVE, 0600, NULL);
     if (ls == -EEXIST) {
         mnt_error("%s exists and is not a socket", sockp);
         return 1;
