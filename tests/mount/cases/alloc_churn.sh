@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# alloc_churn.sh -- the mounter's memory allocator does not give memory back to the system
+# and take it again on every file operation: while 1,000 files are removed (rm -rf), the FUSE
+# worker makes fewer than 100 madvise and brk calls in all (strace -c).  glibc shrinks an
+# arena as soon as its free top reaches the trim threshold; at its 128 KiB default (which a
+# fixed mmap threshold also fixes) that was two to three calls per unlink, each with page
+# faults and TLB flushes after it.  A count of system calls, not a time: the count does not
+# depend on the machine's speed.
+# timeout: 180
+. "$(dirname "$0")/../lib.sh"
+need_kegfs
+need_cmd strace
+
+N=1000
+mkdir "$MNT/churn" || fail "mkdir"
+for ((i = 0; i < N; i++)); do
+  printf 'file %d\n' "$i" > "$MNT/churn/f$i" || fail "create f$i"
+done
+sync
+pid=$(mounter_worker_pid)
+[ -n "$pid" ] || fail "no mounter process"
+strace -f -c -e trace=madvise,brk -p "$pid" -o "$WORK/strace" 2> "$WORK/strace.err" &
+spid=$!
+# strace says "attached with N threads" once it traces them all
+wait_for 10 grep -q "attached with" "$WORK/strace.err" || { kill "$spid"; fail "strace did not attach"; }
+sleep 0.5
+rm -rf "$MNT/churn" || fail "rm -rf"
+sleep 1
+kill -INT "$spid"
+wait "$spid"
+# (strace -c writes no table at all when none of the traced calls was made)
+grep -q "attached with" "$WORK/strace.err" || fail "strace did not trace the worker's threads"
+[ -e "$WORK/strace" ] || : > "$WORK/strace"
+# strace -c: "% time  seconds  usecs/call  calls  [errors]  syscall"
+calls=$(awk '$NF == "madvise" || $NF == "brk" { n += $4 } END { print n + 0 }' "$WORK/strace")
+note "madvise + brk during the removal of $N files: $calls"
+[ "$calls" -lt 100 ] || fail "$calls madvise/brk calls for $N unlinks (allocator churn): $(cat "$WORK/strace")"
+[ ! -e "$MNT/churn" ] || fail "churn still there after rm -rf"
+exit 0
