@@ -10,6 +10,7 @@
 
 #include "csi_i.h"
 #include "keg/mem.h"
+#include "keg/spawn.h"
 #include "mount_mgr.h"
 #include "state.h"
 #define KEG_LOG_TAG "csi"
@@ -55,9 +56,7 @@ static void usage(FILE *fp)
 static char *default_mounter(void)
 {
     char self[4096];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (n > 0) {
-        self[n] = '\0';
+    if (keg_self_exe(self, sizeof(self)) == 0) {
         char *slash = strrchr(self, '/');
         if (slash) {
             *slash = '\0';

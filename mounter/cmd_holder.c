@@ -1171,12 +1171,10 @@ int mnt_cmd_holder(int argc, char **argv)
         return 2;
     }
     if (!mbin) {
-        ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-        if (n <= 0) {
+        if (keg_self_exe(self, sizeof(self)) < 0) {
             mnt_error("cannot find this binary; give --mounter");
             return 1;
         }
-        self[n] = '\0';
         mbin = self;
     }
     mnt_open_log_file();

@@ -74,6 +74,7 @@
 #include "keg/log.h"
 #include "keg/mem.h"
 #include "keg/retry.h"
+#include "keg/spawn.h"
 
 #include "mnt_i.h"
 
@@ -329,10 +330,8 @@ int mnt_upgrade_super_begin(const char *abs_mp, pid_t worker)
     kv_get(text, "id", up_id, sizeof(up_id));
     kv_get(text, "binary", up_binary, sizeof(up_binary));
     keg_free(text);
-    if (!up_binary[0]) {
-        ssize_t n = readlink("/proc/self/exe", up_binary, sizeof(up_binary) - 1);
-        up_binary[n > 0 ? n : 0] = '\0';
-    }
+    if (!up_binary[0])
+        (void)keg_self_exe(up_binary, sizeof(up_binary));   /* "" fails the probe below */
     rc = probe_binary(up_binary, why, sizeof(why));
     if (rc) {
         KEG_ERR("upgrade of %s refused: %s", abs_mp, why);
@@ -690,12 +689,10 @@ int mnt_cmd_upgrade(int argc, char **argv)
         return 2;
     }
     if (!binary) {
-        ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-        if (n <= 0) {
+        if (keg_self_exe(self, sizeof(self)) < 0) {
             mnt_error("cannot find this binary; give --binary");
             return 1;
         }
-        self[n] = '\0';
         binary = self;
     }
     int rc = mnt_abspath(argv[optind], &abs);

@@ -1,5 +1,6 @@
 /* keg_spawn.c -- start a detached helper process (a mounter) with a log file. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -70,4 +71,20 @@ int keg_wait_gone(int (*gone)(void *arg), void *arg, unsigned timeout_ms, unsign
             return 0;
         keg_sleep_ms(poll_ms);
     }
+}
+
+int keg_self_exe(char *buf, size_t size)
+{
+    if (!size)
+        return -EINVAL;
+    buf[0] = '\0';
+    ssize_t n = readlink("/proc/self/exe", buf, size);
+    if (n < 0)
+        return -errno;
+    if ((size_t)n >= size) {
+        buf[0] = '\0';
+        return -ENAMETOOLONG;
+    }
+    buf[n] = '\0';
+    return 0;
 }

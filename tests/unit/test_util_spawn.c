@@ -1,6 +1,6 @@
-/* test_util_spawn.c -- keg_spawn_logged, keg_pid_has_arg and keg_wait_gone:
- * the pieces the mount holder and the CSI node plugin use to start a mounter
- * and to wait for it to go away. */
+/* test_util_spawn.c -- keg_spawn_logged, keg_pid_has_arg, keg_wait_gone and
+ * keg_self_exe: the pieces the mount holder and the CSI node plugin use to
+ * start a mounter and to wait for it to go away. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -53,10 +54,26 @@ static void test_pid_has_arg_and_wait(void **state)
     unlink(log);
 }
 
+/* keg_self_exe names this test binary, and refuses a buffer it does not fit. */
+static void test_self_exe(void **state)
+{
+    (void)state;
+    char buf[4096], tiny[4];
+    assert_int_equal(keg_self_exe(buf, sizeof(buf)), 0);
+    assert_true(buf[0] == '/');
+    const char *base = strrchr(buf, '/') + 1;
+    assert_string_equal(base, "test_util_spawn");
+    assert_int_equal(access(buf, X_OK), 0);
+    assert_int_equal(keg_self_exe(tiny, sizeof(tiny)), -ENAMETOOLONG);
+    assert_string_equal(tiny, "");
+    assert_int_equal(keg_self_exe(tiny, 0), -EINVAL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pid_has_arg_and_wait),
+        cmocka_unit_test(test_self_exe),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

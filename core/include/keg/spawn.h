@@ -20,4 +20,8 @@ int keg_pid_has_arg(pid_t pid, const char *arg);
  * have passed (returns 0): waiting for a stopped process to go away. */
 int keg_wait_gone(int (*gone)(void *arg), void *arg, unsigned timeout_ms, unsigned poll_ms);
 
+/* The path of this process's executable (/proc/self/exe) into buf.  Returns 0,
+ * or -errno (-ENAMETOOLONG when it does not fit), with buf "" on error. */
+int keg_self_exe(char *buf, size_t size);
+
 #endif
