@@ -1610,8 +1610,8 @@ int mnt_cmd_mount(int argc, char **argv)
      * grown again by the next request, two to three system calls, page faults
      * and TLB flushes per file operation (strace: 2,000 unlinks made 4,350
      * madvise calls).  A 2 MiB threshold keeps at most that much free memory
-     * per arena and took the churn out (rm -rf of 10,000 files: 3.6 s -> 2.7 s;
-     * small-file creates +10-20 %). */
+     * per arena and takes the churn out (docs/benchmarks.md, "The allocator";
+     * tests/mount/cases/alloc_churn.sh). */
     mallopt(M_MMAP_THRESHOLD, 128 * 1024);
     mallopt(M_TRIM_THRESHOLD, 2 * 1024 * 1024);
     mallopt(M_ARENA_MAX, 4);

@@ -172,9 +172,9 @@ static int metrics_listen_unix(const struct keg_metrics_addr *a, struct keg_metr
             KEG_ERR("--metrics unix:%s: cannot listen: %s", a->path, strerror(-fd));
         return fd;
     }
-    if (ul.mode != 0600 && chmod(a->path, 0600) < 0)
-        KEG_WARN("--metrics unix:%s: mode %o, and chmod 0600 failed: %s", a->path,
-                 (unsigned)ul.mode, strerror(errno));
+    if (ul.mode != 0600)
+        KEG_WARN("--metrics unix:%s: mode %o, and chmod 0600 failed", a->path,
+                 (unsigned)ul.mode);
     memcpy(s->path, a->path, strlen(a->path) + 1);
     s->dev = ul.dev;
     s->ino = ul.ino;

@@ -10,7 +10,8 @@
  * replaces even a live socket and skips that question.
  *
  * The mode is set by the umask at bind, so the file is never reachable with more
- * permissions than asked for, not even between bind and a chmod.  The umask is the
+ * permissions than asked for, not even between bind and a chmod; the chmod after it
+ * only mends a directory whose default ACL overrides the umask.  The umask is the
  * process's: for the length of one bind, files other threads create get at most
  * that mode too, never more than they asked for.
  *
@@ -45,7 +46,7 @@ int keg_unix_listen(const char *path, unsigned flags, mode_t mode,
     struct sockaddr_un sa;
     struct stat st;
     const char *failed = NULL;
-    int rc, want_stat = info != NULL;
+    int rc;
     if (!info)
         info = &dummy;
     memset(info, 0, sizeof(*info));
@@ -90,16 +91,17 @@ int keg_unix_listen(const char *path, unsigned flags, mode_t mode,
         failed = "listen";
         goto fail;
     }
-    if (want_stat) {
-        if (lstat(path, &st) < 0) {
-            rc = -errno;
-            failed = "lstat";
-            goto fail;
-        }
-        info->dev = st.st_dev;
-        info->ino = st.st_ino;
-        info->mode = st.st_mode & 07777;
+    if (lstat(path, &st) < 0) {
+        rc = -errno;
+        failed = "lstat";
+        goto fail;
     }
+    info->dev = st.st_dev;
+    info->ino = st.st_ino;
+    info->mode = st.st_mode & 07777;
+    /* A default ACL on the directory takes the umask's place at bind. */
+    if (info->mode != mode && chmod(path, mode) == 0)
+        info->mode = mode;
     return fd;
 fail:
     close(fd);

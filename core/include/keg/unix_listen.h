@@ -11,7 +11,8 @@
 struct keg_unix_listen_info {
     dev_t       dev;        /* on success: the socket file bound, from lstat */
     ino_t       ino;        /*   after listen (a later owner of the path has */
-    mode_t      mode;       /*   another inode), and its mode bits (07777) */
+    mode_t      mode;       /*   another inode), and its mode bits (07777): the mode
+                             *   asked for unless a chmod to it failed */
     int         replaced;   /* an existing socket file was unlinked first */
     const char *failed;     /* on error: the call that failed ("socket", "unlink",
                              * "bind", "listen", "lstat"), or NULL for a refusal
@@ -23,8 +24,9 @@ struct keg_unix_listen_info {
  * (0600, 0700).  A socket file already at path is unlinked first when nothing
  * accepts connections on it (a stale one), and also when a live process serves
  * it if flags has KEG_UNIX_LISTEN_REPLACE_LIVE; any other file is left alone.
- * info may be NULL; when it is not, the bound file is also lstat'ed (its dev,
- * ino, mode) and a failure of that lstat fails the call.
+ * The bound file is lstat'ed after listen (a failure fails the call) and chmod'ed to
+ * mode if it differs (a default ACL of the directory overrides the umask).  info may
+ * be NULL.
  * Returns the listening descriptor, or -errno, with info->failed NULL for:
  *   -EEXIST        path exists and is not a socket (it is untouched)
  *   -EADDRINUSE    a live process serves the socket at path (not replacing)
