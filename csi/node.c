@@ -625,6 +625,7 @@ int csi_node_recover(struct csi_ctx *ctx)
 static void *node_watchdog(void *arg)
 {
     struct csi_ctx *ctx = arg;
+    keg_thread_name("csi-watchdog");
     /* holder mode: a holder that does not answer yet (started after the plugin)
      * is asked again every round, so its pids get recorded and its mounters
      * upgraded to this plugin's kegfs once it is up */

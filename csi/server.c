@@ -332,6 +332,7 @@ static void srv_step(struct srv *s, struct srv_call *c, int ok)
 static void *srv_worker(void *arg)
 {
     struct srv *s = arg;
+    keg_thread_name("csi-rpc");
     for (;;) {
         gpr_timespec dl = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
                                        gpr_time_from_millis(200, GPR_TIMESPAN));

@@ -882,6 +882,7 @@ static void *serve_conn(void *arg)
     int c = (int)(intptr_t)arg;
     struct hreq r;
     struct timeval tv = {.tv_sec = 10};
+    keg_thread_name("keg-holder-req");
     setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     if (read_req(c, &r) < 0) {
         reply_err(c, EINVAL, "malformed request");
@@ -973,6 +974,7 @@ static void monitor_once(void)
 static void *monitor(void *arg)
 {
     KEG_UNUSED(arg);
+    keg_thread_name("keg-holder-mon");
     while (!hold_stop) {
         monitor_once();
         msleep(check_ms);

@@ -55,6 +55,7 @@ static void inval_send(struct fuse_session *se, uint64_t ino, off_t off, off_t l
 static void *inval_run(void *arg)
 {
     (void)arg;
+    keg_thread_name("keg-inval");
     pthread_mutex_lock(&iv.mu);
     for (;;) {
         while (iv.n == 0 && !iv.stopping)

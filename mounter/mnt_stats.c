@@ -264,6 +264,7 @@ static void *stats_main(void *arg)
     struct mnt_live l;
     int warned = 0;
     KEG_UNUSED(arg);
+    keg_thread_name("keg-stats");
     pthread_mutex_lock(&st_mu);
     while (!w.stop) {
         pthread_mutex_unlock(&st_mu);

@@ -421,6 +421,7 @@ static struct fs_cmp_item *cmp_take(struct keg_fs *fs, int64_t *wait_ns)
 static void *cmp_main(void *arg)
 {
     struct keg_fs *fs = arg;
+    keg_thread_name("keg-compact");
 
     pthread_mutex_lock(&fs->cmp_mu);
     while (!fs->cmp_stopping) {

@@ -334,6 +334,7 @@ static void *hb_main(void *arg)
 {
     struct keg_fs *fs = arg;
     unsigned seed = (unsigned)(keg_mono_ns() ^ (int64_t)getpid());
+    keg_thread_name("keg-heartbeat");
     int64_t hb_period = (int64_t)fs->heartbeat_sec * 1000000000LL;
     int64_t next_hb = keg_mono_ns() + hb_period;
     int64_t next_stale = keg_mono_ns() + stale_delay_ns(fs, &seed, 1);
@@ -373,14 +374,19 @@ static void *hb_main(void *arg)
     return NULL;
 }
 
+/* Only the first kick of a burst wakes the deleter: a later one moves the due
+ * time (del_due) later, never earlier, and the deleter recomputes it when its
+ * wait ends.  Waking it (and the other bg_cv sleepers) on every unlink of an
+ * `rm -rf` cost a futex wake and two context switches per file. */
 void fs_kick_deleter(struct keg_fs *fs)
 {
     int64_t now = keg_mono_ns();
     pthread_mutex_lock(&fs->bg_mu);
-    if (!fs->del_first_kick)
-        fs->del_first_kick = now;
     fs->del_last_kick = now;
-    pthread_cond_broadcast(&fs->bg_cv);
+    if (!fs->del_first_kick) {
+        fs->del_first_kick = now;
+        pthread_cond_broadcast(&fs->bg_cv);
+    }
     pthread_mutex_unlock(&fs->bg_mu);
 }
 
@@ -397,6 +403,7 @@ static void *del_main(void *arg)
 {
     struct keg_fs *fs = arg;
     int64_t next = 0;       /* the next round by the clock */
+    keg_thread_name("keg-deleter");
     pthread_mutex_lock(&fs->bg_mu);
     while (!fs->stopping) {
         struct timespec ts;

@@ -189,6 +189,7 @@ struct pfor {
 static void *pfor_main(void *arg)
 {
     struct pfor *pf = arg;
+    keg_thread_name("keg-scan");
     void *scratch = pf->scratch ? keg_malloc(pf->scratch) : NULL;
     for (;;) {
         size_t i = atomic_fetch_add(&pf->next, 1);

@@ -15,6 +15,7 @@
  * LOCKS: pool->mu guards the queue and the counters; a job runs without it.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #define KEG_LOG_TAG "fs"
@@ -25,7 +26,10 @@
 static void *pool_main(void *arg)
 {
     struct fs_pool *p = arg;
+    char name[16];
 
+    snprintf(name, sizeof(name), "keg-%s", p->name);
+    keg_thread_name(name);
     pthread_mutex_lock(&p->mu);
     for (;;) {
         struct fs_job *j;

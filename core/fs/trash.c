@@ -678,6 +678,7 @@ static void *trash_main(void *arg)
     unsigned seed = (unsigned)(keg_mono_ns() ^ (int64_t)getpid());
     int64_t period_ms = env_int("KEG_TRASH_INTERVAL") * 1000;
     int64_t wait_ms;
+    keg_thread_name("keg-trash");
 
     if (period_ms <= 0)
         period_ms = TRASH_PERIOD_SEC * 1000LL;

@@ -430,6 +430,7 @@ static void *nc_main(void *arg)
 {
     struct mr_names *nc = arg;
     int backoff = 50;
+    keg_thread_name("keg-names");
     while (!__atomic_load_n(&nc->stop, __ATOMIC_ACQUIRE)) {
         if (!nc->sub) {
             if (nc_subscribe(nc)) {

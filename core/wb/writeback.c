@@ -628,6 +628,7 @@ static void *wb_worker(void *arg)
     struct wb *wb = arg;
     struct wb_buf wbuf = {NULL, 0};
 
+    keg_thread_name("keg-wb-upload");
     pthread_mutex_lock(&wb->mu);
     while (!wb->stop) {
         struct wb_ent *e = wb_pick(wb);
@@ -1043,6 +1044,7 @@ struct wb_fsync_part {
 static void *wb_fsync_run(void *arg)
 {
     struct wb_fsync_part *p = arg;
+    keg_thread_name("keg-wb-fsync");
     for (size_t k = 0; k < p->n; k++) {
         if (p->fds[k] >= 0 && fsync(p->fds[k]) < 0 && p->rc == 0)
             p->rc = -errno;

@@ -47,6 +47,10 @@ KEG_NORETURN void keg_panic(const char *file, int line, const char *fmt, ...) KE
 int64_t keg_now_ns(void);        /* CLOCK_REALTIME in nanoseconds */
 int64_t keg_mono_ns(void);       /* CLOCK_MONOTONIC in nanoseconds */
 
+/* Names the calling thread (the first 15 bytes of name), as `top -H`, `ps -L`,
+ * perf and /proc/PID/task/TID/comm show it.  Background threads are "keg-...". */
+void keg_thread_name(const char *name);
+
 /* Caller identity of a file-system request (from the FUSE request, or the CLI). */
 #define KEG_CTX_MAX_GROUPS 64
 struct keg_ctx {
