@@ -94,19 +94,22 @@ static int write_live(const char *path, const struct mnt_live *l)
     if (!tmp)
         return -ENOMEM;
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;     /* buffered: one write(), not one per line */
+    if (!f) {
         rc = -errno;
+        if (fd >= 0)
+            close(fd);
         goto out;
     }
-    for (size_t i = 0; i < NFIELDS && rc == 0; i++) {
+    for (size_t i = 0; i < NFIELDS; i++) {
         uint64_t v;
         memcpy(&v, (const char *)l + fields[i].off, sizeof(v));
-        if (dprintf(fd, "%s=%llu\n", fields[i].key, (unsigned long long)v) < 0)
-            rc = -errno;
+        fprintf(f, "%s=%llu\n", fields[i].key, (unsigned long long)v);
     }
-    if (rc == 0 && dprintf(fd, "phase=%s\n", l->phase) < 0)
-        rc = -errno;
-    if (close(fd) < 0 && rc == 0)
+    fprintf(f, "phase=%s\n", l->phase);
+    if (ferror(f))
+        rc = -EIO;
+    if (fclose(f) != 0 && rc == 0)
         rc = -errno;
     if (rc == 0 && rename(tmp, path) < 0)
         rc = -errno;
