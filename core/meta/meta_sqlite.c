@@ -480,6 +480,26 @@ static int sq_copy_blob(sqlite3_stmt *st, void *buf, size_t size)
 
 /* Runs fn in one transaction, retrying when the database stays locked.
  * Returns fn's result (>= 0 after a successful commit) or -errno. */
+/* Transaction control, run through the statement cache (sq_ctl): sqlite3_exec
+ * would parse the text again for every transaction, a few per cent of the
+ * mounter's CPU in a create. */
+static const char sq_begin_w[] = "BEGIN IMMEDIATE";
+static const char sq_begin_r[] = "BEGIN";
+static const char sq_commit[] = "COMMIT";
+static const char sq_rollback[] = "ROLLBACK";
+
+/* Steps one of the statements above to its end.  Returns SQLITE_OK or the
+ * SQLite result code of the failure. */
+static int sq_ctl(struct sq_conn *c, const char *sql)
+{
+    sqlite3_stmt *st = sq_prep(c, sql);
+    if (!st)
+        return SQLITE_ERROR;
+    int rc = sqlite3_step(st);
+    sqlite3_reset(st);
+    return rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
 static int sq_txn(struct keg_meta *m, int how, sq_fn *fn, void *arg)
 {
     struct sq_priv *p = P(m);
@@ -491,19 +511,19 @@ static int sq_txn(struct keg_meta *m, int how, sq_fn *fn, void *arg)
     for (int attempt = 0;; attempt++) {
         if (write)
             pthread_mutex_lock(&p->wlock);
-        rc = sqlite3_exec(c->db, write ? "BEGIN IMMEDIATE" : "BEGIN", NULL, NULL, NULL);
+        rc = sq_ctl(c, write ? sq_begin_w : sq_begin_r);
         if (rc != SQLITE_OK) {
             rc = sq_rc(c, rc, "begin");
         } else {
             rc = fn(m, c, arg);
             sq_reset_all(c);
             if (rc >= 0) {
-                int r2 = sqlite3_exec(c->db, "COMMIT", NULL, NULL, NULL);
+                int r2 = sq_ctl(c, sq_commit);
                 if (r2 != SQLITE_OK)
                     rc = sq_rc(c, r2, "commit");
             }
             if (rc < 0 && !sqlite3_get_autocommit(c->db))
-                sqlite3_exec(c->db, "ROLLBACK", NULL, NULL, NULL);
+                sq_ctl(c, sq_rollback);
         }
         if (write)
             pthread_mutex_unlock(&p->wlock);
