@@ -113,6 +113,7 @@ struct wb_ent {
                                     * put; recovered: the file's mtime; put again while
                                     * uploading: that put, once the upload ends) */
     int64_t        reput_ns;       /* put again while uploading: when; else 0 */
+    size_t         hidx;           /* position in wb->age + 1; 0: not in it */
     uint64_t       size;           /* object bytes */
     char           key[];
 };
@@ -160,11 +161,91 @@ struct wb {
     int64_t         last_put_ns;   /* monotonic time of the last staged put; protected by mu */
     int             write_once;    /* conf->keys_write_once */
     unsigned        hurry;         /* drains/closes waiting: no delay; protected by mu */
+    /* the entries not deleted, a binary min-heap on staged_ns, so that the age of
+     * the oldest staged bytes (keg_wb_stats, once a second and at each scrape) is
+     * its root instead of a walk of every entry under mu; age_lost: an entry could
+     * not be added (no memory), so keg_wb_stats walks the entries again */
+    struct wb_ent **age;           /* protected by mu */
+    size_t          nage, capage;  /* protected by mu */
+    int             age_lost;      /* protected by mu */
 };
 
 /*---------------------------------------------------------------------------
  * Small helpers
  *-------------------------------------------------------------------------*/
+
+/* The age heap (wb->age).  LOCKS: caller holds wb->mu for all of these. */
+static void age_put(struct wb *wb, size_t i, struct wb_ent *e)
+{
+    wb->age[i] = e;
+    e->hidx = i + 1;
+}
+
+static void age_up(struct wb *wb, size_t i)
+{
+    struct wb_ent *e = wb->age[i];
+    while (i > 0 && wb->age[(i - 1) / 2]->staged_ns > e->staged_ns) {
+        age_put(wb, i, wb->age[(i - 1) / 2]);
+        i = (i - 1) / 2;
+    }
+    age_put(wb, i, e);
+}
+
+static void age_down(struct wb *wb, size_t i)
+{
+    struct wb_ent *e = wb->age[i];
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= wb->nage)
+            break;
+        if (c + 1 < wb->nage && wb->age[c + 1]->staged_ns < wb->age[c]->staged_ns)
+            c++;
+        if (wb->age[c]->staged_ns >= e->staged_ns)
+            break;
+        age_put(wb, i, wb->age[c]);
+        i = c;
+    }
+    age_put(wb, i, e);
+}
+
+/* Takes e out of the heap (no-op when it is not in it). */
+static void wb_age_drop(struct wb *wb, struct wb_ent *e)
+{
+    size_t i = e->hidx;
+    if (!i)
+        return;
+    i--;
+    e->hidx = 0;
+    struct wb_ent *last = wb->age[--wb->nage];
+    if (i == wb->nage)
+        return;
+    age_put(wb, i, last);
+    age_up(wb, i);
+    age_down(wb, last->hidx - 1);
+}
+
+/* Sets e's staged_ns and puts it in the heap or moves it there. */
+static void wb_age_set(struct wb *wb, struct wb_ent *e, int64_t ns)
+{
+    e->staged_ns = ns;
+    if (e->hidx) {
+        age_up(wb, e->hidx - 1);
+        age_down(wb, e->hidx - 1);
+        return;
+    }
+    if (wb->nage == wb->capage) {
+        size_t nc = wb->capage ? wb->capage * 2 : 256;
+        struct wb_ent **na = keg_realloc(wb->age, nc * sizeof(*na));
+        if (!na) {
+            wb->age_lost = 1;
+            return;
+        }
+        wb->age = na;
+        wb->capage = nc;
+    }
+    age_put(wb, wb->nage++, e);
+    age_up(wb, wb->nage - 1);
+}
 
 static size_t wb_hash(const char *key)
 {
@@ -245,6 +326,7 @@ static void wb_forget(struct wb *wb, struct wb_ent *e)
         pp = &(*pp)->hnext;
     *pp = e->hnext;
     wb->nents--;
+    wb_age_drop(wb, e);
     if (e->state == WB_QUEUED)
         list_del(e);
     else if (e->state == WB_PARKED) {
@@ -668,7 +750,7 @@ static void *wb_worker(void *arg)
         } else if (rc == 0 && e->gen != gen) {
             e->state = WB_QUEUED;          /* put again while uploading: upload the new file */
             if (e->reput_ns)
-                e->staged_ns = e->reput_ns;
+                wb_age_set(wb, e, e->reput_ns);
             e->reput_ns = 0;
             list_add_tail(&wb->ready, e);
         } else if (rc == 0) {
@@ -818,10 +900,10 @@ static int wb_put(struct keg_obj *o, const char *key, const void *buf, size_t le
         e = ne;
         e->state = WB_QUEUED;
         wb->last_put_ns = keg_mono_ns();
-        e->staged_ns = wb->last_put_ns;
         e->due = wb->delay_ns ? wb->last_put_ns + wb->delay_ns : 0;
         e->local_only = 1;
         wb_hash_add(wb, e);
+        wb_age_set(wb, e, wb->last_put_ns);
         list_add_tail(&wb->ready, e);
         wb->unsynced++;
     }
@@ -888,6 +970,7 @@ static int wb_del_local(struct wb *wb, const char *key)
         e = wb_find(wb, key);
         if (e && e->state == WB_UPLOADING) {
             e->deleted = 1;
+            wb_age_drop(wb, e);         /* its bytes no longer wait */
             while (wb_find(wb, key) == e)
                 pthread_cond_wait(&wb->done_cv, &wb->mu);
         } else if (e) {
@@ -1264,13 +1347,18 @@ int keg_wb_stats(struct keg_obj *o, struct keg_wb_stats *st)
     st->waiting_puts = wb->waiting_puts;
     st->max_staging = wb->max_staging;
     st->skipped_uploads = wb->skipped_uploads;
-    /* the oldest bytes waiting: a walk of the entries (a stats reader asks about
-     * once a second; the ready FIFO is not in staging order once entries park) */
+    /* the oldest bytes waiting: the heap's root, or a walk of the entries when the
+     * heap missed one (the ready FIFO is not in staging order once entries park) */
     int64_t oldest = 0;
-    for (size_t b = 0; b < wb->nbuckets; b++)
-        for (struct wb_ent *e = wb->ht[b]; e; e = e->hnext)
-            if (!e->deleted && (!oldest || e->staged_ns < oldest))
-                oldest = e->staged_ns;
+    if (!wb->age_lost) {
+        if (wb->nage)
+            oldest = wb->age[0]->staged_ns;
+    } else {
+        for (size_t b = 0; b < wb->nbuckets; b++)
+            for (struct wb_ent *e = wb->ht[b]; e; e = e->hnext)
+                if (!e->deleted && (!oldest || e->staged_ns < oldest))
+                    oldest = e->staged_ns;
+    }
     pthread_mutex_unlock(&wb->mu);
     if (oldest) {
         int64_t age = keg_mono_ns() - oldest;
@@ -1407,8 +1495,8 @@ static int wb_recover(struct wb *wb)
             break;
         }
         e->state = WB_QUEUED;
-        e->staged_ns = wb_mono_of(&st.st_mtim);
         wb_hash_add(wb, e);
+        wb_age_set(wb, e, wb_mono_of(&st.st_mtim));
         list_add_tail(&wb->ready, e);
         wb->staged_bytes += e->size;
         wb->unsynced++;
@@ -1432,6 +1520,7 @@ static void wb_free_all(struct wb *wb)
         }
     }
     keg_free(wb->ht);
+    keg_free(wb->age);
     keg_free(wb->threads);
     keg_ssd_dio_close(wb->dio);
     if (wb->dirfd >= 0)

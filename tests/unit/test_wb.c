@@ -356,6 +356,65 @@ static void test_oldest_staged_age(void **state)
     keg_obj_close(o);
 }
 
+/* The key of block id (100 bytes) and its staging file's path in fx->slot. */
+static void block_key_path(struct fx *fx, uint64_t id, char *key, size_t ksize, char *path,
+                           size_t psize)
+{
+    uint8_t enc[KEG_BLOCK_HDR + 100];
+    char name[KEGC_NAME_MAX + 1];
+    make_block(id, 100, enc, sizeof(enc), key, ksize);
+    assert_int_equal(kegc_escape(key, name), 0);
+    snprintf(path, psize, "%s/%s", fx->slot, name);
+}
+
+/* The oldest staged age stays right while objects of unrelated ages come and go (the
+ * layer keeps them in a heap by age): 40 objects recovered with mtimes 1 to 40 minutes
+ * old, in an order unrelated to their keys, then deleted in another order; after each
+ * delete the age is the oldest remaining object's. */
+static void test_oldest_staged_many(void **state)
+{
+    enum { N = 40 };
+    struct fx *fx = *state;
+    struct keg_wb_conf wc = {.workers = 1, .drain_ms = 50, .retries = 2, .backoff_ms = 10};
+    struct keg_obj *o = open_wb(fx, "file", wc);
+    struct keg_wb_stats st;
+    unsigned age_min[N];
+    int gone[N] = {0};
+    char key[128], path[512];
+
+    atomic_store(&cnt_put_err, -EIO);           /* nothing gets uploaded */
+    for (uint64_t id = 1; id <= N; id++)
+        put_block(o, id, 100);
+    keg_obj_close(o);
+    assert_int_equal(count_files(fx->slot, NULL, NULL), N);
+    for (unsigned i = 0; i < N; i++) {
+        struct timespec ts[2];
+        age_min[i] = 1 + (i * 17) % N;          /* 17 and 40 are coprime: 1..40, shuffled */
+        block_key_path(fx, i + 1, key, sizeof(key), path, sizeof(path));
+        clock_gettime(CLOCK_REALTIME, &ts[0]);
+        ts[0].tv_sec -= (time_t)age_min[i] * 60;
+        ts[1] = ts[0];
+        assert_int_equal(utimensat(AT_FDCWD, path, ts, 0), 0);
+    }
+    o = open_wb(fx, "file", wc);
+    for (unsigned k = 0; k < N; k++) {
+        unsigned want = 0, i = (k * 23) % N;    /* 23 and 40 are coprime: every one once */
+        for (unsigned j = 0; j < N; j++)
+            if (!gone[j] && age_min[j] > want)
+                want = age_min[j];
+        st = wbst(o);
+        assert_int_equal(st.staged_objects, N - k);
+        assert_true(st.oldest_ms >= want * 60000ull && st.oldest_ms < want * 60000ull + 30000);
+        block_key_path(fx, i + 1, key, sizeof(key), path, sizeof(path));
+        assert_int_equal(keg_obj_del(o, key), 0);
+        gone[i] = 1;
+    }
+    st = wbst(o);
+    assert_int_equal(st.staged_objects, 0);
+    assert_int_equal(st.oldest_ms, 0);
+    keg_obj_close(o);
+}
+
 struct bp_mon {
     struct keg_obj *o;
     const char     *slot;
@@ -1185,6 +1244,7 @@ int main(void)
         T(test_crash_recovery),
         T(test_close_leaves_staged),
         T(test_oldest_staged_age),
+        T(test_oldest_staged_many),
         T(test_backpressure),
         T(test_permanent_failure),
         T(test_transient_failure_logged),
