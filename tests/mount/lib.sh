@@ -136,3 +136,38 @@ wait_for() {   # wait_for SECONDS CMD...
   done
   return 1
 }
+
+# small_files DIR N: makes DIR with N files f0..f<N-1> of a few bytes each, then syncs
+small_files() {
+  local d=$1 n=$2 i
+  mkdir "$d" || fail "mkdir $d"
+  for ((i = 0; i < n; i++)); do
+    printf 'file %d\n' "$i" > "$d/f$i" || fail "create $d/f$i"
+  done
+  sync
+}
+
+# strace_calls [-f] ID CALLS CMD...: runs CMD while `strace -c` traces the thread ID (with
+# -f: every thread of process ID) for the comma-separated system calls CALLS, and sets
+# STRACE_CALLS to how many of them were made (no command substitution: fail must end the
+# case).  The table is kept in $WORK/strace.
+strace_calls() {
+  local f=() id calls spid
+  [ "$1" = -f ] && { f=(-f); shift; }
+  id=$1 calls=$2
+  shift 2
+  strace "${f[@]}" -c -e trace="$calls" -p "$id" -o "$WORK/strace" 2> "$WORK/strace.err" &
+  spid=$!
+  # strace says "attached" (with N threads, for a process) once it traces them all
+  wait_for 10 grep -q "attached" "$WORK/strace.err" || { kill "$spid"; fail "strace did not attach to $id"; }
+  sleep 0.5
+  "$@" || { kill "$spid"; fail "'$*' failed"; }
+  sleep 0.2
+  kill -INT "$spid"
+  wait "$spid"
+  # strace -c: "% time  seconds  usecs/call  calls  [errors]  syscall"; it writes no
+  # table at all when none of the traced calls was made
+  [ -e "$WORK/strace" ] || : > "$WORK/strace"
+  STRACE_CALLS=$(awk -v want=",$calls," 'index(want, "," $NF ",") { n += $4 } END { print n + 0 }' \
+    "$WORK/strace")
+}

@@ -12,27 +12,12 @@ need_kegfs
 need_cmd strace
 
 N=1000
-mkdir "$MNT/churn" || fail "mkdir"
-for ((i = 0; i < N; i++)); do
-  printf 'file %d\n' "$i" > "$MNT/churn/f$i" || fail "create f$i"
-done
-sync
+small_files "$MNT/churn" "$N"
 pid=$(mounter_worker_pid)
 [ -n "$pid" ] || fail "no mounter process"
-strace -f -c -e trace=madvise,brk -p "$pid" -o "$WORK/strace" 2> "$WORK/strace.err" &
-spid=$!
-# strace says "attached with N threads" once it traces them all
-wait_for 10 grep -q "attached with" "$WORK/strace.err" || { kill "$spid"; fail "strace did not attach"; }
-sleep 0.5
-rm -rf "$MNT/churn" || fail "rm -rf"
-sleep 1
-kill -INT "$spid"
-wait "$spid"
-# (strace -c writes no table at all when none of the traced calls was made)
+strace_calls -f "$pid" madvise,brk rm -rf "$MNT/churn"
+calls=$STRACE_CALLS
 grep -q "attached with" "$WORK/strace.err" || fail "strace did not trace the worker's threads"
-[ -e "$WORK/strace" ] || : > "$WORK/strace"
-# strace -c: "% time  seconds  usecs/call  calls  [errors]  syscall"
-calls=$(awk '$NF == "madvise" || $NF == "brk" { n += $4 } END { print n + 0 }' "$WORK/strace")
 note "madvise + brk during the removal of $N files: $calls"
 [ "$calls" -lt 100 ] || fail "$calls madvise/brk calls for $N unlinks (allocator churn): $(cat "$WORK/strace")"
 [ ! -e "$MNT/churn" ] || fail "churn still there after rm -rf"

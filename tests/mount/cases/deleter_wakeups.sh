@@ -15,11 +15,7 @@ need_kegfs
 need_cmd strace
 
 N=1000
-mkdir "$MNT/wake" || fail "mkdir"
-for ((i = 0; i < N; i++)); do
-  printf 'file %d\n' "$i" > "$MNT/wake/f$i" || fail "create f$i"
-done
-sync
+small_files "$MNT/wake" "$N"
 pid=$(mounter_worker_pid)
 [ -n "$pid" ] || fail "no mounter process"
 names=$(cat /proc/"$pid"/task/*/comm 2>/dev/null | sort -u | tr '\n' ' ')
@@ -31,16 +27,8 @@ for t in /proc/"$pid"/task/*; do
   [ "$(cat "$t/comm" 2>/dev/null)" = keg-deleter ] && tid=${t##*/}
 done
 [ -n "$tid" ] || fail "no keg-deleter thread"
-strace -c -e trace=futex -p "$tid" -o "$WORK/strace" 2> "$WORK/strace.err" &
-spid=$!
-wait_for 10 grep -q "attached" "$WORK/strace.err" || { kill "$spid"; fail "strace did not attach"; }
-sleep 0.5
-rm -rf "$MNT/wake" || fail "rm -rf"
-kill -INT "$spid"
-wait "$spid"
-[ -e "$WORK/strace" ] || : > "$WORK/strace"
-# strace -c: "% time  seconds  usecs/call  calls  [errors]  syscall"
-n=$(awk '$NF == "futex" { n += $4 } END { print n + 0 }' "$WORK/strace")
+strace_calls "$tid" futex rm -rf "$MNT/wake"
+n=$STRACE_CALLS
 note "keg-deleter's futex calls during the removal of $N files: $n"
 [ "$n" -lt 200 ] || fail "$n futex calls of the deleter for $N unlinks (woken per file): $(cat "$WORK/strace")"
 [ ! -e "$MNT/wake" ] || fail "wake still there after rm -rf"
