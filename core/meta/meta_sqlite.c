@@ -478,11 +478,9 @@ static int sq_copy_blob(sqlite3_stmt *st, void *buf, size_t size)
 #define SQ_WRITE  1
 #define SQ_CREATE 2
 
-/* Runs fn in one transaction, retrying when the database stays locked.
- * Returns fn's result (>= 0 after a successful commit) or -errno. */
 /* Transaction control, run through the statement cache (sq_ctl): sqlite3_exec
- * would parse the text again for every transaction, a few per cent of the
- * mounter's CPU in a create. */
+ * parsed the text again for every transaction (its prepare was 2 % of the
+ * mounter's samples in a small-file create). */
 static const char sq_begin_w[] = "BEGIN IMMEDIATE";
 static const char sq_begin_r[] = "BEGIN";
 static const char sq_commit[] = "COMMIT";
@@ -500,6 +498,8 @@ static int sq_ctl(struct sq_conn *c, const char *sql)
     return rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
+/* Runs fn in one transaction, retrying when the database stays locked.
+ * Returns fn's result (>= 0 after a successful commit) or -errno. */
 static int sq_txn(struct keg_meta *m, int how, sq_fn *fn, void *arg)
 {
     struct sq_priv *p = P(m);
