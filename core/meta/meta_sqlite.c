@@ -1459,6 +1459,17 @@ static void sq_note_parents(const struct sq_ns_arg *a)
         keg_meta_parents_add(&a->par[i]);
 }
 
+/* Runs the namespace op fn in a write transaction; once it committed, records
+ * the parents it changed. */
+static int sq_ns_txn(struct keg_meta *m, sq_fn *fn, struct sq_ns_arg *a)
+{
+    keg_meta_parents_begin();
+    int rc = sq_txn(m, SQ_WRITE, fn, a);
+    if (rc == 0)
+        sq_note_parents(a);
+    return rc;
+}
+
 static int sq_lookup_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
 {
     struct sq_ns_arg *a = arg;
@@ -1615,13 +1626,10 @@ static int sq_mknod(struct keg_meta *m, uint64_t parent, const char *name, uint6
 {
     struct sq_ns_arg a = {.parent = parent, .name = name, .ino = ino, .mode = mode, .uid = uid,
                           .gid = gid, .rdev = rdev, .target = target};
-    keg_meta_parents_begin();
     /* name, type, symlink target and ino > root: checked by keg_meta_mknod */
-    int rc = sq_txn(m, SQ_WRITE, sq_mknod_fn, &a);
-    if (rc == 0) {
+    int rc = sq_ns_txn(m, sq_mknod_fn, &a);
+    if (rc == 0)
         *out = a.out;
-        sq_note_parents(&a);
-    }
     return rc;
 }
 
@@ -1666,12 +1674,9 @@ static int sq_link(struct keg_meta *m, uint64_t ino, uint64_t newparent, const c
                    struct keg_attr *out)
 {
     struct sq_ns_arg a = {.ino = ino, .newparent = newparent, .newname = newname};
-    keg_meta_parents_begin();
-    int rc = sq_txn(m, SQ_WRITE, sq_link_fn, &a);
-    if (rc == 0) {
+    int rc = sq_ns_txn(m, sq_link_fn, &a);
+    if (rc == 0)
         *out = a.out;
-        sq_note_parents(&a);
-    }
     return rc;
 }
 
@@ -1709,13 +1714,10 @@ static int sq_unlink(struct keg_meta *m, uint64_t parent, const char *name,
                      struct keg_unlinked *gone)
 {
     struct sq_ns_arg a = {.parent = parent, .name = name};
-    keg_meta_parents_begin();
     a.nopen = keg_meta_open_set(m, sq_sid(m) != 0, a.open);
-    int rc = sq_txn(m, SQ_WRITE, sq_unlink_fn, &a);
+    int rc = sq_ns_txn(m, sq_unlink_fn, &a);
     if (rc == 0 && gone)
         *gone = a.gone;
-    if (rc == 0)
-        sq_note_parents(&a);
     return rc;
 }
 
@@ -1752,11 +1754,7 @@ static int sq_rmdir_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
 static int sq_rmdir(struct keg_meta *m, uint64_t parent, const char *name)
 {
     struct sq_ns_arg a = {.parent = parent, .name = name};
-    keg_meta_parents_begin();
-    int rc = sq_txn(m, SQ_WRITE, sq_rmdir_fn, &a);
-    if (rc == 0)
-        sq_note_parents(&a);
-    return rc;
+    return sq_ns_txn(m, sq_rmdir_fn, &a);
 }
 
 /* 1 if dir `anc` is dir `ino` or one of its ancestors (walking parent pointers). */
@@ -1977,17 +1975,12 @@ static int sq_rename(struct keg_meta *m, uint64_t parent, const char *name, uint
 {
     struct sq_ns_arg a = {.parent = parent, .name = name, .newparent = newparent,
                           .newname = newname, .flags = flags};
-    keg_meta_parents_begin();
-    int rc;
     a.nopen = keg_meta_open_set(m, sq_sid(m) != 0, a.open);
-    rc = sq_txn(m, SQ_WRITE, sq_rename_fn, &a);
-    if (rc == 0) {
-        if (moved)
-            *moved = a.out;
-        if (gone)
-            *gone = a.gone;
-        sq_note_parents(&a);
-    }
+    int rc = sq_ns_txn(m, sq_rename_fn, &a);
+    if (rc == 0 && moved)
+        *moved = a.out;
+    if (rc == 0 && gone)
+        *gone = a.gone;
     return rc;
 }
 
