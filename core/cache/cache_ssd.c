@@ -310,25 +310,15 @@ static void cs_drop_victims(struct cache_ssd *cs, struct cs_ent *v)
  * could not be moved: the caller creates a file as usual). */
 static int cs_spare_tmp(struct cache_ssd *cs, char *tmp)
 {
-    static _Atomic unsigned long seq;
-    char sfx[7];
-    int fd;
-
-    if (!keg_ssd_spare_count(cs->spare))
-        return -1;
-    snprintf(sfx, sizeof(sfx), "s%05lu", (unsigned long)(++seq % 100000));
-    memcpy(tmp + strlen(tmp) - 6, sfx, 6);
-    fd = keg_ssd_spare_take(cs->spare, AT_FDCWD, tmp);
-    if (fd == -ENOENT) {
+    int fd = keg_ssd_spare_tmp(cs->spare, AT_FDCWD, tmp);
+    if (fd == -ENOENT && keg_ssd_spare_count(cs->spare)) {
         char *slash = strrchr(tmp, '/');        /* a new <hh> directory */
         *slash = '\0';
         fd = keg_ssd_mkdirs(tmp);
         *slash = '/';
         if (fd == 0)
-            fd = keg_ssd_spare_take(cs->spare, AT_FDCWD, tmp);
+            fd = keg_ssd_spare_tmp(cs->spare, AT_FDCWD, tmp);
     }
-    if (fd < 0)
-        memcpy(tmp + strlen(tmp) - 6, "XXXXXX", 6);
     return fd < 0 ? -1 : fd;
 }
 

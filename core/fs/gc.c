@@ -809,11 +809,19 @@ static void fsck_one(void *arg, size_t i, void *scratch)
         uint8_t *raw = enc + cap;
         struct keg_block_id bid = fs_block_id(fs, b->id, b->indx, b->blen);
         ssize_t n = scratch ? keg_obj_get(fs->obj, key, 0, enc, cap) : -ENOMEM;
-        rc = n < 0 ? (int)n : 0;
-        if (rc == 0 && keg_block_decode(enc, (size_t)n, &bid, raw, fs->bs) != (ssize_t)b->blen) {
-            problem = SL_CORRUPT;
-            keg_block_why(enc, (size_t)n, &bid, why, sizeof(why));
+        /* a block deleted while it was read (its file reused by the file
+         * store, obj_file.c) reads as another block: read the key again */
+        for (int again = 1; n >= 0 && again >= 0; again--) {
+            if (keg_block_decode(enc, (size_t)n, &bid, raw, fs->bs) == (ssize_t)b->blen)
+                break;
+            if (again)
+                n = keg_obj_get(fs->obj, key, 0, enc, cap);
+            else {
+                problem = SL_CORRUPT;
+                keg_block_why(enc, (size_t)n, &bid, why, sizeof(why));
+            }
         }
+        rc = n < 0 ? (int)n : 0;
     } else {
         rc = keg_obj_head(fs->obj, key, &osize);
         if (rc == 0 && osize < (fs->blk_id.v1_ok ? KEG_BLOCK_HDR_V1 : KEG_BLOCK_HDR))

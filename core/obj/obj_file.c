@@ -16,6 +16,22 @@
  *
  * Keys are validated: no leading '/', no empty, "." or ".." component, no
  * component starting with ".tmp." (the temp-file namespace): -EINVAL.
+ *
+ * Spare files.  Deleting a block object (a key of keg_block_key_parse, a
+ * regular file with one link) moves its file into a pool of spare files
+ * under <root>/.tmp.spare (core/ssdf: at most FILE_SPARE_MAX, cut to one
+ * byte, removed at close or by the next process after a crash), and a put
+ * rewrites a spare instead of creating a file.  On ext4 without a journal,
+ * creating a file skips every inode freed in the last seconds (minutes while
+ * their inode table block is dirty), so a store that deletes as fast as it
+ * writes -- compaction behind small rewrites -- spent more time allocating
+ * inodes than writing data (docs/benchmarks.md).  Only blocks are recycled:
+ * a reader that opened a block just before its deletion may read the bytes
+ * of the spare's next object; every block carries its identity and CRC and
+ * every reader verifies them and reads the key again, which is then gone
+ * (core/fs/read.c, gc.c).  Any other object is unlinked, as is a block with
+ * more than one link (an operator's hard-linked copy must not change).
+ * Every spare operation that fails falls back to create or unlink.
  */
 #define _GNU_SOURCE 1
 #include <dirent.h>
@@ -34,8 +50,11 @@
 #include "keg/log.h"
 #include "keg/mem.h"
 #include "keg/obj.h"
+#include "../ssdf/ssd_file.h"
 
 #define FILE_TMP_PREFIX ".tmp."
+#define FILE_SPARE_DIR  FILE_TMP_PREFIX "spare"   /* under the root: the pools */
+#define FILE_SPARE_MAX  1024    /* spare files per open store (each 1 byte) */
 /* A put of at least this many bytes starts its disk write at once (without
  * waiting for it): the fsync() of sync_keys, or the kernel's flush, then
  * finds most of a large sequential write on disk already. */
@@ -51,9 +70,13 @@ struct file_store {
     int   rootfd;    /* O_DIRECTORY fd of root, for syncfs */
     size_t lead;     /* bytes before the key in a path from file_path() */
     int   fsync;
-    pthread_mutex_t dmu;            /* guards dset, dn */
+    pthread_mutex_t dmu;            /* guards dset, dn, spare_tried */
     char  *dset[FILE_DSET_SLOTS];   /* absolute paths, NULL = free */
     size_t dn;
+    /* opened at the first delete of a block (a store only read makes no
+     * directory); NULL: none (not yet, or it could not be made) */
+    struct keg_ssd_spare *_Atomic spare;
+    int    spare_tried;
 };
 
 static int file_valid_key(const char *key)
@@ -167,6 +190,7 @@ static int file_open(struct keg_obj *o, const struct keg_obj_conf *conf)
 static void file_close(struct keg_obj *o)
 {
     struct file_store *fs = o->priv;
+    keg_ssd_spare_close(fs->spare);
     if (fs->rootfd >= 0)
         close(fs->rootfd);
     keg_free(fs->root);
@@ -293,7 +317,7 @@ static int file_store_put(struct keg_obj *o, const char *key, const void *buf, s
 {
     struct file_store *fs = o->priv;
     char *path = NULL, *tmp = NULL, *slash;
-    int fd = -1, rc;
+    int fd = -1, reused, rc;
 
     if (!file_valid_key(key))
         return -EINVAL;
@@ -308,7 +332,10 @@ static int file_store_put(struct keg_obj *o, const char *key, const void *buf, s
         rc = -ENOMEM;
         goto out;
     }
-    fd = mkostemp(tmp, O_CLOEXEC);
+    fd = fs->spare ? keg_ssd_spare_tmp(fs->spare, AT_FDCWD, tmp) : -ENOENT;
+    reused = fd >= 0;
+    if (!reused)
+        fd = mkostemp(tmp, O_CLOEXEC);
     if (fd < 0 && errno == ENOENT) {
         rc = file_mkdirs(fs, path);
         if (rc < 0)
@@ -322,6 +349,8 @@ static int file_store_put(struct keg_obj *o, const char *key, const void *buf, s
         goto fail_log;
     }
     rc = file_write_all(fd, buf, len);
+    if (rc == 0 && reused)
+        rc = keg_ssd_file_fit(fd, len);     /* a spare holds one byte */
     if (rc == 0 && fs->fsync && fsync(fd) < 0)
         rc = file_errno_rc(errno);
     else if (rc == 0 && len >= FILE_EARLY_WRITE)
@@ -371,9 +400,34 @@ static int file_put_new(struct keg_obj *o, const char *key, const void *buf, siz
     return file_store_put(o, key, buf, len, 1);
 }
 
+/* The pool of spare files, opened on first use; NULL if it cannot be. */
+static struct keg_ssd_spare *file_spare(struct file_store *fs)
+{
+    struct keg_ssd_spare *sp = fs->spare;
+    if (sp)
+        return sp;
+    pthread_mutex_lock(&fs->dmu);
+    if (!fs->spare_tried) {
+        char *dir = file_path(fs, FILE_SPARE_DIR);
+        int rc = dir ? keg_ssd_spare_open(dir, FILE_SPARE_MAX, UINT64_MAX, &sp) : -ENOMEM;
+        if (rc < 0)
+            KEG_INFO("no spare files under %s: %s (objects are created and unlinked)",
+                     fs->root, strerror(-rc));
+        keg_free(dir);
+        fs->spare = sp;
+        fs->spare_tried = 1;
+    }
+    sp = fs->spare;
+    pthread_mutex_unlock(&fs->dmu);
+    return sp;
+}
+
 static int file_del(struct keg_obj *o, const char *key)
 {
     struct file_store *fs = o->priv;
+    uint64_t id;
+    uint32_t indx, blen;
+    struct stat st;
     char *path;
     int rc = 0;
 
@@ -382,7 +436,14 @@ static int file_del(struct keg_obj *o, const char *key)
     path = file_path(fs, key);
     if (!path)
         return -ENOMEM;
-    if (unlink(path) < 0 && errno != ENOENT && errno != ENOTDIR && errno != EISDIR) {
+    if (keg_block_key_parse(key, &id, &indx, &blen) == 0 &&
+        lstat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1 && file_spare(fs)) {
+        rc = keg_ssd_spare_retire(fs->spare, AT_FDCWD, path, (uint64_t)st.st_size);
+        if (rc < 0 && rc != -ENOENT && rc != -ENOTDIR && rc != -EISDIR)
+            KEG_ERR("delete %s: %s", path, strerror(-rc));
+        else
+            rc = 0;
+    } else if (unlink(path) < 0 && errno != ENOENT && errno != ENOTDIR && errno != EISDIR) {
         rc = -errno;
         KEG_ERR("delete %s: %s", path, strerror(errno));
     }

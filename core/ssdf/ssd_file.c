@@ -1,5 +1,6 @@
 /* ssd_file.c -- file I/O of cache and staging files (see ssd_file.h), shared by
- * core/cache/cache_ssd.c and core/wb/writeback.c.
+ * core/cache/cache_ssd.c and core/wb/writeback.c; the pool of spare files also
+ * serves the file object store (core/obj/obj_file.c).
  */
 #define _GNU_SOURCE 1
 #include <dirent.h>
@@ -595,6 +596,22 @@ int keg_ssd_spare_take(struct keg_ssd_spare *sp, int dirfd, const char *dst)
         unlinkat(dirfd, dst, 0);
         return err == ENOENT ? -EIO : -err;
     }
+    return fd;
+}
+
+int keg_ssd_spare_tmp(struct keg_ssd_spare *sp, int dirfd, char *tmp)
+{
+    static _Atomic unsigned long seq;
+    char sfx[7];
+    int fd;
+
+    if (!keg_ssd_spare_count(sp))
+        return -ENOENT;
+    snprintf(sfx, sizeof(sfx), "s%05lu", (unsigned long)(++seq % 100000));
+    memcpy(tmp + strlen(tmp) - 6, sfx, 6);
+    fd = keg_ssd_spare_take(sp, dirfd, tmp);
+    if (fd < 0)
+        memcpy(tmp + strlen(tmp) - 6, "XXXXXX", 6);
     return fd;
 }
 

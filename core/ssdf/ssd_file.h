@@ -1,6 +1,7 @@
 /* ssd_file.h -- the ssdf layer: file I/O of the one-object-per-file format shared by the
  * SSD cache (core/cache/cache_ssd.c) and the writeback staging area (core/wb/writeback.c);
- * neither includes the other's headers.
+ * neither includes the other's headers.  The pool of spare files (below) also serves
+ * the file object store (core/obj/obj_file.c); this file is built into keg_obj.
  *
  * The format itself (header, escaping of names) is ssd_format.h; this is the
  * I/O around it: mkdir -p, writing a file image, publishing a temp file by rename,
@@ -111,6 +112,12 @@ int  keg_ssd_spare_retire(struct keg_ssd_spare *sp, int dirfd, const char *path,
  * calls keg_ssd_file_fit() before closing.  Returns an fd, -ENOENT (pool
  * empty or NULL) or -errno. */
 int  keg_ssd_spare_take(struct keg_ssd_spare *sp, int dirfd, const char *dst);
+/* keg_ssd_spare_take() to the temp name tmp (relative to dirfd), whose last six
+ * characters "XXXXXX" are replaced by a suffix unique in this process; on failure
+ * they are "XXXXXX" again.  Returns an fd, -ENOENT (no spare, or tmp's directory
+ * does not exist), -EEXIST (tmp exists: another process's) or -errno: the caller
+ * then creates a file as usual. */
+int  keg_ssd_spare_tmp(struct keg_ssd_spare *sp, int dirfd, char *tmp);
 /* Cuts a reused file to the len bytes just written (no-op if it is not longer).
  * Returns 0 or -errno. */
 int  keg_ssd_file_fit(int fd, uint64_t len);

@@ -94,7 +94,8 @@ static char tvol_first_obj[512];
 static inline int tvol_count_cb(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
     (void)sb;
-    if (flag == FTW_F && strncmp(path + ftw->base, ".tmp.", 5) != 0) {
+    /* not temp files, nor the spare files under <objdir>/.tmp.spare (obj_file.c) */
+    if (flag == FTW_F && !strstr(path, "/.tmp.")) {
         if (tvol_nobj == 0)
             snprintf(tvol_first_obj, sizeof(tvol_first_obj), "%s", path);
         tvol_nobj++;

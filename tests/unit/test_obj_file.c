@@ -1,5 +1,6 @@
 /* test_obj_file.c -- "file" store specifics beyond the contract suite:
- * configuration errors, key validation, layout on disk, temp files, ENOSPC. */
+ * configuration errors, key validation, layout on disk, temp files, ENOSPC,
+ * the spare files that deleted blocks become. */
 #define _GNU_SOURCE 1
 #include <dirent.h>
 #include <errno.h>
@@ -260,6 +261,144 @@ static void test_enospc(void **state)
     free(big);
 }
 
+/* Files (not directories) under dir, recursively; *bytes = their total size. */
+static long spare_bytes;
+static long spare_files;
+static int spare_cb(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)path;
+    (void)ftw;
+    if (flag == FTW_F) {
+        spare_files++;
+        spare_bytes += (long)st->st_size;
+    }
+    return 0;
+}
+
+static long count_spares(const char *dir, long *bytes)
+{
+    char path[128];
+    snprintf(path, sizeof(path), "%s/.tmp.spare", dir);
+    spare_files = spare_bytes = 0;
+    nftw(path, spare_cb, 16, FTW_PHYS);
+    if (bytes)
+        *bytes = spare_bytes;
+    return spare_files;
+}
+
+static ino_t ino_of(const char *dir, const char *key)
+{
+    char path[256];
+    struct stat st;
+    snprintf(path, sizeof(path), "%s/%s", dir, key);
+    return stat(path, &st) == 0 ? st.st_ino : 0;
+}
+
+/* A block of slice id, 3000 bytes of fill, encoded as the data path does. */
+static size_t make_block(uint64_t id, int fill, struct keg_block_id *bid, char *key, size_t ksize,
+                         unsigned char *obj, size_t cap)
+{
+    unsigned char raw[3000];
+    size_t len = 0;
+    memset(raw, fill, sizeof(raw));
+    memset(bid, 0, sizeof(*bid));
+    keg_block_vol_uuid("vol-spare-test", bid->vol);
+    bid->slice = id;
+    bid->indx = 0;
+    bid->blen = sizeof(raw);
+    keg_block_key(key, ksize, "vol", id, 0, sizeof(raw));
+    assert_int_equal(keg_block_encode(KEG_CODEC_NONE, bid, raw, sizeof(raw), obj, cap, &len), 0);
+    return len;
+}
+
+static void test_spare_files(void **state)
+{
+    struct ffx *fx = *state;
+    unsigned char a[4096], b[4096], got[4096], raw[3000];
+    struct keg_block_id ida, idb;
+    char ka[128], kb[128], kc[128], path[256], link2[256];
+    size_t la = make_block(1001, 'a', &ida, ka, sizeof(ka), a, sizeof(a));
+    size_t lb = make_block(1002, 'b', &idb, kb, sizeof(kb), b, sizeof(b));
+    struct keg_block_id idc;
+    long bytes = 0;
+    int n = 0;
+
+    /* A store only read makes no pool. */
+    assert_int_equal(keg_obj_put(fx->o, ka, a, la), 0);
+    assert_int_equal(keg_obj_get(fx->o, ka, 0, got, sizeof(got)), (ssize_t)la);
+    snprintf(path, sizeof(path), "%s/.tmp.spare", fx->dir);
+    assert_int_equal(access(path, F_OK), -1);
+
+    /* A deleted block becomes a spare of one byte; its key is gone. */
+    ino_t ia = ino_of(fx->dir, ka);
+    assert_true(ia != 0);
+    snprintf(path, sizeof(path), "%s/%s", fx->dir, ka);
+    int stale = open(path, O_RDONLY);                   /* a reader that opened it before */
+    assert_true(stale >= 0);
+    assert_int_equal(keg_obj_del(fx->o, ka), 0);
+    assert_int_equal(keg_obj_get(fx->o, ka, 0, got, sizeof(got)), -ENOENT);
+    assert_int_equal(count_spares(fx->dir, &bytes), 1);
+    assert_int_equal(bytes, 1);
+
+    /* The next put rewrites that file: same inode, exactly the new bytes. */
+    assert_int_equal(keg_obj_put(fx->o, kb, b, lb), 0);
+    assert_int_equal(count_spares(fx->dir, NULL), 0);
+    assert_true(ino_of(fx->dir, kb) == ia);
+    assert_int_equal(keg_obj_get(fx->o, kb, 0, got, sizeof(got)), (ssize_t)lb);
+    assert_memory_equal(got, b, lb);
+    assert_int_equal(keg_block_decode(got, lb, &idb, raw, sizeof(raw)), (ssize_t)sizeof(raw));
+
+    /* The stale reader now reads another block: the identity check refuses
+     * it, and the key it reads again is gone (what core/fs/read.c does). */
+    ssize_t sn = pread(stale, got, sizeof(got), 0);
+    close(stale);
+    assert_int_equal(sn, (ssize_t)lb);
+    assert_int_equal(keg_block_decode(got, (size_t)sn, &ida, raw, sizeof(raw)), -EIO);
+    assert_int_equal(keg_obj_get(fx->o, ka, 0, got, sizeof(got)), -ENOENT);
+
+    /* A longer spare is cut to the new object's length. */
+    unsigned char big[9000];
+    memset(big, 'z', sizeof(big));
+    keg_block_key(kc, sizeof(kc), "vol", 1003, 0, sizeof(big));
+    assert_int_equal(keg_obj_put(fx->o, kc, big, sizeof(big)), 0);
+    assert_int_equal(keg_obj_del(fx->o, kc), 0);
+    assert_int_equal(count_spares(fx->dir, &bytes), 1);
+    size_t lc = make_block(1004, 'c', &idc, kc, sizeof(kc), a, sizeof(a));
+    assert_int_equal(keg_obj_put_new(fx->o, kc, a, lc), 0);     /* put_new takes one too */
+    assert_int_equal(count_spares(fx->dir, NULL), 0);
+    assert_int_equal(keg_obj_head(fx->o, kc, &(uint64_t){0}), 0);
+    assert_int_equal(keg_obj_get(fx->o, kc, 0, got, sizeof(got)), (ssize_t)lc);
+    assert_memory_equal(got, a, lc);
+
+    /* Not recycled: an object that is not a block, and a block with a
+     * second link (an operator's hard-linked copy keeps its bytes). */
+    assert_int_equal(keg_obj_put(fx->o, "vol/other", "text", 4), 0);
+    assert_int_equal(keg_obj_del(fx->o, "vol/other"), 0);
+    assert_int_equal(count_spares(fx->dir, NULL), 0);
+    snprintf(path, sizeof(path), "%s/%s", fx->dir, kb);
+    snprintf(link2, sizeof(link2), "%s/copy", fx->dir);
+    assert_int_equal(link(path, link2), 0);
+    assert_int_equal(keg_obj_del(fx->o, kb), 0);
+    assert_int_equal(count_spares(fx->dir, NULL), 0);
+    int fd = open(link2, O_RDONLY);
+    assert_true(fd >= 0);
+    assert_int_equal(pread(fd, got, sizeof(got), 0), (ssize_t)lb);
+    assert_memory_equal(got, b, lb);
+    close(fd);
+    unlink(link2);
+
+    /* list never shows spares; closing the store removes its pool. */
+    assert_int_equal(keg_obj_del(fx->o, kc), 0);
+    assert_int_equal(count_spares(fx->dir, NULL), 1);
+    assert_int_equal(keg_obj_list(fx->o, "", count_cb, &n), 0);
+    assert_int_equal(n, 0);
+    keg_obj_close(fx->o);
+    fx->o = NULL;
+    assert_int_equal(count_spares(fx->dir, NULL), 0);
+    struct keg_obj_conf conf = {.bucket = fx->dir};
+    assert_int_equal(keg_obj_open("file", &conf, NULL, &fx->o), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -270,6 +409,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_sync_keys, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sync_keys_chain_once, setup, teardown),
         cmocka_unit_test(test_enospc),
+        cmocka_unit_test_setup_teardown(test_spare_files, setup, teardown),
     };
     keg_log_set_level(LOG_CRIT);
     return cmocka_run_group_tests_name("obj_file", tests, NULL, NULL);
