@@ -15,7 +15,9 @@ static atomic_int  env_read;
 
 static int should_fail(void)
 {
-    if (!atomic_exchange(&env_read, 1)) {
+    /* a plain load first: an exchange on every allocation would move this
+     * cache line between the CPUs of every allocating thread */
+    if (!atomic_load_explicit(&env_read, memory_order_acquire) && !atomic_exchange(&env_read, 1)) {
         const char *e = getenv("KEG_ALLOC_FAIL_AT");
         if (e && *e)
             atomic_store(&fail_countdown, strtol(e, NULL, 10));
