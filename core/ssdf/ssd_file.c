@@ -544,7 +544,10 @@ int keg_ssd_spare_retire(struct keg_ssd_spare *sp, int dirfd, const char *path, 
              * was truncated to zero, so every staging or cache file made
              * from this spare would submit its data to the disk at close */
             char *pp = keg_asprintf("%s/%s", sp->dir, name);
-            if (!pp || truncate(pp, 1) < 0) {
+            struct stat st;
+            /* a file with another name (a hard link made before the move)
+             * keeps its bytes for that name: not pooled */
+            if (!pp || lstat(pp, &st) < 0 || st.st_nlink != 1 || truncate(pp, 1) < 0) {
                 unlinkat(sp->dirfd, name, 0);
                 pooled = 0;
                 size = UINT64_MAX;  /* gone already */

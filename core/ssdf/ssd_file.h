@@ -103,7 +103,8 @@ int  keg_ssd_spare_open(const char *parent, unsigned max, uint64_t max_file,
 void keg_ssd_spare_close(struct keg_ssd_spare *sp);
 /* Retires the file at path (relative to dirfd), size bytes: moved into the
  * pool and cut to one byte, or unlinked when the pool is full or NULL, the file is
- * larger than max_file, or the move fails.  A reader that still has the file
+ * larger than max_file, the move fails, or the file has another link (that
+ * name keeps its bytes).  A reader that still has the file
  * open sees it shrink (or, once reused, change), as the format's CRCs catch.
  * Returns 0, or -errno of the unlink (-ENOENT: there was no file). */
 int  keg_ssd_spare_retire(struct keg_ssd_spare *sp, int dirfd, const char *path, uint64_t size);

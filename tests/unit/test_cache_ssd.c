@@ -1069,7 +1069,8 @@ static void test_spare_files(void **state)
 }
 
 /* The pool alone: bounded, larger files unlinked, take fails on an empty pool,
- * a taken file is opened for writing and fits the new length. */
+ * a taken file is opened for writing and fits the new length, a file with a
+ * second link is not pooled. */
 static void test_spare_pool_bounds(void **state)
 {
     struct fx *fx = *state;
@@ -1103,6 +1104,23 @@ static void test_spare_pool_bounds(void **state)
     assert_int_equal(st.st_size, 4);
     close(fd);
     assert_int_equal(keg_ssd_spare_count(sp), 1);
+
+    /* a file with a second link is unlinked, not pooled: that name keeps its bytes */
+    char h[200];
+    snprintf(f, sizeof(f), "%s/linked", fx->root);
+    snprintf(h, sizeof(h), "%s/linked-copy", fx->root);
+    fd = open(f, O_WRONLY | O_CREAT, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "0123456789", 10), 10);
+    close(fd);
+    assert_int_equal(link(f, h), 0);
+    assert_int_equal(keg_ssd_spare_retire(sp, AT_FDCWD, f, 10), 0);
+    assert_int_equal(stat(f, &st), -1);
+    assert_int_equal(keg_ssd_spare_count(sp), 1);          /* not pooled */
+    assert_int_equal(stat(h, &st), 0);
+    assert_int_equal(st.st_size, 10);
+    assert_int_equal(st.st_nlink, 1);
+    unlink(h);
     keg_ssd_spare_close(sp);
     keg_ssd_spare_close(NULL);
 }
