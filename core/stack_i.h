@@ -8,6 +8,7 @@
 #ifndef KEG_STACK_I_H
 #define KEG_STACK_I_H
 
+#include "keg/metrics.h"
 #include "keg/obj.h"
 
 /*----------------------------------------------------------------------------
@@ -98,6 +99,10 @@ struct keg_wb_stats {
 int keg_wb_create(const struct keg_wb_conf *conf, struct keg_obj *inner, struct keg_obj **out);
 /* Fills *st (zeroed when o is not a writeback layer).  Returns 0 or -EINVAL. */
 int keg_wb_stats(struct keg_obj *o, struct keg_wb_stats *st);
+/* How long the puts this layer staged took, from the call (a wait for room
+ * included) to the return; puts written through to inner are not in it.  NULL
+ * when o is not a writeback layer.  The histogram lives as long as o. */
+const struct keg_metrics_hist *keg_wb_stage_latency(struct keg_obj *o);
 /* Waits until nothing is staged, or timeout_ms.  Parked objects are retried now.
  * *remaining (may be NULL) = objects still staged.
  * Returns 0, -ETIMEDOUT (time ran out), or -EIO (what is left only fails to upload). */

@@ -82,6 +82,7 @@
 #include "keg/hash.h"
 #include "keg/log.h"
 #include "keg/mem.h"
+#include "keg/metrics.h"
 #include "keg/retry.h"
 
 #define WB_ROOM_TRIES     4         /* cache evictions for one put that found the disk full */
@@ -168,6 +169,7 @@ struct wb {
     struct wb_ent **age;           /* protected by mu */
     size_t          nage, capage;  /* protected by mu */
     int             age_lost;      /* protected by mu */
+    struct keg_metrics_hist stage_lat; /* staged puts, entry to return (atomic) */
 };
 
 /*---------------------------------------------------------------------------
@@ -817,10 +819,12 @@ static int wb_put(struct keg_obj *o, const char *key, const void *buf, size_t le
     char name[KEGC_NAME_MAX + 1];
     struct wb_ent *e, *ne;
     uint32_t blen;
+    int64_t t0;
     int wake, rc;
 
     if (!kegc_is_block(key, &blen) || kegc_escape(key, name) < 0 || len > wb->max_staging)
         return keg_obj_put(o->inner, key, buf, len);
+    t0 = keg_mono_ns();
     ne = wb_ent_new(key, len);
     if (!ne)
         return -ENOMEM;
@@ -910,6 +914,7 @@ static int wb_put(struct keg_obj *o, const char *key, const void *buf, size_t le
     if (wake)
         pthread_cond_signal(&wb->work_cv);
     pthread_mutex_unlock(&wb->mu);
+    keg_metrics_observe(&wb->stage_lat, (uint64_t)(keg_mono_ns() - t0));
     return 0;
 }
 
@@ -1324,6 +1329,13 @@ void keg_wb_set_drain(struct keg_obj *o, unsigned drain_ms)
     pthread_mutex_lock(&wb->mu);
     wb->drain_ms = drain_ms;        /* 0: close neither waits nor hurries uploads */
     pthread_mutex_unlock(&wb->mu);
+}
+
+const struct keg_metrics_hist *keg_wb_stage_latency(struct keg_obj *o)
+{
+    if (!o || o->ops != &keg_wb_ops)
+        return NULL;
+    return &((struct wb *)o->priv)->stage_lat;
 }
 
 int keg_wb_stats(struct keg_obj *o, struct keg_wb_stats *st)

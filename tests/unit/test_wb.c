@@ -441,7 +441,8 @@ static void *bp_monitor(void *p)
 }
 
 /* With max_staging = 3 objects and a slow store, puts block; staged bytes
- * and staged files on disk never exceed the bound. */
+ * and staged files on disk never exceed the bound; the stage latency holds
+ * each staged put with its wait. */
 static void test_backpressure(void **state)
 {
     struct fx *fx = *state;
@@ -469,6 +470,16 @@ static void test_backpressure(void **state)
     assert_true(m.peak_disk <= 3 * (obj + KEGC_HDR + 64));
     assert_int_equal(atomic_load(&cnt_of(o)->puts), 12);
     assert_int_equal(wbst(o).uploaded_objects, 12);
+    /* the stage latency has every staged put, the waits for room included */
+    const struct keg_metrics_hist *h = keg_wb_stage_latency(o);
+    assert_non_null(h);
+    assert_int_equal(h->count, 12);
+    assert_true(h->sum_ns >= (uint64_t)(9 * 50 - 20) * 1000000);
+    /* a put written through to the store (not a block) is not staged: not counted */
+    assert_int_equal(keg_obj_put(o, "vol/.kegfs-probe-1", "abc", 3), 0);
+    assert_int_equal(h->count, 12);
+    assert_int_equal(atomic_load(&cnt_of(o)->puts), 13);
+    assert_null(keg_wb_stage_latency(o->inner));
     atomic_store(&cnt_put_delay_ms, 0);
     for (uint64_t id = 1; id <= 12; id++)
         assert_true(has_block(o, id, blen));

@@ -10,6 +10,7 @@
 #define KEG_STACK_H
 
 #include "keg/meta.h"
+#include "keg/metrics.h"
 #include "keg/obj.h"
 
 struct keg_stack_conf {
@@ -83,6 +84,11 @@ int keg_stack_open(const struct keg_format *f, const struct keg_stack_conf *sc,
 /* Fills *st from the layers of the stack whose top is top (zeroed first).
  * BORROWS: top.  Returns 0. */
 int keg_stack_stats(struct keg_obj *top, struct keg_stack_stats *st);
+
+/* The latency of the puts the writeback layer staged on local disk (from the call,
+ * a wait for room included, to the return), or NULL without writeback.
+ * BORROWS: top; the histogram lives as long as the stack. */
+const struct keg_metrics_hist *keg_stack_stage_latency(struct keg_obj *top);
 
 /* Waits until the writeback layer has uploaded everything staged, or timeout_ms
  * passed.  Objects whose upload failed are retried now.  *remaining (may be NULL)

@@ -10,7 +10,9 @@
 # by at least the files created, with a latency observation each and no engine error;
 # the session heartbeat (every second here) is recent and its requests grow; deleting
 # files moves the deletion counter; many small appends to one file get its chunk
-# compacted or queued for compaction.
+# compacted or queued for compaction.  Remounted with --writeback, each staged object
+# is timed (kegfs_writeback_stage_duration_seconds) and stays counted as staged while
+# uploads are held back.
 # timeout: 120
 . "$(dirname "$0")/../lib.sh"
 need_kegfs
@@ -139,4 +141,23 @@ code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/metrics/..
 [ "$code" = 404 ] || fail "GET of a traversal path gave $code, expected 404"
 code=$(curl -s -X POST -o /dev/null -w '%{http_code}' "$URL")
 [ "$code" = 405 ] || fail "POST gave $code, expected 405"
-note "written $w read $r bytes; puts $(value kegfs_object_requests_total 'verb="put"'); meta mknod $mk1, heartbeat age $age s"
+puts=$(value kegfs_object_requests_total 'verb="put"')
+# writeback: every staged object is timed, and the staging gauges are there
+mt_umount
+mt_mount --metrics "127.0.0.1:$PORT" --cache-dir "$WORK/wbcache" --writeback --upload-delay 60
+wait_for 10 curl -sf -o /dev/null "$URL" || fail "no metrics endpoint after the writeback mount"
+scrape
+s0=$(value kegfs_writeback_stage_duration_seconds_count '')
+for i in $(seq 1 8); do
+  printf 'staged %d\n' "$i" > "$MNT/wb$i" || fail "write wb$i"
+done
+scrape
+s1=$(value kegfs_writeback_stage_duration_seconds_count '')
+[ "$s1" -ge $((s0 + 8)) ] || fail "stage latency count grew by $((s1 - s0)) for 8 closed files, expected >= 8"
+[ "$(value kegfs_writeback_stage_duration_seconds_bucket 'le="\+Inf"')" = "$s1" ] \
+  || fail "stage latency +Inf bucket differs from its count"
+[ "$(value kegfs_writeback_staged_objects '')" -ge 8 ] \
+  || fail "staged objects $(value kegfs_writeback_staged_objects '') < 8 with uploads held for 60 s"
+awk -v s="$(value kegfs_writeback_stage_duration_seconds_sum '')" 'BEGIN {exit !(s > 0)}' \
+  || fail "stage latency sum is not positive"
+note "written $w read $r bytes; puts $puts; meta mknod $mk1, heartbeat age $age s; staged puts timed $((s1 - s0))"
