@@ -57,7 +57,7 @@ mkdir -p "$D/keg-mnt" "$D/objects" "$D/pthp-src" "$D/pthp-mnt"
 export KEGFS_RUN_DIR=$D/run
 top=$(cd "$here/.." && pwd)
 REDIS_PORT=${KEG_BENCH_REDIS_PORT:-6396}
-PTHP_PID= started_redis=0 started_s3=0
+PTHP_PID=''; started_redis=0; started_s3=0
 cleanup() {
   timeout 60 "$KEGFS" umount "$D/keg-mnt" >/dev/null 2>&1 || umount -l "$D/keg-mnt" 2>/dev/null
   [ -n "$PTHP_PID" ] && { umount "$D/pthp-mnt" 2>/dev/null || umount -l "$D/pthp-mnt"; kill "$PTHP_PID" 2>/dev/null; }
