@@ -249,9 +249,25 @@ out:
         purge_one(fs, ino);
 }
 
+/* 1 when inode ino is open here: it is marked unlinked, and its last release
+ * purges it; 0 when it is not open (the caller purges it). */
+static int open_marks_unlinked(struct keg_fs *fs, uint64_t ino)
+{
+    struct fs_inode *ip = fs_inode_find(fs, ino);
+    int open = 0;
+    if (ip) {
+        pthread_mutex_lock(&ip->mu);
+        open = ip->nopen > 0;
+        if (open)
+            ip->unlinked = 1;
+        pthread_mutex_unlock(&ip->mu);
+        fs_inode_put(fs, ip);
+    }
+    return open;
+}
+
 void fs_handle_gone(struct keg_fs *fs, const struct keg_unlinked *gone)
 {
-    struct fs_inode *ip;
     if (gone->ino == 0)
         return;
     if (gone->purged) {
@@ -261,19 +277,7 @@ void fs_handle_gone(struct keg_fs *fs, const struct keg_unlinked *gone)
             fs_kick_deleter(fs);
         return;
     }
-    ip = fs_inode_find(fs, gone->ino);
-    if (ip) {
-        int open;
-        pthread_mutex_lock(&ip->mu);
-        open = ip->nopen > 0;
-        if (open)
-            ip->unlinked = 1;
-        pthread_mutex_unlock(&ip->mu);
-        fs_inode_put(fs, ip);
-        if (open)
-            return;
-    }
-    if (fs->has_session)
+    if (!open_marks_unlinked(fs, gone->ino) && fs->has_session)
         fs_queue_purge(fs, gone->ino);
 }
 
@@ -281,8 +285,6 @@ void fs_drain_purge(struct keg_fs *fs)
 {
     for (;;) {
         uint64_t ino;
-        struct fs_inode *ip;
-        int open = 0;
 
         pthread_mutex_lock(&fs->bg_mu);
         if (fs->npurge == 0) {
@@ -293,16 +295,7 @@ void fs_drain_purge(struct keg_fs *fs)
         pthread_mutex_unlock(&fs->bg_mu);
 
         /* opened again meanwhile (by inode number): purge at its last release */
-        ip = fs_inode_find(fs, ino);
-        if (ip) {
-            pthread_mutex_lock(&ip->mu);
-            open = ip->nopen > 0;
-            if (open)
-                ip->unlinked = 1;
-            pthread_mutex_unlock(&ip->mu);
-            fs_inode_put(fs, ip);
-        }
-        if (!open)
+        if (!open_marks_unlinked(fs, ino))
             purge_one(fs, ino);
     }
 }
