@@ -52,7 +52,7 @@ test: deps-test build build-asan
 test-unit: build build-asan
 	@scripts/test.sh --build $(BUILD) --asan-build $(ASAN_BUILD) --unit-only
 
-test-long: deps-test build build-asan
+test-long: deps-bench build build-asan
 	@scripts/test.sh --build $(BUILD) --asan-build $(ASAN_BUILD) --long
 
 # Exit 77 with what is missing when $KEG_K8S_BIN or the container tools are absent.

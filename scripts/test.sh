@@ -151,6 +151,12 @@ if [ $UNIT_ONLY = 0 ]; then
       --meta redis --storage s3 "${mt_long[@]}"
   fi
 
+  # the benchmark tools (a quick make bench on the local targets, bench/profile.sh):
+  # make test-long only; 77 without fio and gnuplot (make deps-bench)
+  if [ $LONG = 1 ]; then
+    stage bench-smoke bench/smoke.sh "$BUILD"
+  fi
+
   # --- CSI ---
   if [ -x e2e/conformance/run.sh ]; then
     STRICT_STAGE=1 stage csi-conformance env KEG_BUILD="$BUILD" e2e/conformance/run.sh
