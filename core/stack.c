@@ -213,12 +213,12 @@ static struct keg_obj *stack_find(struct keg_obj *top, const struct keg_obj_ops 
     return NULL;
 }
 
-/* BORROWS: top.  Returns 0. */
 const struct keg_metrics_hist *keg_stack_stage_latency(struct keg_obj *top)
 {
     return keg_wb_stage_latency(stack_find(top, &keg_wb_ops));
 }
 
+/* BORROWS: top.  Returns 0. */
 int keg_stack_stats(struct keg_obj *top, struct keg_stack_stats *st)
 {
     struct keg_obj *wb = stack_find(top, &keg_wb_ops);
