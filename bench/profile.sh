@@ -13,14 +13,16 @@
 # s3wb target (--target s3wb: a redis-server on $KEG_BENCH_REDIS_PORT, default 6396, and
 # the Ceph gateway of scripts/s3-server.sh in $KEG_BENCH_DIR/s3 are started and stopped
 # here, or the gateway that KEG_TEST_S3_BUCKET, _ACCESS_KEY and _SECRET_KEY name is
-# used); each workload of bench/smallfile (LIST,
+# used; the volume's objects stay in its bucket).  Each workload of bench/smallfile (LIST,
 # default create,randmod,append,empty; N operations, default 2000) runs on it once, with a
 # scrape of http://127.0.0.1:PORT/metrics (default 9479) before and after, and once on
 # passthrough_hp (bench/fuse-ref.sh; skipped when it cannot be built).  Printed per
 # workload: wall µs per operation (median and mean) on both, then one line per FUSE request
 # kind, metadata request, object request and (s3wb) staging of an object on local disk
-# that the operation caused: how many per operation and the mean µs each.  A handler's time runs from its entry to its reply and so
-# includes the reply's write to /dev/fuse (and, on a small VM, the wake-up of the waiting
+# that the operation caused: how many per operation and the mean µs each (with writeback
+# the object requests are the upload workers', after the operation, and shown apart).  A
+# handler's time runs from its entry to its reply and so includes the reply's write to
+# /dev/fuse (and, on a small VM, the wake-up of the waiting
 # application it causes); the difference between the wall time and the sum of the
 # handlers is the kernel, the transport and the application's own system calls.
 # Needs root and /dev/fuse.  Exit 0, or 1 when a step failed.
