@@ -213,11 +213,6 @@ static struct keg_obj *stack_find(struct keg_obj *top, const struct keg_obj_ops 
     return NULL;
 }
 
-const struct keg_metrics_hist *keg_stack_stage_latency(struct keg_obj *top)
-{
-    return keg_wb_stage_latency(stack_find(top, &keg_wb_ops));
-}
-
 /* BORROWS: top.  Returns 0. */
 int keg_stack_stats(struct keg_obj *top, struct keg_stack_stats *st)
 {
@@ -241,6 +236,7 @@ int keg_stack_stats(struct keg_obj *top, struct keg_stack_stats *st)
         st->waiting_puts = w.waiting_puts;
         st->max_staging = w.max_staging;
         st->oldest_staged_ms = w.oldest_ms;
+        st->stage_latency = w.stage_latency;
     }
     if (cs) {
         struct keg_cache_ssd_stats c;

@@ -89,6 +89,10 @@ struct keg_wb_stats {
     uint64_t skipped_uploads; /* objects deleted while staged, never uploaded (since open) */
     uint64_t oldest_ms;       /* how long the oldest staged bytes have waited for their
                                * upload (0: nothing staged) */
+    const struct keg_metrics_hist *stage_latency; /* how long the puts staged here took,
+                               * from the call (a wait for room included) to the return;
+                               * write-through puts are not in it.  Lives as long as the
+                               * layer; updated atomically */
 };
 
 /* Opens the writeback layer over inner: recovers what is staged and starts
@@ -99,10 +103,6 @@ struct keg_wb_stats {
 int keg_wb_create(const struct keg_wb_conf *conf, struct keg_obj *inner, struct keg_obj **out);
 /* Fills *st (zeroed when o is not a writeback layer).  Returns 0 or -EINVAL. */
 int keg_wb_stats(struct keg_obj *o, struct keg_wb_stats *st);
-/* How long the puts this layer staged took, from the call (a wait for room
- * included) to the return; puts written through to inner are not in it.  NULL
- * when o is not a writeback layer.  The histogram lives as long as o. */
-const struct keg_metrics_hist *keg_wb_stage_latency(struct keg_obj *o);
 /* Waits until nothing is staged, or timeout_ms.  Parked objects are retried now.
  * *remaining (may be NULL) = objects still staged.
  * Returns 0, -ETIMEDOUT (time ran out), or -EIO (what is left only fails to upload). */

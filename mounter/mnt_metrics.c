@@ -344,13 +344,11 @@ static void mm_render_layers(FILE *f, const char *vol)
                            (double)s.oldest_staged_ms / 1000.0);
         mm_u64(f, "kegfs_writeback_waiting_writes", "gauge",
                "writes blocked because staging is full", vol, s.waiting_puts);
-        const struct keg_metrics_hist *h = keg_stack_stage_latency(keg_fs_obj(mm_ctx.fs));
-        if (h) {
-            keg_metrics_family(f, "kegfs_writeback_stage_duration_seconds", "histogram",
-                               "time to stage one object on local disk (a wait for room "
-                               "included)");
-            keg_metrics_hist_samples(f, "kegfs_writeback_stage_duration_seconds", lab, h);
-        }
+        keg_metrics_family(f, "kegfs_writeback_stage_duration_seconds", "histogram",
+                           "time to stage one object on local disk (a wait for room "
+                           "included)");
+        keg_metrics_hist_samples(f, "kegfs_writeback_stage_duration_seconds", lab,
+                                 s.stage_latency);
     }
     keg_fs_mem_stats(mm_ctx.fs, &m);
     mm_u64(f, "kegfs_memory_budget_bytes", "gauge", "the --buffer-size budget", vol, m.budget);

@@ -1331,13 +1331,6 @@ void keg_wb_set_drain(struct keg_obj *o, unsigned drain_ms)
     pthread_mutex_unlock(&wb->mu);
 }
 
-const struct keg_metrics_hist *keg_wb_stage_latency(struct keg_obj *o)
-{
-    if (!o || o->ops != &keg_wb_ops)
-        return NULL;
-    return &((struct wb *)o->priv)->stage_lat;
-}
-
 int keg_wb_stats(struct keg_obj *o, struct keg_wb_stats *st)
 {
     struct wb *wb;
@@ -1359,6 +1352,7 @@ int keg_wb_stats(struct keg_obj *o, struct keg_wb_stats *st)
     st->waiting_puts = wb->waiting_puts;
     st->max_staging = wb->max_staging;
     st->skipped_uploads = wb->skipped_uploads;
+    st->stage_latency = &wb->stage_lat;
     /* the oldest bytes waiting: the heap's root, or a walk of the entries when the
      * heap missed one (the ready FIFO is not in staging order once entries park) */
     int64_t oldest = 0;

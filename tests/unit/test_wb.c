@@ -471,7 +471,7 @@ static void test_backpressure(void **state)
     assert_int_equal(atomic_load(&cnt_of(o)->puts), 12);
     assert_int_equal(wbst(o).uploaded_objects, 12);
     /* the stage latency has every staged put, the waits for room included */
-    const struct keg_metrics_hist *h = keg_wb_stage_latency(o);
+    const struct keg_metrics_hist *h = wbst(o).stage_latency;
     assert_non_null(h);
     assert_int_equal(h->count, 12);
     assert_true(h->sum_ns >= (uint64_t)(9 * 50 - 20) * 1000000);
@@ -479,7 +479,9 @@ static void test_backpressure(void **state)
     assert_int_equal(keg_obj_put(o, "vol/.kegfs-probe-1", "abc", 3), 0);
     assert_int_equal(h->count, 12);
     assert_int_equal(atomic_load(&cnt_of(o)->puts), 13);
-    assert_null(keg_wb_stage_latency(o->inner));
+    struct keg_wb_stats not_wb;
+    assert_int_equal(keg_wb_stats(o->inner, &not_wb), -EINVAL);
+    assert_null(not_wb.stage_latency);
     atomic_store(&cnt_put_delay_ms, 0);
     for (uint64_t id = 1; id <= 12; id++)
         assert_true(has_block(o, id, blen));

@@ -57,6 +57,8 @@ struct keg_stack_stats {
     uint64_t waiting_puts;        /* writes blocked right now because staging is full */
     uint64_t max_staging;         /* the bound, bytes */
     uint64_t oldest_staged_ms;    /* how long the oldest staged bytes have waited (0: none) */
+    const struct keg_metrics_hist *stage_latency; /* staging one object on local disk, a
+                                   * wait for room included (lives as long as the stack) */
     /* SSD cache */
     uint64_t cache_bytes;
     uint64_t cache_objects;
@@ -84,11 +86,6 @@ int keg_stack_open(const struct keg_format *f, const struct keg_stack_conf *sc,
 /* Fills *st from the layers of the stack whose top is top (zeroed first).
  * BORROWS: top.  Returns 0. */
 int keg_stack_stats(struct keg_obj *top, struct keg_stack_stats *st);
-
-/* The latency of the puts the writeback layer staged on local disk (from the call,
- * a wait for room included, to the return), or NULL without writeback.
- * BORROWS: top; the histogram lives as long as the stack. */
-const struct keg_metrics_hist *keg_stack_stage_latency(struct keg_obj *top);
 
 /* Waits until the writeback layer has uploaded everything staged, or timeout_ms
  * passed.  Objects whose upload failed are retried now.  *remaining (may be NULL)
