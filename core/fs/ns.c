@@ -295,6 +295,12 @@ static int commit_if_open(struct keg_fs *fs, uint64_t ino)
 static int setattr_checked(struct keg_fs *fs, uint64_t ino, unsigned set, struct keg_attr cur,
                            uint64_t token, uint32_t mode, const struct keg_attr *in,
                            struct keg_attr *out);
+static int setattr_rest(struct keg_fs *fs, uint64_t ino, unsigned rest, uint32_t mode,
+                        const struct keg_attr *in, struct keg_attr *out);
+
+/* Times that root sets: fs_check_setattr lets root set them whatever the
+ * attributes are. */
+#define FS_SET_TIMES (KEG_SET_ATIME | KEG_SET_MTIME | KEG_SET_ATIME_NOW | KEG_SET_MTIME_NOW)
 
 int keg_fs_setattr(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, unsigned set,
                    const struct keg_attr *in, struct keg_attr *out)
@@ -308,6 +314,16 @@ int keg_fs_setattr(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, uns
     if (fs->read_only)
         return -EROFS;
     token = fs_attr_token(fs, ino);
+    if (c->uid == 0 && set && !(set & ~FS_SET_TIMES) && token != UINT64_MAX) {
+        /* Root setting the times of a file open here (futimens before close:
+         * tar, cp -p): no check can fail, and only regular files are open in
+         * the inode table, so the engine is not read first.  A file removed
+         * meanwhile takes the general path. */
+        rc = setattr_rest(fs, ino, set, 0, in, out);
+        if (rc != -ENOENT)
+            return rc;
+        token = fs_attr_token(fs, ino);
+    }
     rc = keg_meta_getattr(fs->meta, ino, &cur);
     if (rc == -ENOENT)
         return fs_odir_setattr(fs, c, ino, set, in, out);  /* removed, still open here */
@@ -334,7 +350,6 @@ static int setattr_checked(struct keg_fs *fs, uint64_t ino, unsigned set, struct
                            uint64_t token, uint32_t mode, const struct keg_attr *in,
                            struct keg_attr *out)
 {
-    struct keg_attr nin;
     unsigned rest = set & ~KEG_FS_SET_SIZE;
     int rc;
 
@@ -349,28 +364,38 @@ static int setattr_checked(struct keg_fs *fs, uint64_t ino, unsigned set, struct
         if (rc < 0)
             return rc;
     }
-    if (rest) {
-        /* Buffered data is committed first: its commit sets mtime to "now" and
-         * would otherwise overwrite an explicit time (write, futimens, close). */
-        rc = commit_if_open(fs, ino);
+    if (rest)
+        return setattr_rest(fs, ino, rest, mode, in, out);
+    *out = cur;
+    fs_attr_merge(fs, out, token);
+    return 0;
+}
+
+/* The changes other than the size (rest), allowed: mode = the mode to set with
+ * KEG_SET_MODE.  *out as setattr_checked's. */
+static int setattr_rest(struct keg_fs *fs, uint64_t ino, unsigned rest, uint32_t mode,
+                        const struct keg_attr *in, struct keg_attr *out)
+{
+    struct keg_attr nin;
+    uint64_t token;
+    /* Buffered data is committed first: its commit sets mtime to "now" and
+     * would otherwise overwrite an explicit time (write, futimens, close). */
+    int rc = commit_if_open(fs, ino);
+    if (rc < 0)
+        return rc;
+    nin = *in;
+    nin.mode = mode;
+    if (rest & KEG_SET_MODE) {
+        /* the ACL follows chmod (acl.c); first, since the kernel checks
+         * permissions against the ACL when there is one */
+        rc = fs_acl_chmod(fs, ino, mode);
         if (rc < 0)
             return rc;
-        nin = *in;
-        nin.mode = mode;
-        if (rest & KEG_SET_MODE) {
-            /* the ACL follows chmod (acl.c); first, since the kernel checks
-             * permissions against the ACL when there is one */
-            rc = fs_acl_chmod(fs, ino, mode);
-            if (rc < 0)
-                return rc;
-        }
-        token = fs_attr_token(fs, ino);
-        rc = keg_meta_setattr(fs->meta, ino, rest, &nin, out);
-        if (rc < 0)
-            return rc;
-    } else {
-        *out = cur;
     }
+    token = fs_attr_token(fs, ino);
+    rc = keg_meta_setattr(fs->meta, ino, rest, &nin, out);
+    if (rc < 0)
+        return rc;
     fs_attr_merge(fs, out, token);
     return 0;
 }
