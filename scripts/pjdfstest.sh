@@ -89,7 +89,8 @@ if [ -z "$META_URL" ]; then
 fi
 "$KEGFS" format --storage "$STORAGE" --bucket "$BUCKET" "$META_URL" "pjd$$" >/dev/null \
   || { echo "pjdfstest.sh: format failed" >&2; exit 1; }
-"$KEGFS" mount -d --log-file "$WORK/mounter.log" "$META_URL" "$MNT" \
+# allow_other: pjdfstest runs many checks as other users (a CLI mount is the owner's only)
+"$KEGFS" mount -d -o allow_other --log-file "$WORK/mounter.log" "$META_URL" "$MNT" \
   || { echo "pjdfstest.sh: mount failed" >&2; exit 1; }
 
 #--- run --------------------------------------------------------------------------
