@@ -223,11 +223,6 @@ static void xlist(struct tvol *v, uint64_t dir, struct xnames *x)
     assert_int_equal(keg_fs_releasedir(v->fs, dh), 0);
 }
 
-static uint64_t meta_getxattrs(struct tvol *v)
-{
-    return atomic_load(&keg_meta_stats(v->fs->meta)[KEG_META_OP_GETXATTR].requests);
-}
-
 /* xattr.c: readdir with attributes learns which entries have no xattr at
  * all, and their getxattrs (ls -l asks two per file) are answered without
  * the engine; another mount's setxattr shows once the entry expires; this
@@ -256,7 +251,7 @@ static void test_xattr_absence_from_readdir(void **state)
     assert_int_equal(keg_fs_setxattr(other.fs, &tv_root, x.ino[3], "user.k", "v3", 2, 0), 0);
     /* f3 got an xattr before this listing: only f3 goes to the engine */
     xlist(&v, d, &x);
-    uint64_t g0 = meta_getxattrs(&v);
+    uint64_t g0 = tvol_meta_requests(&v, KEG_META_OP_GETXATTR);
     for (int i = 0; i < 8; i++) {
         assert_int_equal(keg_fs_getxattr(v.fs, &tv_root, x.ino[i], "security.selinux", val,
                                          sizeof(val)), -ENODATA);
@@ -265,7 +260,8 @@ static void test_xattr_absence_from_readdir(void **state)
     }
     assert_int_equal(keg_fs_getxattr(v.fs, &tv_root, x.ino[3], "user.k", val, sizeof(val)), 2);
     assert_memory_equal(val, "v3", 2);
-    assert_int_equal(meta_getxattrs(&v) - g0, 3);   /* f3: selinux, the ACL, user.k */
+    /* f3: selinux, the ACL, user.k */
+    assert_int_equal(tvol_meta_requests(&v, KEG_META_OP_GETXATTR) - g0, 3);
     /* another mount sets one: seen here once the entry expired */
     assert_int_equal(keg_fs_setxattr(other.fs, &tv_root, x.ino[5], "user.k", "v5", 2, 0), 0);
     nanosleep(&ttl, NULL);
@@ -287,11 +283,11 @@ static void test_xattr_absence_from_readdir(void **state)
     assert_int_equal(keg_fs_getxattr(v.fs, &tv_root, x.ino[7], "user.k", val, sizeof(val)),
                      -ENODATA);
     /* a node created here without ACLs has none: no engine call */
-    g0 = meta_getxattrs(&v);
+    g0 = tvol_meta_requests(&v, KEG_META_OP_GETXATTR);
     assert_int_equal(keg_fs_mknod(v.fs, &tv_root, d, "new", S_IFREG | 0644, 0, &a), 0);
     assert_int_equal(keg_fs_getxattr(v.fs, &tv_root, a.ino, "security.selinux", val,
                                      sizeof(val)), -ENODATA);
-    assert_int_equal(meta_getxattrs(&v), g0);
+    assert_int_equal(tvol_meta_requests(&v, KEG_META_OP_GETXATTR), g0);
     keg_fs_free(other.fs);
     tvol_cleanup(&v);
 }

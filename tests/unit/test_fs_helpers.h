@@ -66,6 +66,12 @@ static inline void tvol_mount(struct tvol *v)
     assert_int_equal(tvol_mount_conf(v, 0, 0, 0), 0);
 }
 
+/* How many requests of one engine op (KEG_META_OP_*) the volume's engine answered. */
+static inline uint64_t tvol_meta_requests(struct tvol *v, int op)
+{
+    return __atomic_load_n(&keg_meta_stats(keg_fs_meta(v->fs))[op].requests, __ATOMIC_RELAXED);
+}
+
 static inline void tvol_umount(struct tvol *v)
 {
     keg_fs_free(v->fs);

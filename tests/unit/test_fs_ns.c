@@ -183,11 +183,6 @@ static void test_ns_ownership_rules(void **state)
     tvol_cleanup(&v);
 }
 
-static uint64_t meta_requests(struct tvol *v, int op)
-{
-    return __atomic_load_n(&keg_meta_stats(keg_fs_meta(v->fs))[op].requests, __ATOMIC_RELAXED);
-}
-
 /* Times set by root on a file open here (tar: write, futimens, close) skip the
  * engine read before the change; the buffered data is still committed first,
  * so its commit does not overwrite the time.  Other callers are still checked
@@ -212,9 +207,9 @@ static void test_ns_setattr_times_open(void **state)
     assert_int_equal(keg_fs_write(v.fs, fh, 0, "data", 4), 4);
     in.mtime = 978307200;
     in.mtimensec = 5;
-    gets = meta_requests(&v, KEG_META_OP_GETATTR);
+    gets = tvol_meta_requests(&v, KEG_META_OP_GETATTR);
     assert_int_equal(keg_fs_setattr(v.fs, &tv_root, ino, KEG_SET_MTIME, &in, &a), 0);
-    assert_int_equal(meta_requests(&v, KEG_META_OP_GETATTR), gets);
+    assert_int_equal(tvol_meta_requests(&v, KEG_META_OP_GETATTR), gets);
     assert_int_equal(a.mtime, 978307200);
     assert_int_equal(a.mtimensec, 5);
     assert_int_equal(a.size, 4);
@@ -227,11 +222,11 @@ static void test_ns_setattr_times_open(void **state)
     assert_int_equal(keg_fs_setattr(v.fs, &user, ino, KEG_SET_MTIME, &in, &a), -EPERM);
     assert_int_equal(keg_fs_setattr(v.fs, &other, ino, KEG_SET_MTIME_NOW, &in, &a), -EACCES);
     /* root and a change other than times: the general path */
-    gets = meta_requests(&v, KEG_META_OP_GETATTR);
+    gets = tvol_meta_requests(&v, KEG_META_OP_GETATTR);
     in.mode = 0600;
     assert_int_equal(keg_fs_setattr(v.fs, &tv_root, ino, KEG_SET_MODE | KEG_SET_MTIME, &in, &a),
                      0);
-    assert_true(meta_requests(&v, KEG_META_OP_GETATTR) > gets);
+    assert_true(tvol_meta_requests(&v, KEG_META_OP_GETATTR) > gets);
     assert_int_equal(a.mode & 07777, 0600);
 
     /* removed while open here: its times still change, and stay with it */
@@ -244,9 +239,9 @@ static void test_ns_setattr_times_open(void **state)
 
     /* not open here: the general path (the type is not known without a read) */
     assert_int_equal(keg_fs_mkdir(v.fs, &tv_root, KEG_ROOT_INO, "d", 0755, &a), 0);
-    gets = meta_requests(&v, KEG_META_OP_GETATTR);
+    gets = tvol_meta_requests(&v, KEG_META_OP_GETATTR);
     assert_int_equal(keg_fs_setattr(v.fs, &tv_root, a.ino, KEG_SET_MTIME, &in, &a), 0);
-    assert_true(meta_requests(&v, KEG_META_OP_GETATTR) > gets);
+    assert_true(tvol_meta_requests(&v, KEG_META_OP_GETATTR) > gets);
     assert_int_equal(a.mtime, 1000);
     tvol_cleanup(&v);
 }
