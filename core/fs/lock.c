@@ -2,7 +2,9 @@
  * are cluster-wide).
  *
  * DESIGN
- * The engine answers -EAGAIN on a conflict.  A blocking request polls the
+ * The engine answers -EAGAIN on a conflict, and -ENOSPC when it is full: a
+ * new lock is then -ENOLCK (fcntl(2), flock(2): no room for lock records);
+ * unlocking works on a full engine.  A blocking request polls the
  * engine with a backoff of 1, 2, 4 ... 100 ms until it is granted, the
  * request is interrupted (keg_fs_interrupt with its lock owner: the FUSE
  * INTERRUPT of that request) or the volume is closing (-EINTR in both cases).
@@ -71,9 +73,12 @@ struct lock_req {
 
 static int lock_try(struct keg_fs *fs, const struct lock_req *r)
 {
+    int rc;
     if (r->is_flock)
-        return keg_meta_flock(fs->meta, r->ino, r->owner, r->type);
-    return keg_meta_setlk(fs->meta, r->ino, r->owner, r->lk);
+        rc = keg_meta_flock(fs->meta, r->ino, r->owner, r->type);
+    else
+        rc = keg_meta_setlk(fs->meta, r->ino, r->owner, r->lk);
+    return rc == -ENOSPC ? -ENOLCK : rc;
 }
 
 /* Try r until granted, interrupted or the volume closes. */

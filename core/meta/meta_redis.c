@@ -49,10 +49,18 @@
  * mutation fails with -EIO (it ran completely or not at all -- Lua scripts
  * are atomic -- but blindly repeating it could apply it twice).
  *
- * Out of memory: writing scripts carry no "allow-oom" flag, so a server at
- * maxmemory (policy noeviction) refuses them BEFORE they run with -OOM, which
- * becomes -ENOSPC; read-only scripts keep working.  Scripts that only free
- * memory (unlink, rmdir, purge, session cleanup, delq_peek, delq_ack) are allowed.
+ * Out of memory: scripts that add records carry no "allow-oom" flag, so a
+ * server at maxmemory (policy noeviction) refuses them BEFORE they run with
+ * -OOM, which becomes -ENOSPC; read-only scripts keep working.  Scripts that
+ * free memory or only rewrite records in place are allowed, as a full disk
+ * allows them on a local file system: unlink, rmdir, removexattr, purge,
+ * session cleanup, delq_peek; setattr and truncate (the attribute record is
+ * rewritten at its size; a shrink appends at most one 24-byte hole record);
+ * the session heartbeat (a refused heartbeat would let other mounters clean
+ * up this live session after the timeout: its locks released, its open
+ * unlinked files purged); and flock/setlk with F_UNLCK (S_FLOCK_UN,
+ * S_SETLK_UN: a refused unlock would leave the lock held, and every waiter
+ * blocked, until the session ends).
  *
  * LOCKS: p->lock protects the idle pool, the open-context count and the
  * current master address; it is never held across network I/O.
@@ -119,12 +127,12 @@ static const struct mr_script_def mr_scripts[S_NSCRIPTS] = {
     [S_UNLINK]     = {"unlink", FREE(MR_LUA_UNLINK), 0},
     [S_RMDIR]      = {"rmdir", FREE(MR_LUA_RMDIR), 0},
     [S_RENAME]     = {"rename", RW(MR_LUA_RENAME), 0},
-    [S_SETATTR]    = {"setattr", RW(MR_LUA_SETATTR), 1},
+    [S_SETATTR]    = {"setattr", FREE(MR_LUA_SETATTR), 1},
     [S_READDIR]    = {"readdir", RO(MR_LUA_READDIR), 1},
     [S_READLINK]   = {"readlink", RO(MR_LUA_READLINK), 1},
     [S_PURGE]      = {"purge", FREE(MR_LUA_PURGE), 1},
     [S_WRITE]      = {"write_slices", RW(MR_LUA_WRITE), 0},
-    [S_TRUNCATE]   = {"truncate", RW(MR_LUA_TRUNCATE), 1},
+    [S_TRUNCATE]   = {"truncate", FREE(MR_LUA_TRUNCATE), 1},
     [S_COMPACT]    = {"compact_chunk", RW(MR_LUA_COMPACT), 0},
     [S_XGET]       = {"getxattr", RO(MR_LUA_XGET), 1},
     [S_XSET]       = {"setxattr", RW(MR_LUA_XSET), 0},
@@ -136,11 +144,14 @@ static const struct mr_script_def mr_scripts[S_NSCRIPTS] = {
     [S_FORMAT]     = {"format_init", RW(MR_LUA_FORMAT), 0},
     [S_ALLOC]      = {"alloc_ids", RW(MR_LUA_ALLOC), 1},
     [S_SESS_BEGIN] = {"session_begin", RW(MR_LUA_SESS_BEGIN), 0},
-    [S_SESS_BEAT]  = {"session_heartbeat", RW(MR_LUA_SESS_BEAT), 1},
+    [S_SESS_BEAT]  = {"session_heartbeat", FREE(MR_LUA_SESS_BEAT), 1},
     [S_SESS_LIST]  = {"session_list", RO(MR_LUA_SESS_LIST), 1},
     [S_SESS_CLEAN] = {"session_cleanup", FREE(MR_LUA_SESS_CLEAN), 1},
     [S_DELQ_PEEK]  = {"delq_peek", FREE(MR_LUA_DELQ_PEEK), 1},
     [S_NEXT_CHUNK] = {"next_chunk", RO(MR_LUA_NEXT_CHUNK), 1},
+    /* the same scripts for F_UNLCK only: releasing a lock must work on a full server */
+    [S_FLOCK_UN]   = {"flock_unlock", FREE(MR_LUA_FLOCK), 1},
+    [S_SETLK_UN]   = {"setlk_unlock", FREE(MR_LUA_SETLK), 1},
 };
 
 
@@ -1818,7 +1829,7 @@ static int mr_flock(struct keg_meta *m, uint64_t ino, uint64_t owner, uint32_t t
     mr_arg_u64(&a, ino);
     mr_arg_u64(&a, owner);
     mr_arg_u64(&a, type);
-    int rc = mr_eval(PRIV(m), S_FLOCK, &a, &r);
+    int rc = mr_eval(PRIV(m), type == F_UNLCK ? S_FLOCK_UN : S_FLOCK, &a, &r);
     if (rc == 0)
         freeReplyObject(r);
     return rc;
@@ -1866,7 +1877,7 @@ static int mr_setlk(struct keg_meta *m, uint64_t ino, uint64_t owner, const stru
     mr_arg_hex(&a, lk->start, 16);
     mr_arg_hex(&a, lk->end, 16);
     mr_arg_hex(&a, lk->pid, 8);
-    int rc = mr_eval(PRIV(m), S_SETLK, &a, &r);
+    int rc = mr_eval(PRIV(m), lk->type == F_UNLCK ? S_SETLK_UN : S_SETLK, &a, &r);
     if (rc == 0)
         freeReplyObject(r);
     return rc;

@@ -20,8 +20,9 @@
  * read-only scripts (they keep working when Redis is out of memory) and none
  * for writers, which Redis then refuses up front with -OOM when maxmemory is
  * reached -- before any of their writes -- which the engine maps to -ENOSPC.
- * Scripts that only free memory (unlink, rmdir, purge, session cleanup) are
- * "allow-oom" so that a full volume can still be cleaned up.
+ * Scripts that free memory or rewrite records in place (unlink, rmdir, purge,
+ * session cleanup, setattr, truncate, the heartbeat, unlock) are "allow-oom",
+ * so that a full volume can still be cleaned up and used (meta_redis.c).
  *
  * Lua numbers are doubles: inode numbers, slice ids and sizes are exact up to
  * 2^53.  Byte-range lock offsets use the whole 64-bit range, so they travel

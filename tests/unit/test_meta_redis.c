@@ -791,20 +791,51 @@ static void test_noscript_reload(void **state)
     close_vol(m);
 }
 
-/* maxmemory reached (noeviction): mutations -ENOSPC, reads and cleanup work. */
+/* maxmemory reached (noeviction): mutations that add records -ENOSPC; reads,
+ * cleanup, attribute changes, truncate, the heartbeat and unlocking work. */
 static void test_oom_enospc(void **state)
 {
     char ns[64];
-    struct keg_attr a;
+    struct keg_attr a, f, h;
     struct keg_unlinked gone;
+    uint64_t sid;
     (void)state;
     need_live();
     token(ns, sizeof(ns));
     struct keg_meta *m = open_vol(0, ns);
+    assert_int_equal(keg_meta_session_begin(m, "oom-test", &sid), 0);
     redisContext *c = admin();
-    assert_int_equal(mkfile(m, KEG_ROOT_INO, "f", &a), 0);
+    assert_int_equal(mkfile(m, KEG_ROOT_INO, "f", &f), 0);
+    assert_int_equal(mkfile(m, KEG_ROOT_INO, "h", &h), 0);
     uint64_t ino = new_ino(m);
+    struct keg_plock wr = {.type = F_WRLCK, .start = 0, .end = 99, .pid = 7};
+    assert_int_equal(keg_meta_setlk(m, h.ino, 1, &wr), 0);
+    assert_int_equal(keg_meta_flock(m, h.ino, 1, F_WRLCK), 0);
     cmd_ok(c, "CONFIG SET maxmemory 1");
+    /* taking a lock adds a record: refused */
+    struct keg_plock more = {.type = F_WRLCK, .start = 200, .end = 299, .pid = 7};
+    assert_int_equal(keg_meta_setlk(m, h.ino, 1, &more), -ENOSPC);
+    assert_int_equal(keg_meta_flock(m, f.ino, 2, F_RDLCK), -ENOSPC);
+    /* rewriting the attribute record in place, truncating, the heartbeat and
+     * releasing locks work on a full server, as on a full local disk */
+    struct keg_attr in = {.mode = 0600, .mtime = 1234};
+    assert_int_equal(keg_meta_setattr(m, f.ino, KEG_SET_MODE | KEG_SET_MTIME, &in, &a), 0);
+    assert_int_equal(a.mode & 07777, 0600);
+    assert_int_equal(a.mtime, 1234);
+    assert_int_equal(keg_meta_truncate(m, f.ino, 10000, &a), 0);
+    assert_int_equal(a.size, 10000);
+    assert_int_equal(keg_meta_truncate(m, f.ino, 0, &a), 0);
+    assert_int_equal(a.size, 0);
+    assert_int_equal(keg_meta_session_heartbeat(m), 0);
+    struct keg_plock un = {.type = F_UNLCK, .start = 10, .end = 19};
+    assert_int_equal(keg_meta_setlk(m, h.ino, 1, &un), 0);   /* splits the range */
+    un.start = 0;
+    un.end = UINT64_MAX;
+    assert_int_equal(keg_meta_setlk(m, h.ino, 1, &un), 0);
+    assert_int_equal(keg_meta_flock(m, h.ino, 1, F_UNLCK), 0);
+    struct keg_plock probe = {.type = F_WRLCK, .start = 0, .end = UINT64_MAX};
+    assert_int_equal(keg_meta_getlk(m, h.ino, 2, &probe), 0);
+    assert_int_equal(probe.type, F_UNLCK);
     int rc = keg_meta_mknod(m, KEG_ROOT_INO, "g", ino, S_IFREG | 0644, 0, 0, 0, NULL, &a);
     assert_int_equal(rc, -ENOSPC);
     assert_int_equal(keg_meta_setxattr(m, a.ino, "user.x", "v", 1, 0), -ENOSPC);
@@ -827,6 +858,9 @@ static void test_oom_enospc(void **state)
     cmd_ok(c, "CONFIG SET maxmemory 1gb");
     assert_int_equal(keg_meta_mknod(m, KEG_ROOT_INO, "g", ino, S_IFREG | 0644, 0, 0, 0,
                                     NULL, &a), 0);
+    /* the locks released while full are gone for other owners too */
+    assert_int_equal(keg_meta_flock(m, h.ino, 2, F_WRLCK), 0);
+    assert_int_equal(keg_meta_setlk(m, h.ino, 2, &wr), 0);
     redisFree(c);
     close_vol(m);
 }
