@@ -913,6 +913,21 @@ fail:
 /* Cache/writeback options that need each other; the cache directory and the
  * CA file made absolute (a background mounter runs in /), the CA file checked
  * readable, --insecure warned about.  Returns 0, 1 or 2 (usage). */
+/* A relative path option made absolute: a background mounter runs in /, and an
+ * upgraded one parses its command line again.  Returns 0 or 1 (said why). */
+static int abspath_opt(const char *name, char **path)
+{
+    char *abs;
+    int rc = mnt_abspath_cwd(*path, &abs);
+    if (rc < 0) {
+        mnt_error("%s %s: cannot resolve a relative path: %s", name, *path, strerror(-rc));
+        return 1;
+    }
+    keg_free(*path);
+    *path = abs;
+    return 0;
+}
+
 static int check_cache_opts(struct mount_opts *o)
 {
     if (o->session_timeout && o->heartbeat && o->session_timeout <= o->heartbeat) {
@@ -954,20 +969,7 @@ static int check_cache_opts(struct mount_opts *o)
                   o->upload_workers ? "--upload-workers" : "--upload-delay");
         return 2;
     }
-    if (o->cache_dir[0] != '/') {
-        char cwd[4096];
-        if (!getcwd(cwd, sizeof(cwd))) {
-            mnt_error("--cache-dir %s: cannot resolve a relative path: %s", o->cache_dir,
-                      strerror(errno));
-            return 1;
-        }
-        char *abs = keg_asprintf("%s/%s", cwd, o->cache_dir);
-        if (!abs)
-            return 1;
-        keg_free(o->cache_dir);
-        o->cache_dir = abs;
-    }
-    return 0;
+    return abspath_opt("--cache-dir", &o->cache_dir);
 }
 
 static int check_mountpoint(const char *mp, char **abs)
@@ -1581,6 +1583,9 @@ static int resume_upgrade(struct mount_opts *o, const char *url)
         return -1;
     if (rc < 0)
         return 1;
+    /* the command line is parsed, in the directory it was given in (cmd_upgrade.c) */
+    if (o->background && chdir("/") < 0)
+        KEG_WARN("chdir /: %s", strerror(errno));
     char *log_file = o->log_file ? keg_strdup(o->log_file)
                                  : o->background ? default_log_file(volname, abs_mp) : NULL;
     if (log_file && keg_log_set_file(log_file) < 0)
@@ -1649,6 +1654,8 @@ int mnt_cmd_mount(int argc, char **argv)
     rc = check_metrics_opt(&o);
     if (!rc)
         rc = check_cache_opts(&o);
+    if (!rc && o.log_file)
+        rc = abspath_opt("--log-file", &o.log_file);
     if (rc)
         goto out;
     const char *mp;

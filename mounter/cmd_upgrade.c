@@ -82,9 +82,13 @@
 #define HANDOVER_MAGIC "kegfs-handover 1\n"
 
 static char **saved_argv;
+static char  *saved_cwd;    /* where the command line was given: its relative paths */
 
 void mnt_upgrade_save_argv(int argc, char **argv)
 {
+    char cwd[PATH_MAX];
+    if (getcwd(cwd, sizeof(cwd)))
+        saved_cwd = keg_strdup(cwd);
     char **a = keg_calloc((size_t)argc + 1, sizeof(*a));
     if (!a)
         return;
@@ -398,9 +402,22 @@ void mnt_upgrade_super_exec(const char *abs_mp, const char *volname, int fuse_fd
     fflush(NULL);           /* the log file is O_CLOEXEC: the new image reopens it */
     char *argv0 = saved_argv[0];
     saved_argv[0] = binary;
+    /* The new image parses the same command line: relative paths in it (--cache-dir,
+     * --log-file, --config ...) must mean what they meant, not names in / (where a
+     * background mounter runs).  It goes back to / once it has parsed them. */
+    int here = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (saved_cwd && chdir(saved_cwd) < 0)
+        KEG_WARN("upgrade: cannot enter %s, where the mount command was given (%s): "
+                 "relative paths of its command line resolve where the mounter runs",
+                 saved_cwd, strerror(errno));
     execv(binary, saved_argv);
+    int exec_errno = errno;
     saved_argv[0] = argv0;
-    snprintf(why, sizeof(why), "exec %s: %s", binary, strerror(errno));
+    if (here >= 0 && fchdir(here) < 0)
+        KEG_WARN("upgrade: cannot go back to the mounter's directory: %s", strerror(errno));
+    if (here >= 0)
+        close(here);
+    snprintf(why, sizeof(why), "exec %s: %s", binary, strerror(exec_errno));
     unsetenv(HANDOVER_ENV);
 fail:
     fcntl(fuse_fd, F_SETFD, FD_CLOEXEC);

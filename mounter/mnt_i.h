@@ -96,6 +96,10 @@ int mnt_parse_seconds(const char *s, double *out);
 /* Absolute, symlink-free path of p; a dead FUSE mount (ENOTCONN) at the last
  * component is tolerated.  OWNERSHIP: caller keg_free()s *out.  Returns 0 or -errno. */
 int mnt_abspath(const char *p, char **out);
+/* p made absolute against the current directory, without resolving links or
+ * requiring it to exist (for files a daemon creates after chdir("/")).
+ * Returns 0 or -errno; *out: OWNERSHIP keg_free. */
+int mnt_abspath_cwd(const char *p, char **out);
 /* 1 if abs is a mount point, 0 if not, -errno: see keg_mountinfo_find(). */
 static inline int mnt_is_mountpoint(const char *abs, char *fstype, size_t fstype_size)
 {

@@ -221,6 +221,21 @@ const char *mnt_fmt_size(uint64_t v, char *buf, size_t size)
 
 /*----- paths -----*/
 
+int mnt_abspath_cwd(const char *p, char **out)
+{
+    char cwd[PATH_MAX];
+    *out = NULL;
+    if (!p || !*p)
+        return -EINVAL;
+    if (p[0] == '/')
+        *out = keg_strdup(p);
+    else if (!getcwd(cwd, sizeof(cwd)))
+        return -errno;
+    else
+        *out = keg_asprintf("%s/%s", cwd, p);
+    return *out ? 0 : -ENOMEM;
+}
+
 int mnt_abspath(const char *p, char **out)
 {
     char buf[PATH_MAX];
