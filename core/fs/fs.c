@@ -11,7 +11,9 @@
  *              mounter of a volume must use the same session timeout (a
  *              cleaner applies ITS timeout to every session); the timeout is
  *              in the session's info ("timeout=N") and a mount whose timeout
- *              differs from a live session's logs a warning.
+ *              differs from a live session's logs a warning.  While an unlock
+ *              the engine failed is pending (lock.c), it is tried again every
+ *              second here.
  *   deleter    purges inodes whose last link went while they were open here
  *              (at their last close) or that the engine left pending, and
  *              drains the engine's deletion queue: every block object of each
@@ -331,12 +333,15 @@ static void *hb_main(void *arg)
     int64_t hb_period = (int64_t)fs->heartbeat_sec * 1000000000LL;
     int64_t next_hb = keg_mono_ns() + hb_period;
     int64_t next_stale = keg_mono_ns() + stale_delay_ns(fs, &seed, 1);
+    int64_t next_unlock = INT64_MAX;    /* failed unlocks are tried again each second */
 
     pthread_mutex_lock(&fs->bg_mu);
     while (!fs->stopping) {
         struct timespec ts;
         int64_t now = keg_mono_ns();
-        int64_t wait = KEG_MIN(next_hb, next_stale) - now;
+        if (next_unlock == INT64_MAX && __atomic_load_n(&fs->nunlocks, __ATOMIC_RELAXED))
+            next_unlock = now + 1000000000LL;
+        int64_t wait = KEG_MIN(KEG_MIN(next_hb, next_stale), next_unlock) - now;
         if (wait > 0) {
             fs_deadline(&ts, wait);
             pthread_cond_timedwait(&fs->bg_cv, &fs->bg_mu, &ts);
@@ -360,6 +365,10 @@ static void *hb_main(void *arg)
             else if (cleaned > 0)
                 KEG_INFO("cleaned %u stale session(s)", cleaned);
             next_stale = now + stale_delay_ns(fs, &seed, 0);
+        }
+        if (now >= next_unlock) {
+            fs_unlocks_retry(fs);
+            next_unlock = INT64_MAX;
         }
         pthread_mutex_lock(&fs->bg_mu);
     }
@@ -497,6 +506,7 @@ static void fs_init_locks(struct keg_fs *fs)
     pthread_mutex_init(&fs->odir_mu, NULL);
     pthread_mutex_init(&fs->itab_mu, NULL);
     pthread_mutex_init(&fs->bg_mu, NULL);
+    pthread_mutex_init(&fs->unlock_mu, NULL);
     pthread_mutex_init(&fs->del_mu, NULL);
     pthread_mutex_init(&fs->up_mu, NULL);
     pthread_mutex_init(&fs->cmp_mu, NULL);
@@ -520,6 +530,7 @@ static void fs_destroy_locks(struct keg_fs *fs)
     pthread_mutex_destroy(&fs->odir_mu);
     pthread_mutex_destroy(&fs->itab_mu);
     pthread_mutex_destroy(&fs->bg_mu);
+    pthread_mutex_destroy(&fs->unlock_mu);
     pthread_mutex_destroy(&fs->del_mu);
     pthread_cond_destroy(&fs->bg_cv);
     pthread_mutex_destroy(&fs->up_mu);
@@ -715,6 +726,7 @@ void keg_fs_free(struct keg_fs *fs)
     flush_all(fs);
     stop_threads(fs);
     run_deletions(fs, 4);
+    fs_unlocks_free(fs);       /* session_end drops the session's locks */
     if (fs->has_session) {
         int rc = keg_meta_session_end(fs->meta);
         if (rc < 0)

@@ -376,6 +376,9 @@ struct keg_fs {
     uint64_t         *purge;        /* inodes to purge (unlinked, not open here) */
     size_t            npurge, cpurge;
     struct fs_waiter *waiters;      /* blocking lock waits (lock.c) */
+    pthread_mutex_t   unlock_mu;    /* protects unlocks; held across their engine calls */
+    struct fs_unlock *unlocks;      /* unlocks the engine failed, retried (lock.c) */
+    uint32_t          nunlocks;     /* their number (atomic: read without unlock_mu) */
     int               threads;      /* background threads running */
     pthread_t         hb_thr, del_thr;
     int64_t           hb_last_ns;   /* keg_mono_ns() of the last successful heartbeat or of
@@ -549,6 +552,12 @@ void fs_locks_flush(struct keg_fs *fs, struct keg_fh *fh, uint64_t lock_owner);
  * OFD locks (a POSIX owner's locks went at that owner's flush).  Frees the
  * owner list. */
 void fs_locks_release(struct keg_fs *fs, struct keg_fh *fh);
+/* Try the unlocks that failed again (the heartbeat thread, every second while
+ * there are any). */
+void fs_unlocks_retry(struct keg_fs *fs);
+/* Forget the unlocks still failing (keg_fs_free: ending the session drops
+ * every lock of the session). */
+void fs_unlocks_free(struct keg_fs *fs);
 
 /* trash.c (docs/internals/TRASH.md); only called when fs->fmt.trash_days > 0,
  * except start/stop/free, which do nothing without a trash. */

@@ -24,6 +24,16 @@
  *    An OFD owner id never equals a file table's, so FLUSH never drops them.
  *  - a mounter that ends or dies loses all its locks with its session
  *    (session_end, or session_clean_stale of another mounter).
+ *
+ * An unlock the engine fails (unreachable past its retries, an I/O error) at a
+ * flush or a release has nobody to report to -- the kernel ignores the errors
+ * of both -- and the lock would stay held, every waiter blocked, for the life
+ * of the session.  So it is kept in fs->unlocks and tried again every second by
+ * the heartbeat thread until it succeeds (or the inode is gone, and its locks
+ * with it).  A retried unlock must never drop a lock taken after it: any lock
+ * request of the same owner on the same inode first does that owner's pending
+ * unlock, and fails with its error if it still fails; fs->unlock_mu, held
+ * across those engine calls, keeps a retry and such a request in order.
  */
 #include <fcntl.h>
 #include <string.h>
@@ -148,14 +158,121 @@ out:
     return rc;
 }
 
-/* Drop every byte-range lock of owner on ino. */
-static void unlock_owner(struct keg_fs *fs, uint64_t ino, uint64_t owner)
+struct fs_unlock {
+    struct fs_unlock *next;     /* protected by fs->unlock_mu */
+    uint64_t          ino;
+    uint64_t          owner;
+    int               is_flock; /* 1: the owner's flock, 0: all its byte-range locks */
+};
+
+/* Drop owner's flock, or every byte-range lock of owner, on ino.  0 when done
+ * (also when the inode is gone: its locks went with it), else -errno. */
+static int unlock_all(struct keg_fs *fs, int is_flock, uint64_t ino, uint64_t owner)
 {
-    struct keg_plock lk = {.type = F_UNLCK, .start = 0, .end = UINT64_MAX, .pid = 0};
-    int rc = keg_meta_setlk(fs->meta, ino, owner, &lk);
-    if (rc < 0 && rc != -ENOSYS)
-        KEG_WARN("releasing byte-range locks of inode %llu: %s", (unsigned long long)ino,
+    int rc;
+    if (is_flock) {
+        rc = keg_meta_flock(fs->meta, ino, owner, F_UNLCK);
+    } else {
+        struct keg_plock lk = {.type = F_UNLCK, .start = 0, .end = UINT64_MAX, .pid = 0};
+        rc = keg_meta_setlk(fs->meta, ino, owner, &lk);
+    }
+    return rc == -ENOENT || rc == -ENOSYS ? 0 : rc;
+}
+
+/* A flush or a release drops owner's locks on ino; when the engine fails, the
+ * unlock is kept and tried again (see the top of this file). */
+static void unlock_or_keep(struct keg_fs *fs, int is_flock, uint64_t ino, uint64_t owner)
+{
+    int rc = unlock_all(fs, is_flock, ino, owner);
+    if (rc == 0)
+        return;
+    pthread_mutex_lock(&fs->unlock_mu);
+    struct fs_unlock *u;
+    for (u = fs->unlocks; u; u = u->next) {
+        if (u->ino == ino && u->owner == owner && u->is_flock == is_flock)
+            break;
+    }
+    if (!u && (u = keg_calloc(1, sizeof(*u))) != NULL) {
+        u->ino = ino;
+        u->owner = owner;
+        u->is_flock = is_flock;
+        u->next = fs->unlocks;
+        fs->unlocks = u;
+        __atomic_add_fetch(&fs->nunlocks, 1, __ATOMIC_RELAXED);
+    }
+    pthread_mutex_unlock(&fs->unlock_mu);
+    if (u) {
+        KEG_WARN("releasing the %s of inode %llu failed (%s): trying again every second",
+                 is_flock ? "flock" : "byte-range locks", (unsigned long long)ino,
                  strerror(-rc));
+        pthread_mutex_lock(&fs->bg_mu);     /* the heartbeat thread schedules the retry */
+        pthread_cond_broadcast(&fs->bg_cv);
+        pthread_mutex_unlock(&fs->bg_mu);
+    } else {
+        KEG_ERR("releasing the %s of inode %llu failed (%s), and there is no memory to "
+                "try again: held until this mount ends", is_flock ? "flock" : "byte-range locks",
+                (unsigned long long)ino, strerror(-rc));
+    }
+}
+
+/* Before a lock request of owner on ino: its pending unlocks of ino (both
+ * kinds: an owner id names one file table or description), done now.  Returns
+ * 0, or the error of one that still fails (kept for the next retry). */
+static int unlock_pending_first(struct keg_fs *fs, uint64_t ino, uint64_t owner)
+{
+    int rc = 0;
+    if (!__atomic_load_n(&fs->nunlocks, __ATOMIC_RELAXED))
+        return 0;
+    pthread_mutex_lock(&fs->unlock_mu);
+    for (struct fs_unlock **pp = &fs->unlocks; *pp;) {
+        struct fs_unlock *u = *pp;
+        if (u->ino != ino || u->owner != owner) {
+            pp = &u->next;
+            continue;
+        }
+        int r = unlock_all(fs, u->is_flock, ino, owner);
+        if (r < 0) {
+            rc = r;
+            pp = &u->next;
+            continue;
+        }
+        *pp = u->next;
+        keg_free(u);
+        __atomic_sub_fetch(&fs->nunlocks, 1, __ATOMIC_RELAXED);
+    }
+    pthread_mutex_unlock(&fs->unlock_mu);
+    return rc;
+}
+
+void fs_unlocks_retry(struct keg_fs *fs)
+{
+    pthread_mutex_lock(&fs->unlock_mu);
+    for (struct fs_unlock **pp = &fs->unlocks; *pp;) {
+        struct fs_unlock *u = *pp;
+        int rc = unlock_all(fs, u->is_flock, u->ino, u->owner);
+        if (rc < 0) {
+            pp = &u->next;
+            continue;
+        }
+        KEG_INFO("released the %s of inode %llu (an earlier try had failed)",
+                 u->is_flock ? "flock" : "byte-range locks", (unsigned long long)u->ino);
+        *pp = u->next;
+        keg_free(u);
+        __atomic_sub_fetch(&fs->nunlocks, 1, __ATOMIC_RELAXED);
+    }
+    pthread_mutex_unlock(&fs->unlock_mu);
+}
+
+void fs_unlocks_free(struct keg_fs *fs)
+{
+    pthread_mutex_lock(&fs->unlock_mu);
+    while (fs->unlocks) {
+        struct fs_unlock *u = fs->unlocks;
+        fs->unlocks = u->next;
+        keg_free(u);
+    }
+    __atomic_store_n(&fs->nunlocks, 0, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&fs->unlock_mu);
 }
 
 void fs_locks_flush(struct keg_fs *fs, struct keg_fh *fh, uint64_t lock_owner)
@@ -173,7 +290,7 @@ void fs_locks_flush(struct keg_fs *fs, struct keg_fh *fh, uint64_t lock_owner)
     }
     pthread_mutex_unlock(&ip->mu);
     if (plocked)
-        unlock_owner(fs, ip->ino, lock_owner);
+        unlock_or_keep(fs, 0, ip->ino, lock_owner);
 }
 
 void fs_locks_release(struct keg_fs *fs, struct keg_fh *fh)
@@ -181,15 +298,12 @@ void fs_locks_release(struct keg_fs *fs, struct keg_fh *fh)
     struct fs_inode *ip = fh->ip;
 
     if (fh->flocked) {
-        int rc = keg_meta_flock(fs->meta, ip->ino, fh->flock_owner, F_UNLCK);
-        if (rc < 0)
-            KEG_WARN("releasing flock of inode %llu: %s", (unsigned long long)ip->ino,
-                     strerror(-rc));
+        unlock_or_keep(fs, 1, ip->ino, fh->flock_owner);
         fh->flocked = 0;
     }
     /* the handle is going: nobody else adds owners now */
     for (uint32_t i = 0; i < fh->nlk_owners; i++)
-        unlock_owner(fs, ip->ino, fh->lk_owners[i]);
+        unlock_or_keep(fs, 0, ip->ino, fh->lk_owners[i]);
     keg_free(fh->lk_owners);
     fh->lk_owners = NULL;
     fh->nlk_owners = fh->clk_owners = 0;
@@ -220,6 +334,9 @@ int keg_fs_setlk(struct keg_fs *fs, struct keg_fh *fh, uint64_t owner,
         if (rc < 0)
             return rc;
     }
+    rc = unlock_pending_first(fs, r.ino, owner);
+    if (rc < 0)
+        return rc;
     rc = lock_try(fs, &r);
     if (rc == -EAGAIN && wait && lk->type != F_UNLCK)
         rc = lock_wait(fs, &r);
@@ -245,6 +362,9 @@ int keg_fs_flock(struct keg_fs *fs, struct keg_fh *fh, uint64_t owner, int op)
     default:
         return -EINVAL;
     }
+    rc = unlock_pending_first(fs, r.ino, owner);
+    if (rc < 0)
+        return rc;
     rc = lock_try(fs, &r);
     if (rc == -EAGAIN) {
         if (nb)

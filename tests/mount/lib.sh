@@ -137,6 +137,33 @@ wait_for() {   # wait_for SECONDS CMD...
   return 1
 }
 
+# start_locker FILE: a background process that takes a flock and a write lock on bytes
+# 0-99 of FILE and holds them until killed; sets LOCKER to its pid (no command
+# substitution: fail must end the case).
+start_locker() {
+  local file=$1
+  python3 - "$file" > "$WORK/locker.out" 2>&1 <<'PY' &
+import fcntl, sys, time
+f = open(sys.argv[1], "r+")
+fcntl.flock(f, fcntl.LOCK_EX)
+fcntl.lockf(f, fcntl.LOCK_EX, 100, 0)
+print("locked", flush=True)
+time.sleep(600)
+PY
+  LOCKER=$!
+  wait_for 20 grep -q locked "$WORK/locker.out" || fail "the locker did not lock: $(cat "$WORK/locker.out")"
+}
+
+# locks_free FILE: succeeds when a flock and a write lock on bytes 0-99 of FILE can both
+# be taken at once (they are given back)
+locks_free() {
+  flock -n "$1" true && python3 - "$1" <<'PY'
+import fcntl, sys
+f = open(sys.argv[1], "r+")
+fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB, 100, 0)
+PY
+}
+
 # small_files DIR N: makes DIR with N files f0..f<N-1> of a few bytes each, then syncs
 small_files() {
   local d=$1 n=$2 i

@@ -14,6 +14,7 @@
 #include <sys/statvfs.h>
 
 #include "test_fs_helpers.h"
+#include "fs/fs_i.h"
 
 static void name_of(char *buf, size_t n, int len, char c)
 {
@@ -617,6 +618,117 @@ static void test_ns_locks(void **state)
     tvol_cleanup(&v);
 }
 
+/* An engine whose unlocks fail (unreachable) while unlock_fail is set. */
+static const struct keg_meta_ops *real_ops;
+static struct keg_meta_ops failing_ops;
+static int unlock_fail;
+static unsigned unlock_calls;
+
+static int failing_flock(struct keg_meta *m, uint64_t ino, uint64_t owner, uint32_t type)
+{
+    if (type == F_UNLCK) {
+        __atomic_add_fetch(&unlock_calls, 1, __ATOMIC_RELAXED);
+        if (__atomic_load_n(&unlock_fail, __ATOMIC_RELAXED))
+            return -EIO;
+    }
+    return real_ops->flock(m, ino, owner, type);
+}
+
+static int failing_setlk(struct keg_meta *m, uint64_t ino, uint64_t owner,
+                         const struct keg_plock *lk)
+{
+    if (lk->type == F_UNLCK) {
+        __atomic_add_fetch(&unlock_calls, 1, __ATOMIC_RELAXED);
+        if (__atomic_load_n(&unlock_fail, __ATOMIC_RELAXED))
+            return -EIO;
+    }
+    return real_ops->setlk(m, ino, owner, lk);
+}
+
+static int flock_free(struct tvol *v, struct keg_fh *fh, uint64_t owner)
+{
+    int rc = keg_fs_flock(v->fs, fh, owner, LOCK_EX | LOCK_NB);
+    if (rc == 0)
+        assert_int_equal(keg_fs_flock(v->fs, fh, owner, LOCK_UN), 0);
+    return rc;
+}
+
+/* The release of a flock, of OFD locks and the flush of POSIX locks are done
+ * later when the engine fails them: the heartbeat thread tries again every
+ * second, and a new request of the same owner does its pending unlock first (so
+ * a late retry never drops a lock taken after it). */
+static void test_ns_unlock_retry(void **state)
+{
+    struct tvol v;
+    uint64_t ino;
+    struct keg_plock lk = {.type = F_WRLCK, .start = 0, .end = 99, .pid = 1};
+    (void)state;
+
+    tvol_init(&v, 65536, "none");
+    tvol_mount(&v);
+    struct keg_meta *m = keg_fs_meta(v.fs);
+    real_ops = m->ops;
+    failing_ops = *real_ops;
+    failing_ops.flock = failing_flock;
+    failing_ops.setlk = failing_setlk;
+    m->ops = &failing_ops;
+    struct keg_fh *h1 = tvol_create(&v, KEG_ROOT_INO, "l", &ino);
+    struct keg_fh *h2 = tvol_open(&v, ino, O_RDWR);
+
+    /* 1. a flock and an OFD lock released while the engine fails: held until the
+     *    retry succeeds, within about a second of the engine's return */
+    assert_int_equal(keg_fs_flock(v.fs, h1, 11, LOCK_EX), 0);
+    assert_int_equal(keg_fs_setlk(v.fs, h1, 11, &lk, 0), 0);
+    __atomic_store_n(&unlock_fail, 1, __ATOMIC_RELAXED);
+    assert_int_equal(keg_fs_release(v.fs, h1), 0);
+    assert_int_equal(__atomic_load_n(&v.fs->nunlocks, __ATOMIC_RELAXED), 2);
+    assert_int_equal(flock_free(&v, h2, 22), -EWOULDBLOCK);
+    assert_int_equal(keg_fs_setlk(v.fs, h2, 22, &lk, 0), -EAGAIN);
+    unsigned before = __atomic_load_n(&unlock_calls, __ATOMIC_RELAXED);
+    usleep(2500000);
+    assert_true(__atomic_load_n(&unlock_calls, __ATOMIC_RELAXED) > before);   /* retried */
+    assert_int_equal(flock_free(&v, h2, 22), -EWOULDBLOCK);                   /* still held */
+    __atomic_store_n(&unlock_fail, 0, __ATOMIC_RELAXED);
+    for (int i = 0; i < 40 && __atomic_load_n(&v.fs->nunlocks, __ATOMIC_RELAXED); i++)
+        usleep(100000);
+    assert_int_equal(__atomic_load_n(&v.fs->nunlocks, __ATOMIC_RELAXED), 0);
+    assert_int_equal(flock_free(&v, h2, 22), 0);
+    assert_int_equal(keg_fs_setlk(v.fs, h2, 22, &lk, 0), 0);
+    lk.type = F_UNLCK;
+    assert_int_equal(keg_fs_setlk(v.fs, h2, 22, &lk, 0), 0);
+
+    /* 2. a POSIX owner's flush fails; the same owner locks again at once: its
+     *    pending unlock goes first (while it fails, so does the request), and the
+     *    new lock survives the retries */
+    h1 = tvol_open(&v, ino, O_RDWR);
+    lk.type = F_WRLCK;
+    assert_int_equal(keg_fs_setlk(v.fs, h1, 33, &lk, 0), 0);
+    __atomic_store_n(&unlock_fail, 1, __ATOMIC_RELAXED);
+    assert_int_equal(keg_fs_flush(v.fs, h1, 33), 0);
+    assert_int_equal(__atomic_load_n(&v.fs->nunlocks, __ATOMIC_RELAXED), 1);
+    lk.start = 1000;
+    lk.end = 1099;
+    assert_int_equal(keg_fs_setlk(v.fs, h1, 33, &lk, 0), -EIO);
+    __atomic_store_n(&unlock_fail, 0, __ATOMIC_RELAXED);
+    assert_int_equal(keg_fs_setlk(v.fs, h1, 33, &lk, 0), 0);
+    assert_int_equal(__atomic_load_n(&v.fs->nunlocks, __ATOMIC_RELAXED), 0);
+    usleep(1500000);
+    struct keg_plock q = {.type = F_WRLCK, .start = 0, .end = UINT64_MAX};
+    assert_int_equal(keg_fs_getlk(v.fs, h2, 22, &q), 0);
+    assert_int_equal(q.type, F_WRLCK);      /* the new lock, not the old range */
+    assert_int_equal(q.start, 1000);
+    assert_int_equal(q.end, 1099);
+
+    /* 3. a pending unlock is forgotten at unmount (the session's end drops it) */
+    __atomic_store_n(&unlock_fail, 1, __ATOMIC_RELAXED);
+    assert_int_equal(keg_fs_release(v.fs, h1), 0);
+    assert_int_equal(__atomic_load_n(&v.fs->nunlocks, __ATOMIC_RELAXED), 1);
+    __atomic_store_n(&unlock_fail, 0, __ATOMIC_RELAXED);
+    assert_int_equal(keg_fs_release(v.fs, h2), 0);
+    m->ops = real_ops;
+    tvol_cleanup(&v);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -627,6 +739,7 @@ int main(void)
         cmocka_unit_test(test_ns_readdir_paging),
         cmocka_unit_test(test_ns_xattr_statfs),
         cmocka_unit_test(test_ns_locks),
+        cmocka_unit_test(test_ns_unlock_retry),
         cmocka_unit_test(test_ns_parent_attr_cache),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -34,17 +34,7 @@ head -c 300000 /dev/urandom > "$M/keep/scratch" || fail "write scratch"
 : > "$M/keep/lockfile" || fail "create lockfile"
 lock_ino=$(stat -c %i "$M/keep/lockfile")
 
-# a process holding a flock and a byte-range lock on lockfile until it is killed
-python3 - "$M/keep/lockfile" > "$WORK/locker.out" 2>&1 <<'PY' &
-import fcntl, sys, time
-f = open(sys.argv[1], "r+")
-fcntl.flock(f, fcntl.LOCK_EX)
-fcntl.lockf(f, fcntl.LOCK_EX, 100, 0)
-print("locked", flush=True)
-time.sleep(600)
-PY
-locker=$!
-wait_for 20 grep -q locked "$WORK/locker.out" || fail "the locker did not lock: $(cat "$WORK/locker.out")"
+start_locker "$M/keep/lockfile"
 locks_held() {   # the engine's lock records of lockfile (flock hash, plock hash)
   echo "$(rd_cli "$PORT" HLEN "{$VOL}f$lock_ino") $(rd_cli "$PORT" HLEN "{$VOL}p$lock_ino")"
 }
@@ -125,7 +115,7 @@ except OSError as e:
 PY
 )
 assert_eq "$lock_rc" "ENOLCK" "a new flock while full"
-kill "$locker" && wait "$locker" 2>/dev/null
+kill "$LOCKER" && wait "$LOCKER" 2>/dev/null
 wait_for 10 test "$(locks_held)" = "0 0" || fail "the locker's locks are still held while full: $(locks_held)"
 
 # the session's heartbeat (every second here) goes on while full
@@ -141,7 +131,7 @@ wait_for 20 touch "$M/fill/after-delete" || fail "create still fails after delet
 printf 'room again' > "$M/keep/new" || fail "write after deleting"
 assert_eq "$(cat "$M/keep/new")" "room again" "read of a file created after deleting"
 (cd "$M/keep" && sha256sum -c --quiet "$WORK/keep.sha") || fail "existing files after deleting"
-flock -n "$M/keep/lockfile" true || fail "flock of lockfile after its holder died while full"
+locks_free "$M/keep/lockfile" || fail "the locks of lockfile after its holder died while full"
 grep -E ' (ERROR|FATAL) ' "$WORK/mounter2.log" | head -5 | sed 's/^/# mounter log: /'
 grep -E 'releasing|heartbeat' "$WORK/mounter2.log" | head -3 | sed 's/^/# mounter log: /'
 grep -qE 'releasing|session heartbeat' "$WORK/mounter2.log" && fail "a lock release or a heartbeat failed"

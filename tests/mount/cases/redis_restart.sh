@@ -8,7 +8,10 @@
 #      (create, write, read, ls) and every file written before is intact;
 #   3. down again, an op started during the outage that the server answers within the
 #      retry window succeeds (it blocks, then completes);
-#   4. after unmount + mount, everything is still there.
+#   4. a process holding a flock and a byte-range lock is killed while Redis is down: its
+#      unlocks fail after the retry window, and the locks are free again within seconds of
+#      the server's return (the mounter tries the unlocks again), not held until unmount;
+#   5. after unmount + mount, everything is still there.
 # timeout: 300
 # needs: redis
 # needs: file
@@ -103,7 +106,20 @@ else
   fail "create issued during a 3 s outage failed: $(cat "$WORK/blocked.err")"
 fi
 
-#--- 4. unmount, mount again: all there ----------------------------------------------
+#--- 4. locks released while Redis is down are released when it is back --------------
+: > "$M/t/lockfile" || fail "create lockfile"
+start_locker "$M/t/lockfile"
+rd_stop "$PORT" save
+kill "$LOCKER"
+wait_for $OUTAGE_LIMIT grep -q 'releasing the flock of inode .* failed' "$LOG2" \
+  || fail "no failed flock release logged during the outage"
+rd_restart "$PORT"
+t0=$(now_ms)
+wait_for 15 locks_free "$M/t/lockfile" || fail "the locks of the process killed during the outage are still held"
+note "locks of the process killed during the outage free $(( $(now_ms) - t0 )) ms after the restart"
+grep -q 'an earlier try had failed' "$LOG2" || fail "no retried unlock in the mounter log"
+
+#--- 5. unmount, mount again: all there ----------------------------------------------
 manifest > "$WORK/before2"
 m2_umount "$M"
 m2_is_mounted "$M" && fail "umount"
