@@ -244,15 +244,23 @@ static int unlock_pending_first(struct keg_fs *fs, uint64_t ino, uint64_t owner)
     return rc;
 }
 
+/* Stops at the first failure: the engine is likely still away, and each try can
+ * take its whole retry window, which would hold up the session heartbeat.  The
+ * one that failed goes to the end, so one that keeps failing blocks no other. */
 void fs_unlocks_retry(struct keg_fs *fs)
 {
     pthread_mutex_lock(&fs->unlock_mu);
     for (struct fs_unlock **pp = &fs->unlocks; *pp;) {
         struct fs_unlock *u = *pp;
-        int rc = unlock_all(fs, u->is_flock, u->ino, u->owner);
-        if (rc < 0) {
-            pp = &u->next;
-            continue;
+        if (unlock_all(fs, u->is_flock, u->ino, u->owner) < 0) {
+            if (u->next) {
+                *pp = u->next;
+                while (*pp)
+                    pp = &(*pp)->next;
+                *pp = u;
+                u->next = NULL;
+            }
+            break;
         }
         KEG_INFO("released the %s of inode %llu (an earlier try had failed)",
                  u->is_flock ? "flock" : "byte-range locks", (unsigned long long)u->ino);

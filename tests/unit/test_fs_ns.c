@@ -621,14 +621,21 @@ static void test_ns_locks(void **state)
 /* An engine whose unlocks fail (unreachable) while unlock_fail is set. */
 static const struct keg_meta_ops *real_ops;
 static struct keg_meta_ops failing_ops;
-static int unlock_fail;
+static int unlock_fail;             /* 1: every unlock fails */
+static uint64_t unlock_fail_ino;    /* else: the unlocks of this inode fail */
 static unsigned unlock_calls;
+
+static int unlock_fails(uint64_t ino)
+{
+    return __atomic_load_n(&unlock_fail, __ATOMIC_RELAXED) ||
+           ino == __atomic_load_n(&unlock_fail_ino, __ATOMIC_RELAXED);
+}
 
 static int failing_flock(struct keg_meta *m, uint64_t ino, uint64_t owner, uint32_t type)
 {
     if (type == F_UNLCK) {
         __atomic_add_fetch(&unlock_calls, 1, __ATOMIC_RELAXED);
-        if (__atomic_load_n(&unlock_fail, __ATOMIC_RELAXED))
+        if (unlock_fails(ino))
             return -EIO;
     }
     return real_ops->flock(m, ino, owner, type);
@@ -639,7 +646,7 @@ static int failing_setlk(struct keg_meta *m, uint64_t ino, uint64_t owner,
 {
     if (lk->type == F_UNLCK) {
         __atomic_add_fetch(&unlock_calls, 1, __ATOMIC_RELAXED);
-        if (__atomic_load_n(&unlock_fail, __ATOMIC_RELAXED))
+        if (unlock_fails(ino))
             return -EIO;
     }
     return real_ops->setlk(m, ino, owner, lk);
@@ -719,7 +726,29 @@ static void test_ns_unlock_retry(void **state)
     assert_int_equal(q.start, 1000);
     assert_int_equal(q.end, 1099);
 
-    /* 3. a pending unlock is forgotten at unmount (the session's end drops it) */
+    /* 3. an unlock that keeps failing does not hold up the others */
+    uint64_t ino2;
+    struct keg_fh *h3 = tvol_create(&v, KEG_ROOT_INO, "l2", &ino2);
+    struct keg_fh *h4 = tvol_open(&v, ino2, O_RDWR);
+    assert_int_equal(keg_fs_flock(v.fs, h3, 44, LOCK_EX), 0);
+    struct keg_fh *h5 = tvol_open(&v, ino, O_RDWR);
+    assert_int_equal(keg_fs_flock(v.fs, h5, 55, LOCK_EX), 0);
+    __atomic_store_n(&unlock_fail, 1, __ATOMIC_RELAXED);
+    assert_int_equal(keg_fs_release(v.fs, h3), 0);
+    assert_int_equal(keg_fs_release(v.fs, h5), 0);      /* first in the list now */
+    __atomic_store_n(&unlock_fail_ino, ino, __ATOMIC_RELAXED);
+    __atomic_store_n(&unlock_fail, 0, __ATOMIC_RELAXED);
+    for (int i = 0; i < 40 && __atomic_load_n(&v.fs->nunlocks, __ATOMIC_RELAXED) > 1; i++)
+        usleep(100000);
+    assert_int_equal(__atomic_load_n(&v.fs->nunlocks, __ATOMIC_RELAXED), 1);
+    assert_int_equal(flock_free(&v, h4, 66), 0);
+    __atomic_store_n(&unlock_fail_ino, 0, __ATOMIC_RELAXED);
+    for (int i = 0; i < 40 && __atomic_load_n(&v.fs->nunlocks, __ATOMIC_RELAXED); i++)
+        usleep(100000);
+    assert_int_equal(__atomic_load_n(&v.fs->nunlocks, __ATOMIC_RELAXED), 0);
+    assert_int_equal(keg_fs_release(v.fs, h4), 0);
+
+    /* 4. a pending unlock is forgotten at unmount (the session's end drops it) */
     __atomic_store_n(&unlock_fail, 1, __ATOMIC_RELAXED);
     assert_int_equal(keg_fs_release(v.fs, h1), 0);
     assert_int_equal(__atomic_load_n(&v.fs->nunlocks, __ATOMIC_RELAXED), 1);
