@@ -424,6 +424,9 @@ static void mm_render_bg(FILE *f, const char *vol)
     mm_u64(f, "kegfs_deleted_slices_total", "counter",
            "slices of the volume's deletion queue whose objects this mount deleted", vol,
            b.deleted_slices);
+    mm_u64(f, "kegfs_lock_releases_pending", "gauge",
+           "lock releases the metadata engine failed, tried again every second", vol,
+           b.unlocks_pending);
     if (b.has_session) {
         snprintf(lab, sizeof(lab), "volume=\"%s\"", vol);
         keg_metrics_family(f, "kegfs_session_heartbeat_age_seconds", "gauge",

@@ -776,6 +776,7 @@ int keg_fs_bg_stats(struct keg_fs *fs, struct keg_fs_bg_stats *st)
     st->purge_queued = fs->npurge;
     pthread_mutex_unlock(&fs->bg_mu);
     st->deleted_slices = __atomic_load_n(&fs->del_slices, __ATOMIC_RELAXED);
+    st->unlocks_pending = __atomic_load_n(&fs->nunlocks, __ATOMIC_RELAXED);
     st->has_session = fs->has_session;
     if (st->has_session)
         st->heartbeat_age_ns = keg_mono_ns() - __atomic_load_n(&fs->hb_last_ns, __ATOMIC_RELAXED);

@@ -689,6 +689,9 @@ static void test_ns_unlock_retry(void **state)
     __atomic_store_n(&unlock_fail, 1, __ATOMIC_RELAXED);
     assert_int_equal(keg_fs_release(v.fs, h1), 0);
     assert_int_equal(__atomic_load_n(&v.fs->nunlocks, __ATOMIC_RELAXED), 2);
+    struct keg_fs_bg_stats bg;
+    assert_int_equal(keg_fs_bg_stats(v.fs, &bg), 0);
+    assert_int_equal(bg.unlocks_pending, 2);       /* kegfs_lock_releases_pending */
     assert_int_equal(flock_free(&v, h2, 22), -EWOULDBLOCK);
     assert_int_equal(keg_fs_setlk(v.fs, h2, 22, &lk, 0), -EAGAIN);
     unsigned before = __atomic_load_n(&unlock_calls, __ATOMIC_RELAXED);

@@ -254,6 +254,7 @@ struct keg_fs_bg_stats {
     int      has_session;       /* 0: no session (read-only tools): no heartbeat */
     int64_t  heartbeat_age_ns;  /* since the session's last successful heartbeat (or its
                                  * start) */
+    uint64_t unlocks_pending;   /* lock releases the engine failed, tried again each second */
 };
 /* A snapshot (the figures move independently).  Returns 0. */
 int keg_fs_bg_stats(struct keg_fs *fs, struct keg_fs_bg_stats *st);

@@ -118,6 +118,8 @@ rm -f "$MNT"/f? || fail "rm"
 del_seen() { scrape; [ "$(value kegfs_deleted_slices_total '')" -ge $((del0 + 5)) ]; }
 wait_for 15 del_seen || fail "deleted slices $(value kegfs_deleted_slices_total '') after removing 5 files (was $del0)"
 [ "$(value kegfs_deletion_queue_inodes '')" -ge 0 ] || fail "no deletion queue gauge"
+grep -q '^kegfs_lock_releases_pending{' "$WORK/scrape" || fail "no kegfs_lock_releases_pending"
+assert_eq "$(value kegfs_lock_releases_pending '')" 0 "lock releases pending"
 
 # histograms: the +Inf bucket of each series equals its _count
 awk '/_bucket\{.*le="\+Inf"\}/ {k=$1; sub(/_bucket\{/, "{", k); sub(/,?le="\+Inf"/, "", k); inf[k]=$2}
