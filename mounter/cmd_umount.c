@@ -46,7 +46,11 @@ static void usage(FILE *out)
 }
 
 /* 1 if /proc/<pid>/cmdline is a `kegfs mount` whose last argument is abs_mp
- * (or resolves to it), else 0.  With abs_mp NULL: any `kegfs mount`. */
+ * (or an absolute path that resolves to it), else 0.  With abs_mp NULL: any
+ * `kegfs mount`.  The program may be a copy named kegfs-SOMETHING (`kegfs
+ * upgrade --binary`, the CSI holder's versioned binaries).  A relative last
+ * argument never matches: it was relative to the directory the mount command
+ * was given in, which is not known here (a background mounter runs in /). */
 static int is_mounter(pid_t pid, const char *abs_mp)
 {
     char path[64];
@@ -68,7 +72,7 @@ static int is_mounter(pid_t pid, const char *abs_mp)
         return 0;
     const char *base = strrchr(args[0], '/');
     base = base ? base + 1 : args[0];
-    if (strcmp(base, "kegfs") != 0)
+    if (strcmp(base, "kegfs") != 0 && strncmp(base, "kegfs-", 6) != 0)
         return 0;
     int has_mount = 0;
     for (int i = 1; i < na - 1; i++)
@@ -82,7 +86,7 @@ static int is_mounter(pid_t pid, const char *abs_mp)
     if (strcmp(last, abs_mp) == 0)
         return 1;
     char rp[PATH_MAX];
-    return realpath(last, rp) && strcmp(rp, abs_mp) == 0;
+    return last[0] == '/' && realpath(last, rp) && strcmp(rp, abs_mp) == 0;
 }
 
 static pid_t scan_proc(const char *abs_mp)

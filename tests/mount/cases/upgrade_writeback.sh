@@ -4,7 +4,8 @@
 # back by --upload-delay 30 is still staged when the old worker hands over (no upload
 # wait), the new worker finds it in the staging directory and uploads it, and the file
 # reads back (also through a descriptor opened before the upgrade, and after a remount
-# without the cache).
+# without the cache).  `kegfs umount` of the upgraded mounter (running a copy named
+# kegfs-new) waits until it has uploaded what was staged and exited.
 # timeout: 120
 . "$(dirname "$0")/../lib.sh"
 need_kegfs
@@ -12,7 +13,9 @@ sup=$(mounter_pid)
 [ -n "$(pgrep -P "$sup" | head -1)" ] || skip "no worker under the supervisor (not root?)"
 mt_umount
 mkdir -p "$WORK/cache"
-mt_mount --writeback --cache-dir "$WORK/cache" --upload-delay 30
+# every store request takes 1 s (KEG_FAULTY, kept by the upgraded mounter): the drain at
+# unmount takes seconds, long enough to see whether `kegfs umount` waits for it
+KEG_FAULTY=delay=1000 mt_mount --writeback --cache-dir "$WORK/cache" --upload-delay 30
 sup=$(mounter_pid)
 staged() { "$KEGFS" stats "$MNT" 2>/dev/null | sed -n 's/.*staged: .* in \([0-9]*\) objects.*/\1/p' | head -1; }
 some_staged() { local n; n=$(staged); [ -n "$n" ] && [ "$n" -ge 1 ]; }
@@ -39,7 +42,15 @@ python3 -c 'import os,sys; d=os.pread(int(sys.argv[1]), 700000, 0); open(sys.arg
   || fail "read through the descriptor opened before the upgrade"
 cmp "$WORK/src" "$WORK/back" || fail "the old descriptor reads wrong data"
 exec 5>&-
-mt_umount      # the new binary's mounter drains the staged object
+# staged again (held back by --upload-delay): `kegfs umount` must wait for the mounter,
+# now running kegfs-new, to upload it and exit
+head -c 500000 /dev/urandom > "$WORK/src2" || fail "source 2"
+cp "$WORK/src2" "$MNT/g" && sync "$MNT/g" || fail "write + fsync g"
+wait_for 5 some_staged || fail "g not staged before the unmount"
+t0=$(date +%s%N)
+mt_umount      # the new binary's mounter drains the staged object; umount waits for it
+note "kegfs umount returned after $(( ($(date +%s%N) - t0) / 1000000 )) ms (drain through a 1 s store)"
 mt_mount
 cmp "$WORK/src" "$MNT/f" || fail "content after the drain and a remount without the cache"
+cmp "$WORK/src2" "$MNT/g" || fail "content of g after the drain and a remount without the cache"
 exit 0
