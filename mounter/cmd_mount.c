@@ -1154,7 +1154,8 @@ static void notify_error(int fd)
 
 /* The worker was asked to hand over (kegfs upgrade): every request it started
  * is answered; commit what is buffered and close the volume without waiting for
- * uploads (staged objects stay in the staging directory for the next worker).
+ * uploads (staged objects stay in the staging directory for the next worker) and
+ * without ending the session (the next worker takes it over).
  * TAKES se, fs, cfg, args.  Returns MNT_EXIT_UPGRADE. */
 static int handover_exit(struct mount_opts *o, struct fuse_session *se, struct keg_fs *fs,
                          struct fuse_loop_config *cfg, struct fuse_args *args)
@@ -1165,7 +1166,8 @@ static int handover_exit(struct mount_opts *o, struct fuse_session *se, struct k
     mnt_stats_phase("handover");
     keg_stack_set_drain(keg_fs_obj(fs), 0);
     mnt_stats_stop();
-    keg_fs_free(fs);      /* flushes and commits open files, ends the session */
+    keg_fs_keep_session(fs);    /* the next worker takes it over */
+    keg_fs_free(fs);      /* flushes and commits open files */
     mnt_inode_clear();
     if (cfg)
         fuse_loop_cfg_destroy(cfg);
@@ -1220,11 +1222,16 @@ static int run_session(struct mount_opts *o, const char *url, const char *abs_mp
     conf.access_key = o->access_key ? o->access_key : getenv("AWS_ACCESS_KEY_ID");
     conf.secret_key = o->secret_key ? o->secret_key : getenv("AWS_SECRET_ACCESS_KEY");
     conf.session_token = o->session_token ? o->session_token : getenv("AWS_SESSION_TOKEN");
+    /* a later worker keeps the session: the locks and unlinked-but-open files of the
+     * descriptors the kernel keeps open across the crash or upgrade */
+    conf.resume_session = w ? w->session : 0;
     rc = keg_fs_new(&conf, &fs);
     if (rc) {
         mnt_error("cannot open volume %s at %s: %s", volname, red, strerror(-rc));
         goto fail;
     }
+    if (w)
+        mnt_handle_set_session(keg_fs_session(fs));
     state.fs = fs;
     state.attr_timeout = o->attr_cache;
     state.entry_timeout = o->entry_cache;

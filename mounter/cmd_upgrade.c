@@ -356,7 +356,8 @@ int mnt_upgrade_super_begin(const char *abs_mp, pid_t worker)
 }
 
 void mnt_upgrade_super_exec(const char *abs_mp, const char *volname, int fuse_fd,
-                            const void *init, size_t init_len, unsigned epoch)
+                            const void *init, size_t init_len, unsigned epoch,
+                            uint64_t session)
 {
     char why[PATH_MAX + 512] = "";
     char binary[PATH_MAX];
@@ -375,10 +376,11 @@ void mnt_upgrade_super_exec(const char *abs_mp, const char *volname, int fuse_fd
         snprintf(why, sizeof(why), "memfd_create: %s", strerror(errno));
         goto fail;
     }
-    char *hdr = keg_asprintf(HANDOVER_MAGIC "fuse_fd=%d\nepoch=%u\nid=%s\nbinary=%s\n"
-                             "t0=%llu\nvolname=%s\nmountpoint=%s\ninit_len=%zu\n\n", fuse_fd,
-                             epoch, up_id, binary, (unsigned long long)up_t0,
-                             volname ? volname : "", abs_mp, init_len);
+    char *hdr = keg_asprintf(HANDOVER_MAGIC "fuse_fd=%d\nepoch=%u\nsession=%llu\nid=%s\n"
+                             "binary=%s\nt0=%llu\nvolname=%s\nmountpoint=%s\ninit_len=%zu\n\n",
+                             fuse_fd, epoch, (unsigned long long)session, up_id, binary,
+                             (unsigned long long)up_t0, volname ? volname : "", abs_mp,
+                             init_len);
     if (!hdr) {
         snprintf(why, sizeof(why), "out of memory");
         goto fail;
@@ -434,6 +436,7 @@ static struct {
     int      loaded;          /* 1: parsed, 0: not yet, -1: no handover */
     int      fuse_fd;
     unsigned epoch;
+    uint64_t session;         /* the workers' metadata session (0: none) */
     uint64_t t0;
     char     id[64];
     char     binary[PATH_MAX];
@@ -487,6 +490,8 @@ static int handover_load(void)
     ho.epoch = (unsigned)strtoul(v, NULL, 10);
     kv_get(buf, "t0", v, sizeof(v));
     ho.t0 = strtoull(v, NULL, 10);
+    kv_get(buf, "session", v, sizeof(v));      /* absent in records of older binaries */
+    ho.session = strtoull(v, NULL, 10);
     kv_get(buf, "init_len", v, sizeof(v));
     ho.init_len = strtoull(v, NULL, 10);
     kv_get(buf, "id", ho.id, sizeof(ho.id));
@@ -523,7 +528,8 @@ int mnt_upgrade_resuming(const char **abs_mp, const char **volname)
     return 1;
 }
 
-int mnt_upgrade_resume(int *fuse_fd, void **init, size_t *init_len, unsigned *epoch)
+int mnt_upgrade_resume(int *fuse_fd, void **init, size_t *init_len, unsigned *epoch,
+                       uint64_t *session)
 {
     int rc = handover_load();
     if (rc <= 0)
@@ -532,6 +538,7 @@ int mnt_upgrade_resume(int *fuse_fd, void **init, size_t *init_len, unsigned *ep
     *init = ho.init;            /* TAKES: the caller keg_free()s it */
     *init_len = ho.init_len;
     *epoch = ho.epoch;
+    *session = ho.session;
     ho.init = NULL;
     KEG_INFO("resumed %s in %s (fuse fd %d) after worker epoch %u", ho.mountpoint, ho.binary,
              ho.fuse_fd, ho.epoch);

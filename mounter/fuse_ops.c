@@ -617,6 +617,12 @@ static void mnt_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
     struct mnt_dtok t;
     struct keg_fh *fh = mnt_handle_remove(fi->fh, 0);
     mnt_handle_commit_begin(0, ino, &t);
+    /* a description that used flock: the kernel names its lock owner, which a
+     * handle of a previous worker (adopted, or never used here) does not know */
+    if (fi->flock_release && fh)
+        keg_fs_release_owner(mnt(req)->fs, fh, fi->lock_owner);
+    else if (fi->flock_release)
+        keg_fs_release_unknown(mnt(req)->fs, ino, fi->lock_owner);
     int rc = fh ? keg_fs_release(mnt(req)->fs, fh) : 0;   /* unknown: never used here */
     rc = mnt_handle_commit_end(&t, rc);
     if (rc < 0)

@@ -99,6 +99,7 @@ struct mnt_dirty_tab {
     uint32_t              nslots;
     uint64_t              overflow;     /* dirty handles that found no free slot */
     uint64_t              lost_below;   /* file handles of epochs below this are lost */
+    uint64_t              session;      /* the workers' metadata session (atomic) */
     struct mnt_dirty_slot slot[MNT_DIRTY_SLOTS];
 };
 
@@ -199,6 +200,22 @@ static struct keg_fs *hfs;
 static int hfs_read_only;
 static struct mnt_dirty_tab *dtab;        /* set once, before the session; NULL: none */
 static int have_dtab;                     /* this worker runs under a supervisor */
+
+uint64_t mnt_dirty_session(const struct mnt_dirty_tab *t)
+{
+    return t ? __atomic_load_n(&t->session, __ATOMIC_ACQUIRE) : 0;
+}
+
+void mnt_dirty_set_session(struct mnt_dirty_tab *t, uint64_t sid)
+{
+    if (t)
+        __atomic_store_n(&t->session, sid, __ATOMIC_RELEASE);
+}
+
+void mnt_handle_set_session(uint64_t sid)
+{
+    mnt_dirty_set_session(dtab, sid);
+}
 
 void mnt_handle_use_dirty(struct mnt_dirty_tab *t)
 {
@@ -404,6 +421,8 @@ static int adopt(uint64_t id, uint64_t ino, int dir, void **out)
         rc = keg_fs_open(hfs, &c, ino, hfs_read_only ? O_RDONLY : O_RDWR, &fh, &keep);
         if (rc == -EROFS || rc == -EACCES || rc == -EPERM || rc == -ETXTBSY)
             rc = keg_fs_open(hfs, &c, ino, O_RDONLY, &fh, &keep);
+        if (rc == 0)
+            keg_fs_fh_adopted(hfs, fh);     /* its locks are not known here */
         h = fh;
     }
     if (rc < 0) {

@@ -356,6 +356,12 @@ unsigned mnt_dirty_report(const struct mnt_dirty_tab *t, int pid);
  * between workers. */
 typedef void mnt_dirty_fn(void *arg, uint64_t id, uint64_t ino);
 void     mnt_dirty_foreach(const struct mnt_dirty_tab *t, mnt_dirty_fn *fn, void *arg);
+/* The metadata session of the mount's workers, kept in the table so that the
+ * next worker takes it over (0: none yet, or no table).  The worker sets it
+ * (mnt_handle_set_session) once it has one; the supervisor reads it. */
+uint64_t mnt_dirty_session(const struct mnt_dirty_tab *t);
+void     mnt_dirty_set_session(struct mnt_dirty_tab *t, uint64_t sid);
+void     mnt_handle_set_session(uint64_t sid);
 
 /*--- the mount supervisor (mnt_super.c) ---*/
 /* What a worker gets from its supervisor. */
@@ -365,6 +371,7 @@ struct mnt_worker {
     size_t      init_len;
     unsigned    epoch;       /* 1 for the first worker, +1 per restart */
     int         handover;    /* 1: the previous worker handed over (upgrade), not crashed */
+    uint64_t    session;     /* the previous worker's metadata session, to take over (0: none) */
 };
 /* Runs the FUSE session on w (in the forked worker).  notify_fd: the pipe to a
  * waiting `mount -d` parent (first worker only), or -1.  Returns the exit status. */
@@ -423,14 +430,16 @@ int  mnt_upgrade_super_begin(const char *abs_mp, pid_t worker);
 /* The worker handed over: exec the new binary keeping fuse_fd.  Returns only
  * when that failed (the result says so); the caller starts a worker again. */
 void mnt_upgrade_super_exec(const char *abs_mp, const char *volname, int fuse_fd,
-                            const void *init, size_t init_len, unsigned epoch);
+                            const void *init, size_t init_len, unsigned epoch,
+                            uint64_t session);
 /* In a process started by mnt_upgrade_super_exec: 1 with the mount point and
  * volume name of the handover (static strings), 0 in any other process, -errno
  * for a broken record. */
 int  mnt_upgrade_resuming(const char **abs_mp, const char **volname);
 /* 1 with the descriptor, the INIT bytes (TAKES: caller keg_free()s) and the last
  * worker's epoch, 0 if this process is not resuming, -errno. */
-int  mnt_upgrade_resume(int *fuse_fd, void **init, size_t *init_len, unsigned *epoch);
+int  mnt_upgrade_resume(int *fuse_fd, void **init, size_t *init_len, unsigned *epoch,
+                        uint64_t *session);
 /* The resumed supervisor started its first worker: write the "ok" result. */
 void mnt_upgrade_super_started(const char *abs_mp, pid_t worker);
 /* Ask the supervisor of abs_mp to upgrade to binary (NULL: its own) and wait up

@@ -227,7 +227,7 @@ static int super_resume(int *fd, char **init, struct mnt_worker *w, unsigned *fi
     void *buf = NULL;
     size_t len = 0;
     unsigned epoch = 0;
-    int rc = mnt_upgrade_resume(fd, &buf, &len, &epoch);
+    int rc = mnt_upgrade_resume(fd, &buf, &len, &epoch, &w->session);
     if (rc <= 0)
         return rc;
     *init = buf;
@@ -243,7 +243,8 @@ static int super_resume(int *fd, char **init, struct mnt_worker *w, unsigned *fi
  * adopt the open handles like any later worker. */
 static void super_handover(const struct mnt_super_conf *sc, int fd, struct mnt_worker *w)
 {
-    mnt_upgrade_super_exec(sc->abs_mp, sc->volname, fd, w->init, w->init_len, w->epoch);
+    mnt_upgrade_super_exec(sc->abs_mp, sc->volname, fd, w->init, w->init_len, w->epoch,
+                           w->session);
     w->handover = 1;
     resend_pending(fd);
 }
@@ -310,6 +311,8 @@ resumed:
         KEG_WARN("cannot write the state file in %s: %s ('kegfs umount' will not wait, "
                  "'kegfs info' will not work)", mnt_run_dir(), strerror(-rc));
     dirty = mnt_dirty_create();
+    if (dirty)
+        mnt_dirty_set_session(dirty, w.session);    /* from the handover record, or 0 */
     if (!dirty)
         KEG_WARN("cannot map the record of uncommitted writes (%s): after a worker crash "
                  "every file open at the time fails writes, fsync and close with EIO",
@@ -362,6 +365,9 @@ resumed:
                 break;
             }
         }
+        /* the next worker, of this binary or another, takes the session over */
+        if (dirty && mnt_dirty_session(dirty))
+            w.session = mnt_dirty_session(dirty);
         if (WIFEXITED(st) && WEXITSTATUS(st) == MNT_EXIT_UPGRADE && !stop_sig) {
             super_handover(sc, fd, &w);      /* returns only when the exec failed */
             continue;

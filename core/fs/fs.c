@@ -648,13 +648,29 @@ int keg_fs_new(const struct keg_fs_conf *conf, struct keg_fs **out)
                  (int)getpid(), conf->mountpoint ? conf->mountpoint : "", KEG_VERSION,
                  fs->session_timeout);
         keg_meta_session_list(fs->meta, check_timeout_cb, fs);
-        rc = keg_meta_session_begin(fs->meta, info, &sid);
+        rc = -ENOENT;
+        if (conf->resume_session) {
+            rc = keg_meta_session_resume(fs->meta, conf->resume_session, info);
+            if (rc == 0) {
+                sid = conf->resume_session;
+                KEG_INFO("took over session %llu of the previous worker",
+                         (unsigned long long)sid);
+            } else {
+                KEG_WARN("cannot take over session %llu of the previous worker (%s): the "
+                         "locks it held are released and its unlinked files that were "
+                         "still open are gone; registering a new session",
+                         (unsigned long long)conf->resume_session, strerror(-rc));
+            }
+        }
+        if (rc < 0)
+            rc = keg_meta_session_begin(fs->meta, info, &sid);
         if (rc < 0) {
             KEG_ERR("cannot register a session with %s: %s", fs->meta->url_redacted,
                     strerror(-rc));
             goto fail4;
         }
         fs->has_session = 1;
+        fs->sid = sid;
         __atomic_store_n(&fs->hb_last_ns, keg_mono_ns(), __ATOMIC_RELAXED);
         /* unlink/rename purge inside the op what is not open here (ns.c) */
         fs->meta->open_inodes = fs_inode_list;
@@ -727,7 +743,9 @@ void keg_fs_free(struct keg_fs *fs)
     stop_threads(fs);
     run_deletions(fs, 4);
     fs_unlocks_free(fs);       /* session_end drops the session's locks */
-    if (fs->has_session) {
+    if (fs->has_session && fs->keep_session) {
+        KEG_INFO("session %llu left for the next worker", (unsigned long long)fs->sid);
+    } else if (fs->has_session) {
         int rc = keg_meta_session_end(fs->meta);
         if (rc < 0)
             KEG_WARN("session end: %s", strerror(-rc));
@@ -781,6 +799,16 @@ int keg_fs_bg_stats(struct keg_fs *fs, struct keg_fs_bg_stats *st)
     if (st->has_session)
         st->heartbeat_age_ns = keg_mono_ns() - __atomic_load_n(&fs->hb_last_ns, __ATOMIC_RELAXED);
     return 0;
+}
+
+uint64_t keg_fs_session(struct keg_fs *fs)
+{
+    return fs->has_session ? fs->sid : 0;
+}
+
+void keg_fs_keep_session(struct keg_fs *fs)
+{
+    fs->keep_session = 1;
 }
 
 struct keg_meta *keg_fs_meta(struct keg_fs *fs)

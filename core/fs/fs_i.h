@@ -337,6 +337,8 @@ struct keg_fs {
     int               read_only;
     int               acl;          /* POSIX ACLs enforced by the kernel (keg_fs_set_acl) */
     int               has_session;
+    int               keep_session; /* keg_fs_free does not end it (handover) */
+    uint64_t          sid;
     uint64_t          buffer_size;
     unsigned          heartbeat_sec;
     unsigned          session_timeout;
@@ -588,6 +590,7 @@ struct keg_fh {
     int              flags;         /* open(2) flags */
     int              flocked;       /* a flock is held under flock_owner */
     uint64_t         flock_owner;
+    int              adopted;       /* reopened for a previous worker's handle */
     /* lock.c: owners that set byte-range locks through this handle and have
      * not closed it since (protected by ip->mu): the OFD locks of the open
      * file description, released at the last close */

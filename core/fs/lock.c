@@ -23,7 +23,14 @@
  *    so its locks go then (fs_locks_release): that is what releases OFD locks.
  *    An OFD owner id never equals a file table's, so FLUSH never drops them.
  *  - a mounter that ends or dies loses all its locks with its session
- *    (session_end, or session_clean_stale of another mounter).
+ *    (session_end, or session_clean_stale of another mounter).  A worker that
+ *    replaces a crashed one, or takes over in an upgrade, keeps the session
+ *    and so the locks; it does not know their owners, so a handle it reopens
+ *    for the old worker's (keg_fs_fh_adopted) makes every flush of the inode
+ *    release the closing owner's locks, and its release drops the owner the
+ *    kernel names when the description used flock (its flock and OFD locks).
+ *    OFD locks of a description that never used flock are then held until
+ *    the session ends.
  *
  * An unlock the engine fails (unreachable past its retries, an I/O error) at a
  * flush or a release has nobody to report to -- the kernel ignores the errors
@@ -315,6 +322,25 @@ void fs_locks_release(struct keg_fs *fs, struct keg_fh *fh)
     keg_free(fh->lk_owners);
     fh->lk_owners = NULL;
     fh->nlk_owners = fh->clk_owners = 0;
+}
+
+void keg_fs_release_owner(struct keg_fs *fs, struct keg_fh *fh, uint64_t owner)
+{
+    KEG_UNUSED(fs);
+    if (!fh->adopted)
+        return;
+    fh->flocked = 1;
+    fh->flock_owner = owner;
+    if (owner_note(fh, owner) < 0)
+        KEG_WARN("no memory to note lock owner %llx of inode %llu: its OFD locks stay "
+                 "held until the session ends", (unsigned long long)owner,
+                 (unsigned long long)fh->ip->ino);
+}
+
+void keg_fs_release_unknown(struct keg_fs *fs, uint64_t ino, uint64_t owner)
+{
+    unlock_or_keep(fs, 1, ino, owner);
+    unlock_or_keep(fs, 0, ino, owner);
 }
 
 int keg_fs_getlk(struct keg_fs *fs, struct keg_fh *fh, uint64_t owner, struct keg_plock *lk)

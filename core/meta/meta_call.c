@@ -29,6 +29,7 @@ static const char *const mc_names[KEG_META_OP_N] = {
     [KEG_META_OP_STATFS] = "statfs",
     [KEG_META_OP_SESSION_BEGIN] = "session_begin",
     [KEG_META_OP_SESSION_HEARTBEAT] = "session_heartbeat",
+    [KEG_META_OP_SESSION_RESUME] = "session_resume",
     [KEG_META_OP_SESSION_END] = "session_end",
     [KEG_META_OP_SESSION_LIST] = "session_list",
     [KEG_META_OP_SESSION_CLEAN_STALE] = "session_clean_stale",
@@ -235,6 +236,17 @@ int keg_meta_session_begin(struct keg_meta *m, const char *info, uint64_t *sid)
     int rc = m->ops->session_begin(m, info, sid);
     KEG_ASSERT(rc < 0 || *sid != 0);
     return mc_status(m, KEG_META_OP_SESSION_BEGIN, t0, rc);
+}
+
+int keg_meta_session_resume(struct keg_meta *m, uint64_t sid, const char *info)
+{
+    if (!m->ops->session_resume)
+        return -ENOSYS;
+    if (sid == 0)
+        return -EINVAL;
+    uint64_t t0 = mc_begin();
+    int rc = m->ops->session_resume(m, sid, info);
+    return mc_status(m, KEG_META_OP_SESSION_RESUME, t0, rc);
 }
 
 int keg_meta_session_heartbeat(struct keg_meta *m)

@@ -152,6 +152,9 @@ static const struct mr_script_def mr_scripts[S_NSCRIPTS] = {
     /* the same scripts for F_UNLCK only: releasing a lock must work on a full server */
     [S_FLOCK_UN]   = {"flock_unlock", FREE(MR_LUA_FLOCK), 1},
     [S_SETLK_UN]   = {"setlk_unlock", FREE(MR_LUA_SETLK), 1},
+    /* allow-oom: it rewrites the session's score and info (a worker restart on a
+     * full server must keep the session, see the heartbeat) */
+    [S_SESS_RESUME] = {"session_resume", FREE(MR_LUA_SESS_RESUME), 1},
 };
 
 
@@ -986,6 +989,26 @@ static int mr_session_begin(struct keg_meta *m, const char *info, uint64_t *sid)
     if (rc == 0)
         mr_names_start(p);
     return rc;
+}
+
+static int mr_session_resume(struct keg_meta *m, uint64_t sid, const char *info)
+{
+    struct mr_priv *p = PRIV(m);
+    struct mr_args a = {0};
+    redisReply *r;
+    if (mr_sid(p))
+        return -EEXIST;
+    /* the scripts read the session id from p->sid: set it for this call */
+    __atomic_store_n(&p->sid, sid, __ATOMIC_RELEASE);
+    mr_arg_str(&a, info ? info : "");
+    int rc = mr_eval(p, S_SESS_RESUME, &a, &r);
+    if (rc) {
+        __atomic_store_n(&p->sid, 0, __ATOMIC_RELEASE);
+        return rc;
+    }
+    freeReplyObject(r);
+    mr_names_start(p);
+    return 0;
 }
 
 static int mr_session_heartbeat(struct keg_meta *m)
@@ -1906,6 +1929,7 @@ const struct keg_meta_ops keg_meta_redis_ops = {
     .statfs = mr_statfs,
     .session_begin = mr_session_begin,
     .session_heartbeat = mr_session_heartbeat,
+    .session_resume = mr_session_resume,
     .session_end = mr_session_end,
     .session_list = mr_session_list,
     .session_clean_stale = mr_session_clean_stale,

@@ -1284,6 +1284,27 @@ static int sq_session_begin(struct keg_meta *m, const char *info, uint64_t *sid)
     return rc;
 }
 
+static int sq_session_resume_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
+{
+    static const char upd[] = "UPDATE session SET heartbeat=?, info=? WHERE sid=?";
+    struct sq_sess_arg *a = arg;
+    int rc = sq_exec(c, upd, "iti", sq_now_sec(), a->info ? a->info : "", I(a->sid));
+    if (rc < 0)
+        return rc;
+    return rc == 0 ? -ENOENT : 0;
+}
+
+static int sq_session_resume(struct keg_meta *m, uint64_t sid, const char *info)
+{
+    struct sq_sess_arg a = {.sid = sid, .info = info};
+    if (sq_sid(m))
+        return -EEXIST;
+    int rc = sq_txn(m, SQ_WRITE, sq_session_resume_fn, &a);
+    if (rc == 0)
+        __atomic_store_n(&P(m)->sid, sid, __ATOMIC_RELEASE);
+    return rc;
+}
+
 static int sq_session_heartbeat_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
 {
     static const char upd[] = "UPDATE session SET heartbeat=? WHERE sid=?";
@@ -2892,6 +2913,7 @@ const struct keg_meta_ops keg_meta_sqlite_ops = {
     .alloc_ids = sq_alloc_ids,
     .statfs = sq_statfs,
     .session_begin = sq_session_begin,
+    .session_resume = sq_session_resume,
     .session_heartbeat = sq_session_heartbeat,
     .session_end = sq_session_end,
     .session_list = sq_session_list,

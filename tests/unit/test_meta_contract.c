@@ -1935,6 +1935,42 @@ static void test_flock(void **state)
     assert_int_equal(keg_meta_flock(t->m, f, 1, F_WRLCK), 0);
 }
 
+/* A later instance takes over a session that was not ended (a mounter's next
+ * worker): its locks and pending inodes stay, as its own; ending it then releases
+ * and purges them.  A session that was ended cannot be taken over. */
+static void test_session_resume(void **state)
+{
+    struct t *t = *state;
+    struct keg_meta *m2 = second(t);
+    struct keg_meta *m3 = NULL;
+    struct keg_attr a;
+    struct keg_unlinked g;
+    uint64_t s1, s2;
+    assert_int_equal(keg_meta_session_begin(t->m, "worker 1", &s1), 0);
+    uint64_t f = mkfile(t->m, KEG_ROOT_INO, "f");
+    uint64_t h = mkfile(t->m, KEG_ROOT_INO, "h");
+    assert_int_equal(keg_meta_flock(t->m, h, 7, F_WRLCK), 0);
+    assert_int_equal(keg_meta_unlink(t->m, KEG_ROOT_INO, "f", &g), 0);
+    assert_int_equal(g.purged, 0);              /* pending in session 1 */
+    /* the first instance stops without ending the session; a new one takes it over */
+    assert_int_equal(keg_meta_open(t->url, &m3), 0);
+    assert_int_equal(keg_meta_session_resume(m3, s1 + 1000, "worker 2"), -ENOENT);
+    assert_int_equal(keg_meta_session_resume(m3, s1, "worker 2"), 0);
+    assert_int_equal(keg_meta_session_resume(m3, s1, "again"), -EEXIST);
+    assert_int_equal(keg_meta_session_heartbeat(m3), 0);
+    assert_int_equal(keg_meta_session_begin(m2, "other", &s2), 0);
+    assert_int_equal(keg_meta_flock(m2, h, 7, F_WRLCK), -EAGAIN);      /* still held */
+    assert_int_equal(keg_meta_flock(m3, h, 7, F_WRLCK), 0);            /* and its own */
+    assert_int_equal(keg_meta_getattr(m2, f, &a), 0);
+    assert_int_equal(a.nlink, 0);
+    /* the session's end (the last worker's unmount) releases and purges */
+    assert_int_equal(keg_meta_session_end(m3), 0);
+    assert_int_equal(keg_meta_flock(m2, h, 8, F_WRLCK), 0);
+    assert_int_equal(keg_meta_getattr(m2, f, &a), -ENOENT);
+    assert_int_equal(keg_meta_session_resume(m3, s1, "late"), -ENOENT);
+    keg_meta_close(m3);
+}
+
 static void test_plock(void **state)
 {
     struct t *t = *state;
@@ -2363,6 +2399,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_quota, setup_quota, teardown),
         T(test_xattr),
         T(test_flock),
+        T(test_session_resume),
         T(test_plock),
         T(test_sessions),
         T(test_concurrency),

@@ -64,6 +64,11 @@ struct keg_fs_conf {
      * be staged by a writeback mounter elsewhere).  0: fail at once with EIO
      * after one reload of the layout. */
     unsigned    missing_block_wait_ms;
+    /* A session to take over instead of registering a new one (0: none): the one
+     * of the mounter's previous worker, which crashed or handed over, so that the
+     * locks and the unlinked-but-open files of the files still open in the kernel
+     * survive.  When it no longer exists, a new one is registered (logged). */
+    uint64_t    resume_session;
 };
 
 /* Open the volume at conf->meta_url: engine, format, object stack, session,
@@ -72,6 +77,11 @@ struct keg_fs_conf {
  * the session and closes the stack. */
 int  keg_fs_new(const struct keg_fs_conf *conf, struct keg_fs **out);
 void keg_fs_free(struct keg_fs *fs);
+/* The session id (0: none). */
+uint64_t keg_fs_session(struct keg_fs *fs);
+/* Make keg_fs_free leave the session registered, for the next worker to take
+ * over (keg_fs_conf.resume_session): a handover. */
+void keg_fs_keep_session(struct keg_fs *fs);
 /* Commit every open file and carry out the pending purges (unlinked files no
  * longer open) and block deletions now, instead of within the next second.
  * The mounter calls it at unmount before draining the writeback, so that the
@@ -217,6 +227,19 @@ int keg_fs_setlk(struct keg_fs *fs, struct keg_fh *fh, uint64_t owner,
                  const struct keg_plock *lk, int wait);
 /* op: LOCK_SH, LOCK_EX, LOCK_UN, optionally | LOCK_NB. */
 int keg_fs_flock(struct keg_fs *fs, struct keg_fh *fh, uint64_t owner, int op);
+/* Handles of a previous worker (the mounter's, over the same FUSE connection and
+ * session).  fh reopens such a handle: the locks set through it are not known
+ * here, so every close of its inode releases the closing owner's byte-range
+ * locks, and keg_fs_release_owner applies; an inode unlinked meanwhile (nlink 0)
+ * is purged at its last release here.  */
+void keg_fs_fh_adopted(struct keg_fs *fs, struct keg_fh *fh);
+/* The kernel's release of a description that used flock names its lock owner
+ * (also the owner of its OFD locks): for an adopted fh, those locks go at
+ * keg_fs_release.  No effect on other handles (they know their owners). */
+void keg_fs_release_owner(struct keg_fs *fs, struct keg_fh *fh, uint64_t owner);
+/* The release of a previous worker's handle never used here: drops the flock and
+ * byte-range locks of owner on ino. */
+void keg_fs_release_unknown(struct keg_fs *fs, uint64_t ino, uint64_t owner);
 /* Interrupt the blocking setlk/flock waits of lock owner `owner` (FUSE
  * INTERRUPT): they return -EINTR.  No effect if none is waiting. */
 void keg_fs_interrupt(struct keg_fs *fs, uint64_t owner);

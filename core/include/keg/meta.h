@@ -379,6 +379,13 @@ struct keg_meta_ops {
     /* The counters of a mounting session's directory name cache, for `kegfs
      * stats`.  Optional (NULL or -errno: the engine has none, or not now). */
     int  (*name_cache_stats)(struct keg_meta *m, struct keg_meta_name_cache *st);
+
+    /* Take over session sid, registered earlier by another instance (a mounter's
+     * previous worker) and not ended: later ops use it as their own, its locks and
+     * unlinked-but-open inodes stay; its info becomes info and its heartbeat now.
+     * -ENOENT when it no longer exists (ended, or cleaned up as stale), -EEXIST
+     * when this instance has a session already. */
+    int  (*session_resume)(struct keg_meta *m, uint64_t sid, const char *info);
 };
 
 struct keg_meta {
@@ -455,7 +462,7 @@ enum keg_meta_op {
     KEG_META_OP_DELQ_ACK, KEG_META_OP_GETXATTR, KEG_META_OP_SETXATTR,
     KEG_META_OP_LISTXATTR, KEG_META_OP_REMOVEXATTR, KEG_META_OP_FLOCK, KEG_META_OP_GETLK,
     KEG_META_OP_SETLK, KEG_META_OP_SYNC, KEG_META_OP_NEXT_CHUNK,
-    KEG_META_OP_NAME_CACHE_STATS,
+    KEG_META_OP_NAME_CACHE_STATS, KEG_META_OP_SESSION_RESUME,
     KEG_META_OP_N,
 };
 
@@ -490,6 +497,7 @@ int keg_meta_alloc_ids(struct keg_meta *m, int kind, uint32_t n, uint64_t *first
 int keg_meta_statfs(struct keg_meta *m, uint64_t *used_bytes, uint64_t *used_inodes);
 int keg_meta_session_begin(struct keg_meta *m, const char *info, uint64_t *sid);
 int keg_meta_session_heartbeat(struct keg_meta *m);
+int keg_meta_session_resume(struct keg_meta *m, uint64_t sid, const char *info);
 int keg_meta_session_end(struct keg_meta *m);
 int keg_meta_session_list(struct keg_meta *m, keg_meta_session_cb *cb, void *arg);
 int keg_meta_session_clean_stale(struct keg_meta *m, int64_t max_age, uint32_t *cleaned);
