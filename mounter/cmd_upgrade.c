@@ -608,6 +608,7 @@ int mnt_upgrade_request(const char *abs_mp, const char *binary, unsigned timeout
         if (mnt_read_small_file(resp, &res) == 0) {
             kv_get(res, "id", v, sizeof(v));
             if (strcmp(v, id) == 0) {
+                unlink(resp);       /* read: nobody else waits for it */
                 char status[16], ms[32], worker[32], bin[PATH_MAX], m[400];
                 kv_get(res, "status", status, sizeof(status));
                 kv_get(res, "handover_ms", ms, sizeof(ms));

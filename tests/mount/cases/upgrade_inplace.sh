@@ -31,6 +31,8 @@ wait_for 60 alive || fail "the app did not start"
 lines() { wc -l < "$MNT/app/log"; }
 more_than() { [ "$(lines)" -gt "$1" ]; }
 
+results() { find "${KEGFS_RUN_DIR:-/run/kegfs}/mounts" -name '*.upgrade-result' 2>/dev/null | wc -l; }
+r0=$(results)
 # a binary that does not run here is refused; the mount is untouched
 printf '#!/bin/sh\nexit 3\n' > "$WORK/broken" && chmod 755 "$WORK/broken"
 out=$("$KEGFS" upgrade --binary "$WORK/broken" "$MNT" 2>&1) && fail "a broken binary was accepted: $out"
@@ -39,6 +41,7 @@ assert_eq "$(pgrep -P "$sup" | head -1)" "$w1" "the worker after a refused upgra
 
 t0=$(date +%s%N)
 out=$("$KEGFS" upgrade --binary "$WORK/kegfs-new" "$MNT" 2>&1) || fail "upgrade: $out"
+assert_eq "$(results)" "$r0" "upgrade result files left in /run/kegfs/mounts"
 ms=$(( ($(date +%s%N) - t0) / 1000000 ))
 note "$out (command took ${ms} ms)"
 kill -0 "$sup" || fail "the supervisor is gone"
