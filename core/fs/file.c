@@ -1038,18 +1038,16 @@ int keg_fs_fsync(struct keg_fs *fs, struct keg_fh *fh, int datasync)
     return rc;
 }
 
+/* An inode with nlink 0 is not marked for purging at its last release here: it
+ * may be pending in another mounter's session too, which still reads it.  What
+ * the previous worker left pending in this session goes when the session ends. */
 void keg_fs_fh_adopted(struct keg_fs *fs, struct keg_fh *fh)
 {
     struct fs_inode *ip = fh->ip;
-    struct keg_attr a;
-    /* unlinked while the previous worker had it open: the session's to purge
-     * when the last descriptor goes (the engine keeps it pending until then) */
-    int gone = keg_meta_getattr(fs->meta, ip->ino, &a) == 0 && a.nlink == 0;
+    KEG_UNUSED(fs);
     fh->adopted = 1;
     pthread_mutex_lock(&ip->mu);
     ip->plocked = 1;        /* the previous worker's owners may hold locks on it (lock.c) */
-    if (gone)
-        ip->unlinked = 1;
     pthread_mutex_unlock(&ip->mu);
 }
 

@@ -230,8 +230,8 @@ int keg_fs_flock(struct keg_fs *fs, struct keg_fh *fh, uint64_t owner, int op);
 /* Handles of a previous worker (the mounter's, over the same FUSE connection and
  * session).  fh reopens such a handle: the locks set through it are not known
  * here, so every close of its inode releases the closing owner's byte-range
- * locks, and keg_fs_release_owner applies; an inode unlinked meanwhile (nlink 0)
- * is purged at its last release here.  */
+ * locks, and keg_fs_release_owner applies.  An inode the previous worker left
+ * unlinked but open stays pending until the session ends.  */
 void keg_fs_fh_adopted(struct keg_fs *fs, struct keg_fh *fh);
 /* The kernel's release of a description that used flock names its lock owner
  * (also the owner of its OFD locks): for an adopted fh, those locks go at
