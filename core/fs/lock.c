@@ -172,6 +172,20 @@ struct fs_unlock {
     int               is_flock; /* 1: the owner's flock, 0: all its byte-range locks */
 };
 
+static const char *lock_kind(int is_flock)
+{
+    return is_flock ? "flock" : "byte-range locks";
+}
+
+/* Take *pp out of fs->unlocks (fs->unlock_mu held) and free it. */
+static void unlock_forget(struct keg_fs *fs, struct fs_unlock **pp)
+{
+    struct fs_unlock *u = *pp;
+    *pp = u->next;
+    keg_free(u);
+    __atomic_sub_fetch(&fs->nunlocks, 1, __ATOMIC_RELAXED);
+}
+
 /* Drop owner's flock, or every byte-range lock of owner, on ino.  0 when done
  * (also when the inode is gone: its locks went with it), else -errno. */
 static int unlock_all(struct keg_fs *fs, int is_flock, uint64_t ino, uint64_t owner)
@@ -210,14 +224,13 @@ static void unlock_or_keep(struct keg_fs *fs, int is_flock, uint64_t ino, uint64
     pthread_mutex_unlock(&fs->unlock_mu);
     if (u) {
         KEG_WARN("releasing the %s of inode %llu failed (%s): trying again every second",
-                 is_flock ? "flock" : "byte-range locks", (unsigned long long)ino,
-                 strerror(-rc));
+                 lock_kind(is_flock), (unsigned long long)ino, strerror(-rc));
         pthread_mutex_lock(&fs->bg_mu);     /* the heartbeat thread schedules the retry */
         pthread_cond_broadcast(&fs->bg_cv);
         pthread_mutex_unlock(&fs->bg_mu);
     } else {
         KEG_ERR("releasing the %s of inode %llu failed (%s), and there is no memory to "
-                "try again: held until this mount ends", is_flock ? "flock" : "byte-range locks",
+                "try again: held until this mount ends", lock_kind(is_flock),
                 (unsigned long long)ino, strerror(-rc));
     }
 }
@@ -243,9 +256,7 @@ static int unlock_pending_first(struct keg_fs *fs, uint64_t ino, uint64_t owner)
             pp = &u->next;
             continue;
         }
-        *pp = u->next;
-        keg_free(u);
-        __atomic_sub_fetch(&fs->nunlocks, 1, __ATOMIC_RELAXED);
+        unlock_forget(fs, pp);
     }
     pthread_mutex_unlock(&fs->unlock_mu);
     return rc;
@@ -270,10 +281,8 @@ void fs_unlocks_retry(struct keg_fs *fs)
             break;
         }
         KEG_INFO("released the %s of inode %llu (an earlier try had failed)",
-                 u->is_flock ? "flock" : "byte-range locks", (unsigned long long)u->ino);
-        *pp = u->next;
-        keg_free(u);
-        __atomic_sub_fetch(&fs->nunlocks, 1, __ATOMIC_RELAXED);
+                 lock_kind(u->is_flock), (unsigned long long)u->ino);
+        unlock_forget(fs, pp);
     }
     pthread_mutex_unlock(&fs->unlock_mu);
 }
@@ -281,12 +290,8 @@ void fs_unlocks_retry(struct keg_fs *fs)
 void fs_unlocks_free(struct keg_fs *fs)
 {
     pthread_mutex_lock(&fs->unlock_mu);
-    while (fs->unlocks) {
-        struct fs_unlock *u = fs->unlocks;
-        fs->unlocks = u->next;
-        keg_free(u);
-    }
-    __atomic_store_n(&fs->nunlocks, 0, __ATOMIC_RELAXED);
+    while (fs->unlocks)
+        unlock_forget(fs, &fs->unlocks);
     pthread_mutex_unlock(&fs->unlock_mu);
 }
 
