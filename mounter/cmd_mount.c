@@ -1167,13 +1167,20 @@ static int handover_exit(struct mount_opts *o, struct fuse_session *se, struct k
     keg_stack_set_drain(keg_fs_obj(fs), 0);
     mnt_stats_stop();
     keg_fs_keep_session(fs);    /* the next worker takes it over */
+    /* commit file by file first: what fails stays in the dirty record, and the
+     * next worker fails those descriptors with EIO instead of taking them as clean */
+    unsigned lost = mnt_handle_commit_all();
     keg_fs_free(fs);      /* flushes and commits open files */
     mnt_inode_clear();
     if (cfg)
         fuse_loop_cfg_destroy(cfg);
     fuse_session_destroy(se);   /* closes this process's copy of the descriptor */
     fuse_opt_free_args(args);
-    KEG_INFO("handed over");
+    if (lost)
+        KEG_ERR("handed over with the data of %u open file%s not committed", lost,
+                lost == 1 ? "" : "s");
+    else
+        KEG_INFO("handed over");
     return MNT_EXIT_UPGRADE;
 }
 

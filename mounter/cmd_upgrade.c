@@ -21,6 +21,7 @@
  *                                                                   objects stay in the staging
  *                                                                   dir), exit MNT_EXIT_UPGRADE
  *                                 memfd: fuse fd number, epoch,
+ *                                 session, dirty record's fd,
  *                                 volume name, mount point, the
  *                                 saved FUSE_INIT bytes, the id
  *                                 clear FD_CLOEXEC on /dev/fuse
@@ -47,10 +48,12 @@
  * binary that execs but then cannot run (it crashes before resuming) takes the
  * mount down: that is what the --version check is for.
  *
- * What does not carry over: POSIX and flock locks held through the old worker
- * (its metadata session ends), and files that were unlinked while open (their
- * inode goes with the old session; reopening them fails with ENOENT).  Everything
- * written is committed or staged before the old worker exits.
+ * What carries over besides the descriptor: the metadata session (so the locks
+ * held through the old worker and files unlinked while open stay), and the
+ * dirty record (mnt_handle.c), a memory file whose descriptor is passed like
+ * /dev/fuse's.  The old worker commits every open file before it exits; a file
+ * whose commit fails stays marked in the record, so the new worker fails its
+ * old descriptors with EIO instead of taking them as clean.
  */
 #define _GNU_SOURCE
 #define FUSE_USE_VERSION 314
@@ -357,7 +360,7 @@ int mnt_upgrade_super_begin(const char *abs_mp, pid_t worker)
 
 void mnt_upgrade_super_exec(const char *abs_mp, const char *volname, int fuse_fd,
                             const void *init, size_t init_len, unsigned epoch,
-                            uint64_t session)
+                            uint64_t session, int record_fd)
 {
     char why[PATH_MAX + 512] = "";
     char binary[PATH_MAX];
@@ -376,11 +379,12 @@ void mnt_upgrade_super_exec(const char *abs_mp, const char *volname, int fuse_fd
         snprintf(why, sizeof(why), "memfd_create: %s", strerror(errno));
         goto fail;
     }
-    char *hdr = keg_asprintf(HANDOVER_MAGIC "fuse_fd=%d\nepoch=%u\nsession=%llu\nid=%s\n"
-                             "binary=%s\nt0=%llu\nvolname=%s\nmountpoint=%s\ninit_len=%zu\n\n",
-                             fuse_fd, epoch, (unsigned long long)session, up_id, binary,
-                             (unsigned long long)up_t0, volname ? volname : "", abs_mp,
-                             init_len);
+    char *hdr = keg_asprintf(HANDOVER_MAGIC "fuse_fd=%d\nepoch=%u\nsession=%llu\n"
+                             "record_fd=%d\nid=%s\nbinary=%s\nt0=%llu\nvolname=%s\n"
+                             "mountpoint=%s\ninit_len=%zu\n\n",
+                             fuse_fd, epoch, (unsigned long long)session, record_fd, up_id,
+                             binary, (unsigned long long)up_t0, volname ? volname : "",
+                             abs_mp, init_len);
     if (!hdr) {
         snprintf(why, sizeof(why), "out of memory");
         goto fail;
@@ -395,7 +399,8 @@ void mnt_upgrade_super_exec(const char *abs_mp, const char *volname, int fuse_fd
     }
     char env[32];
     snprintf(env, sizeof(env), "%d", mfd);
-    if (fcntl(fuse_fd, F_SETFD, 0) < 0 || setenv(HANDOVER_ENV, env, 1) < 0) {
+    if (fcntl(fuse_fd, F_SETFD, 0) < 0 || (record_fd >= 0 && fcntl(record_fd, F_SETFD, 0) < 0) ||
+        setenv(HANDOVER_ENV, env, 1) < 0) {
         snprintf(why, sizeof(why), "cannot prepare the descriptor: %s", strerror(errno));
         goto fail;
     }
@@ -423,6 +428,8 @@ void mnt_upgrade_super_exec(const char *abs_mp, const char *volname, int fuse_fd
     unsetenv(HANDOVER_ENV);
 fail:
     fcntl(fuse_fd, F_SETFD, FD_CLOEXEC);
+    if (record_fd >= 0)
+        fcntl(record_fd, F_SETFD, FD_CLOEXEC);
     if (mfd >= 0)
         close(mfd);
     KEG_ERR("upgrade of %s failed: %s; starting a worker of this binary again", abs_mp, why);
@@ -437,6 +444,7 @@ static struct {
     int      fuse_fd;
     unsigned epoch;
     uint64_t session;         /* the workers' metadata session (0: none) */
+    int      record_fd;       /* the memfd of the dirty record (mnt_handle.c), or -1 */
     uint64_t t0;
     char     id[64];
     char     binary[PATH_MAX];
@@ -492,6 +500,10 @@ static int handover_load(void)
     ho.t0 = strtoull(v, NULL, 10);
     kv_get(buf, "session", v, sizeof(v));      /* absent in records of older binaries */
     ho.session = strtoull(v, NULL, 10);
+    kv_get(buf, "record_fd", v, sizeof(v));    /* absent in records of older binaries */
+    ho.record_fd = v[0] ? (int)strtol(v, NULL, 10) : -1;
+    if (ho.record_fd < 3 || ho.record_fd == ho.fuse_fd || fcntl(ho.record_fd, F_GETFD) < 0)
+        ho.record_fd = -1;      /* not inherited after all: start a new record */
     kv_get(buf, "init_len", v, sizeof(v));
     ho.init_len = strtoull(v, NULL, 10);
     kv_get(buf, "id", ho.id, sizeof(ho.id));
@@ -529,7 +541,7 @@ int mnt_upgrade_resuming(const char **abs_mp, const char **volname)
 }
 
 int mnt_upgrade_resume(int *fuse_fd, void **init, size_t *init_len, unsigned *epoch,
-                       uint64_t *session)
+                       uint64_t *session, int *record_fd)
 {
     int rc = handover_load();
     if (rc <= 0)
@@ -539,6 +551,7 @@ int mnt_upgrade_resume(int *fuse_fd, void **init, size_t *init_len, unsigned *ep
     *init_len = ho.init_len;
     *epoch = ho.epoch;
     *session = ho.session;
+    *record_fd = ho.record_fd;
     ho.init = NULL;
     KEG_INFO("resumed %s in %s (fuse fd %d) after worker epoch %u", ho.mountpoint, ho.binary,
              ho.fuse_fd, ho.epoch);

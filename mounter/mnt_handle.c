@@ -51,6 +51,13 @@
  * fsync: committing them would make the lost range a hole that reads as zeros.
  * The slot stays filled until the release, so a second crash does not forget it.
  *
+ * The record is a memory file (memfd) mapped shared, so that an in-place
+ * upgrade passes it to the new binary with the /dev/fuse descriptor
+ * (cmd_upgrade.c).  The worker that hands over commits every dirty file
+ * (mnt_handle_commit_all) before it exits: only the handles of a file whose
+ * commit failed, and the lost handles of an earlier crash, stay in the record,
+ * and the new binary's worker treats them as after a crash.
+ *
  * Slot states: free (id 0) -> dirty (id, ino; this worker) -> free (commit or
  * release) | -> lost (the worker died; adopted by the next one) -> free (release).
  *
@@ -69,6 +76,8 @@
 #include <pthread.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define KEG_LOG_TAG "fuse"
 #include "keg/fs.h"
@@ -103,24 +112,81 @@ struct mnt_dirty_tab {
     struct mnt_dirty_slot slot[MNT_DIRTY_SLOTS];
 };
 
+static int record_fd = -1;   /* the memfd behind the supervisor's table, or -1 */
+
+static int record_valid(const struct mnt_dirty_tab *t)
+{
+    return t->magic == MNT_DIRTY_MAGIC && t->nslots == MNT_DIRTY_SLOTS;
+}
+
 struct mnt_dirty_tab *mnt_dirty_create(void)
 {
-    struct mnt_dirty_tab *t = mmap(NULL, sizeof(*t), PROT_READ | PROT_WRITE,
-                                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (t == MAP_FAILED)
+    struct mnt_dirty_tab *t;
+    int fd = memfd_create("kegfs-record", MFD_CLOEXEC);
+    if (fd >= 0 && ftruncate(fd, (off_t)sizeof(*t)) < 0) {
+        close(fd);
+        fd = -1;
+    }
+    if (fd >= 0) {
+        t = mmap(NULL, sizeof(*t), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    } else {        /* no memfd: the table works, but cannot follow an upgrade */
+        KEG_WARN("cannot create the record of uncommitted writes as a memory file (%s): "
+                 "an in-place upgrade will not carry it to the new binary", strerror(errno));
+        t = mmap(NULL, sizeof(*t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    }
+    if (t == MAP_FAILED) {
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
+        errno = e;
         return NULL;
+    }
     t->magic = MNT_DIRTY_MAGIC;
     t->nslots = MNT_DIRTY_SLOTS;
+    record_fd = fd;
     return t;
+}
+
+struct mnt_dirty_tab *mnt_dirty_attach(int fd)
+{
+    struct mnt_dirty_tab *t;
+    struct stat st = {0};
+    if (fstat(fd, &st) < 0 || st.st_size != (off_t)sizeof(*t)) {
+        KEG_WARN("the previous binary's record of uncommitted writes has another layout "
+                 "(%lld bytes): starting a new one", (long long)st.st_size);
+        close(fd);
+        return NULL;
+    }
+    t = mmap(NULL, sizeof(*t), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (t == MAP_FAILED || !record_valid(t)) {
+        KEG_WARN("cannot use the previous binary's record of uncommitted writes (%s): "
+                 "starting a new one", t == MAP_FAILED ? strerror(errno) : "unknown layout");
+        if (t != MAP_FAILED)
+            munmap(t, sizeof(*t));
+        close(fd);
+        return NULL;
+    }
+    fcntl(fd, F_SETFD, FD_CLOEXEC);
+    record_fd = fd;
+    return t;
+}
+
+int mnt_dirty_fd(const struct mnt_dirty_tab *t)
+{
+    return t ? record_fd : -1;
 }
 
 void mnt_dirty_free(struct mnt_dirty_tab *t)
 {
     if (t)
         munmap(t, sizeof(*t));
+    if (t && record_fd >= 0) {
+        close(record_fd);
+        record_fd = -1;
+    }
 }
 
-unsigned mnt_dirty_report(const struct mnt_dirty_tab *t, int pid)
+unsigned mnt_dirty_report(const struct mnt_dirty_tab *t, int pid, const char *how)
 {
     char inos[160];
     size_t used = 0;
@@ -142,13 +208,13 @@ unsigned mnt_dirty_report(const struct mnt_dirty_tab *t, int pid)
     }
     uint64_t over = __atomic_load_n(&t->overflow, __ATOMIC_ACQUIRE);
     if (over)
-        KEG_ERR("worker %d died with uncommitted data of %" PRIu64 " open files it could "
+        KEG_ERR("worker %d %s uncommitted data of %" PRIu64 " open files it could "
                 "not record: every file open through it is treated as having lost data "
-                "(writes, fsync and close through it fail with EIO)", pid, over);
+                "(writes, fsync and close through it fail with EIO)", pid, how, over);
     if (n)
-        KEG_ERR("worker %d died with uncommitted data in %u open file handle%s (inode%s %s%s): "
+        KEG_ERR("worker %d %s uncommitted data in %u open file handle%s (inode%s %s%s): "
                 "that data is lost; writes, fsync and close through %s fail with EIO",
-                pid, n, n == 1 ? "" : "s", n == 1 ? "" : "s", inos, n > 8 ? " ..." : "",
+                pid, how, n, n == 1 ? "" : "s", n == 1 ? "" : "s", inos, n > 8 ? " ..." : "",
                 n == 1 ? "it" : "them");
     return n;
 }
@@ -601,6 +667,54 @@ int mnt_handle_commit_end(struct mnt_dtok *t, int rc)
         t->d = NULL;
     }
     return t->lost ? -EIO : rc;
+}
+
+unsigned mnt_handle_commit_all(void)
+{
+    struct pick {
+        uint64_t       id, ino;
+        struct keg_fh *fh;
+    } *v = NULL;
+    size_t n = 0;
+    unsigned failed = 0;
+
+    if (!dtab)
+        return 0;
+    pthread_mutex_lock(&mu);
+    for (int pass = 0; pass < 2; pass++) {      /* count, then fill */
+        size_t k = 0;
+        for (unsigned b = 0; b < NDINO; b++) {
+            for (struct mnt_dino *d = dinos[b]; d; d = d->next) {
+                if (!d->dirty)
+                    continue;
+                if (v)
+                    v[k] = (struct pick){d->dirty->id, d->ino, d->dirty->h};
+                k++;
+            }
+        }
+        n = k;
+        if (pass == 0 && (n == 0 || !(v = keg_calloc(n, sizeof(*v)))))
+            break;
+    }
+    pthread_mutex_unlock(&mu);
+    if (n && !v) {
+        KEG_ERR("handing over: no memory to commit %zu files one by one: the next worker "
+                "treats their descriptors as having lost data", n);
+        return (unsigned)n;
+    }
+    for (size_t i = 0; i < n; i++) {
+        struct mnt_dtok t;
+        mnt_handle_commit_begin(v[i].id, v[i].ino, &t);
+        int rc = mnt_handle_commit_end(&t, keg_fs_commit(hfs, v[i].fh));
+        if (rc < 0) {
+            KEG_ERR("handing over: cannot commit inode %" PRIu64 ": %s (the data written "
+                    "through its open descriptors since their last commit is lost: they "
+                    "fail with EIO under the next worker)", v[i].ino, strerror(-rc));
+            failed++;
+        }
+    }
+    keg_free(v);
+    return failed;
 }
 
 void *mnt_handle_remove(uint64_t id, int dir)

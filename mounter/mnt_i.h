@@ -340,18 +340,29 @@ void     mnt_handle_write_end(struct mnt_dtok *t);
  * begun since commit_begin, every dirty handle of the inode becomes clean. */
 void     mnt_handle_commit_begin(uint64_t id, uint64_t ino, struct mnt_dtok *t);
 int      mnt_handle_commit_end(struct mnt_dtok *t, int rc);
+/* A worker handing over, with no request running: commits every file with dirty
+ * handles and makes those handles clean; a file whose commit fails keeps its
+ * handles in the shared record, so that the next worker refuses them (EIO).
+ * Returns the number of files that failed. */
+unsigned mnt_handle_commit_all(void);
 
 /* The supervisor's side of the dirty record.  mnt_dirty_create maps it shared
- * and anonymous (inherited by every forked worker); NULL if that fails.  A
- * worker calls mnt_handle_use_dirty(t) -- t may be NULL: then every adopted
- * file handle counts as lost -- before mnt_handle_setup.  After a worker died,
- * mnt_dirty_report logs (ERROR) the handles whose data it lost; returns their
- * number. */
+ * (inherited by every forked worker) from a memory file, whose descriptor
+ * (mnt_dirty_fd, close-on-exec; -1 when the table had to be anonymous) an
+ * upgrade passes to the new binary, which maps the same table again with
+ * mnt_dirty_attach (TAKES fd; NULL, with a WARN, if it has another layout).
+ * NULL if that fails.  A worker calls mnt_handle_use_dirty(t) -- t may be
+ * NULL: then every adopted file handle counts as lost -- before
+ * mnt_handle_setup.  After a worker died or handed over, mnt_dirty_report logs
+ * (ERROR) the handles whose data it lost ("worker PID <how> uncommitted data
+ * ..."); returns their number. */
 struct mnt_dirty_tab;
 struct mnt_dirty_tab *mnt_dirty_create(void);
+struct mnt_dirty_tab *mnt_dirty_attach(int fd);
+int      mnt_dirty_fd(const struct mnt_dirty_tab *t);
 void     mnt_dirty_free(struct mnt_dirty_tab *t);
 void     mnt_handle_use_dirty(struct mnt_dirty_tab *t);
-unsigned mnt_dirty_report(const struct mnt_dirty_tab *t, int pid);
+unsigned mnt_dirty_report(const struct mnt_dirty_tab *t, int pid, const char *how);
 /* Calls fn for every handle in the record (id, inode).  For the supervisor,
  * between workers. */
 typedef void mnt_dirty_fn(void *arg, uint64_t id, uint64_t ino);
@@ -431,15 +442,16 @@ int  mnt_upgrade_super_begin(const char *abs_mp, pid_t worker);
  * when that failed (the result says so); the caller starts a worker again. */
 void mnt_upgrade_super_exec(const char *abs_mp, const char *volname, int fuse_fd,
                             const void *init, size_t init_len, unsigned epoch,
-                            uint64_t session);
+                            uint64_t session, int record_fd);
 /* In a process started by mnt_upgrade_super_exec: 1 with the mount point and
  * volume name of the handover (static strings), 0 in any other process, -errno
  * for a broken record. */
 int  mnt_upgrade_resuming(const char **abs_mp, const char **volname);
-/* 1 with the descriptor, the INIT bytes (TAKES: caller keg_free()s) and the last
- * worker's epoch, 0 if this process is not resuming, -errno. */
+/* 1 with the descriptor, the INIT bytes (TAKES: caller keg_free()s), the last
+ * worker's epoch and session and the dirty record's memfd (-1: none; TAKES),
+ * 0 if this process is not resuming, -errno. */
 int  mnt_upgrade_resume(int *fuse_fd, void **init, size_t *init_len, unsigned *epoch,
-                        uint64_t *session);
+                        uint64_t *session, int *record_fd);
 /* The resumed supervisor started its first worker: write the "ok" result. */
 void mnt_upgrade_super_started(const char *abs_mp, pid_t worker);
 /* Ask the supervisor of abs_mp to upgrade to binary (NULL: its own) and wait up

@@ -45,8 +45,8 @@
  *     sends before starting the new worker so that they are queued again (a
  *     resent request may have been carried out once already: e.g. a create then
  *     fails with EEXIST);
- *   - POSIX/flock locks of the crashed worker's session stay until that session
- *     is stale.
+ *   - the new worker takes over the crashed worker's metadata session (its id is
+ *     in the dirty record), so the locks held through it stay held.
  * Open files and kernel inode references carry over: see mnt_handle.c and
  * fuse_inode.c.
  *
@@ -222,12 +222,13 @@ static void inval_lost(void *arg, uint64_t id, uint64_t ino)
 
 /* This process was exec'ed by an upgrading supervisor: take its descriptor and
  * INIT bytes.  Returns 1 (resumed), 0 (a fresh mount), or -errno. */
-static int super_resume(int *fd, char **init, struct mnt_worker *w, unsigned *first_epoch)
+static int super_resume(int *fd, char **init, struct mnt_worker *w, unsigned *first_epoch,
+                        int *record_fd)
 {
     void *buf = NULL;
     size_t len = 0;
     unsigned epoch = 0;
-    int rc = mnt_upgrade_resume(fd, &buf, &len, &epoch, &w->session);
+    int rc = mnt_upgrade_resume(fd, &buf, &len, &epoch, &w->session, record_fd);
     if (rc <= 0)
         return rc;
     *init = buf;
@@ -238,13 +239,16 @@ static int super_resume(int *fd, char **init, struct mnt_worker *w, unsigned *fi
     return 1;
 }
 
-/* The worker stopped for a handover: exec the new binary on fd.  On return (exec
- * failed) the loop starts a worker of this binary; the handover flag makes it
- * adopt the open handles like any later worker. */
-static void super_handover(const struct mnt_super_conf *sc, int fd, struct mnt_worker *w)
+/* The worker stopped for a handover: exec the new binary on fd, passing it the
+ * dirty record (whatever the worker could not commit stays marked there, and
+ * so do the handles an earlier crash left without their data).  On return
+ * (exec failed) the loop starts a worker of this binary; the handover flag
+ * makes it adopt the open handles like any later worker. */
+static void super_handover(const struct mnt_super_conf *sc, int fd, struct mnt_worker *w,
+                           const struct mnt_dirty_tab *dirty)
 {
     mnt_upgrade_super_exec(sc->abs_mp, sc->volname, fd, w->init, w->init_len, w->epoch,
-                           w->session);
+                           w->session, mnt_dirty_fd(dirty));
     w->handover = 1;
     resend_pending(fd);
 }
@@ -264,9 +268,10 @@ int mnt_super_run(const struct mnt_super_conf *sc, int notify_fd)
     pid_t last_worker = 0;
     struct mnt_dirty_tab *dirty = NULL;
     unsigned first_epoch = 1;
+    int record_fd = -1;
 
     memset(&w, 0, sizeof(w));
-    if (super_resume(&fd, &init, &w, &first_epoch) > 0) {
+    if (super_resume(&fd, &init, &w, &first_epoch, &record_fd) > 0) {
         mounted = 1;        /* by the binary we replaced; not re-read: no INIT comes */
         goto resumed;
     }
@@ -310,8 +315,10 @@ resumed:
     if (rc)
         KEG_WARN("cannot write the state file in %s: %s ('kegfs umount' will not wait, "
                  "'kegfs info' will not work)", mnt_run_dir(), strerror(-rc));
-    dirty = mnt_dirty_create();
-    if (dirty)
+    dirty = record_fd >= 0 ? mnt_dirty_attach(record_fd) : NULL;
+    if (!dirty)
+        dirty = mnt_dirty_create();
+    if (dirty && !mnt_dirty_session(dirty))
         mnt_dirty_set_session(dirty, w.session);    /* from the handover record, or 0 */
     if (!dirty)
         KEG_WARN("cannot map the record of uncommitted writes (%s): after a worker crash "
@@ -369,7 +376,9 @@ resumed:
         if (dirty && mnt_dirty_session(dirty))
             w.session = mnt_dirty_session(dirty);
         if (WIFEXITED(st) && WEXITSTATUS(st) == MNT_EXIT_UPGRADE && !stop_sig) {
-            super_handover(sc, fd, &w);      /* returns only when the exec failed */
+            if (mnt_dirty_report(dirty, (int)pid, "handed over with") > 0)
+                mnt_dirty_foreach(dirty, inval_lost, &fd);
+            super_handover(sc, fd, &w, dirty);      /* returns only when the exec failed */
             continue;
         }
         w.handover = 0;
@@ -400,7 +409,7 @@ resumed:
         }
         KEG_ERR("worker %d was killed by signal %d%s; starting a new worker on the same "
                 "FUSE connection", (int)pid, sig, WCOREDUMP(st) ? " (core dumped)" : "");
-        if (mnt_dirty_report(dirty, (int)pid) > 0)
+        if (mnt_dirty_report(dirty, (int)pid, "died with") > 0)
             mnt_dirty_foreach(dirty, inval_lost, &fd);
         resend_pending(fd);
     }

@@ -975,6 +975,11 @@ int keg_fs_flush(struct keg_fs *fs, struct keg_fh *fh, uint64_t lock_owner)
     return rc;
 }
 
+int keg_fs_commit(struct keg_fs *fs, struct keg_fh *fh)
+{
+    return fs_flush_inode(fs, fh->ip, 1);
+}
+
 /* Makes the blocks committed for ip durable: those of the slices noted since
  * the last fsync (keg_obj_sync_keys), or the whole store when that list is
  * incomplete or an inode with unsynced slices was freed meanwhile. */

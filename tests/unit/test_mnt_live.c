@@ -1,6 +1,7 @@
 /* test_mnt_live.c -- the mounter's handle table (ids, epochs, stale ids, the dirty
  * record that outlives a crashed worker) and its stats file (write, read back,
  * prune of a dead mounter's file). */
+#define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -137,7 +138,7 @@ static void test_dirty_record(void **state)
     mnt_handle_commit_begin(ib, 10, &k);
     assert_int_equal(mnt_handle_commit_end(&k, 0), 0);
     assert_int_equal(dirty_used(t), 1);
-    assert_int_equal(mnt_dirty_report(t, 4242), 1);
+    assert_int_equal(mnt_dirty_report(t, 4242, "died with"), 1);
     /* release frees the slot of a dirty handle */
     assert_ptr_equal(mnt_handle_remove(ic, 0), &c);
     assert_int_equal(dirty_used(t), 0);
@@ -197,6 +198,49 @@ static void test_dirty_record(void **state)
     dtab = NULL;
     have_dtab = 0;
     mnt_dirty_free(t);
+}
+
+/* An upgrade passes the record's memory file to the new binary, which maps the
+ * same table again: slots, the overflow count and the session carry over, and a
+ * record of another layout is refused. */
+static void test_dirty_record_handover(void **state)
+{
+    struct mnt_dirty_tab *t = mnt_dirty_create();
+    assert_non_null(t);
+    int fd = mnt_dirty_fd(t);
+    assert_true(fd >= 0);
+    assert_true(fcntl(fd, F_GETFD) & FD_CLOEXEC);
+    mnt_dirty_set_session(t, 77);
+    t->slot[3].ino = 40;
+    t->slot[3].id = (5ULL << 48) | 2;
+    t->overflow = 1;
+    int fd2 = dup(fd);                       /* what the exec'd binary inherits */
+    assert_true(fd2 >= 0);
+    struct mnt_dirty_tab *u = mnt_dirty_attach(fd2);
+    assert_non_null(u);
+    assert_ptr_not_equal(u, t);
+    assert_int_equal(mnt_dirty_session(u), 77);
+    assert_int_equal(u->slot[3].id, (5ULL << 48) | 2);
+    assert_int_equal(u->slot[3].ino, 40);
+    assert_int_equal(u->overflow, 1);
+    u->slot[3].id = 0;                       /* one memory: the other mapping sees it */
+    assert_int_equal(t->slot[3].id, 0);
+    assert_int_equal(mnt_dirty_fd(u), fd2);
+    munmap(t, sizeof(*t));                   /* the old image's mapping goes at exec */
+    close(fd);
+    mnt_dirty_free(u);
+    assert_int_equal(fcntl(fd2, F_GETFD), -1);   /* closed with the table */
+
+    /* a memory file of another size, or without the magic, is not used */
+    int bad = memfd_create("x", MFD_CLOEXEC);
+    assert_true(bad >= 0);
+    assert_int_equal(ftruncate(bad, 4096), 0);
+    assert_null(mnt_dirty_attach(bad));
+    bad = memfd_create("y", MFD_CLOEXEC);
+    assert_true(bad >= 0);
+    assert_int_equal(ftruncate(bad, (off_t)sizeof(struct mnt_dirty_tab)), 0);
+    assert_null(mnt_dirty_attach(bad));
+    (void)state;
 }
 
 /* Writes and commits from many threads on a few handles of two inodes: no
@@ -340,6 +384,7 @@ int main(void)
         cmocka_unit_test(test_handle_many),
         cmocka_unit_test(test_dirty_record),
         cmocka_unit_test(test_dirty_record_threads),
+        cmocka_unit_test(test_dirty_record_handover),
         cmocka_unit_test(test_stats_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

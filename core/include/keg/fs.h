@@ -182,6 +182,9 @@ ssize_t keg_fs_write(struct keg_fs *fs, struct keg_fh *fh, uint64_t off, const v
 /* close(2) of one descriptor: commits buffered data, drops the POSIX locks
  * of lock_owner.  Returns the deferred write error, if any. */
 int keg_fs_flush(struct keg_fs *fs, struct keg_fh *fh, uint64_t lock_owner);
+/* Commits the buffered data of fh's file, as keg_fs_flush, and touches no lock
+ * (a worker handing over).  Returns the deferred write error, if any. */
+int keg_fs_commit(struct keg_fs *fs, struct keg_fh *fh);
 int keg_fs_fsync(struct keg_fs *fs, struct keg_fh *fh, int datasync);
 /* Last close: commits, drops flock of the handle, frees fh (INVALIDATES fh). */
 int keg_fs_release(struct keg_fs *fs, struct keg_fh *fh);
