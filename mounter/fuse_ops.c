@@ -608,7 +608,14 @@ static void mnt_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         return;
     mnt_handle_commit_begin(fi->fh, ino, &t);   /* EIO if the handle lost data in a crash */
     int rc = keg_fs_flush(mnt(req)->fs, fh, fi->lock_owner);
+    mnt_handle_lock_flushed(ino, fi->lock_owner);
     fuse_reply_err(req, -mnt_handle_commit_end(&t, rc));
+}
+
+/* An owner noted through a previous worker's handle, at that handle's release. */
+static void release_noted_owner(void *arg, uint64_t ino, uint64_t owner)
+{
+    keg_fs_release_unknown(arg, ino, owner);
 }
 
 static void mnt_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -623,6 +630,8 @@ static void mnt_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
         keg_fs_release_owner(mnt(req)->fs, fh, fi->lock_owner);
     else if (fi->flock_release)
         keg_fs_release_unknown(mnt(req)->fs, ino, fi->lock_owner);
+    /* and the OFD owners noted for it (mnt_handle.c), which the kernel does not name */
+    mnt_handle_lock_release(fi->fh, release_noted_owner, mnt(req)->fs);
     int rc = fh ? keg_fs_release(mnt(req)->fs, fh) : 0;   /* unknown: never used here */
     rc = mnt_handle_commit_end(&t, rc);
     if (rc < 0)
@@ -972,6 +981,8 @@ static void mnt_setlk(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi,
     if (!fh)
         return;
     flock_to_plock(lock, &p);
+    if (p.type != F_UNLCK)          /* noted before the lock exists (see mnt_release) */
+        mnt_handle_lock_note(fi->fh, ino, fi->lock_owner);
     if (sleep) {
         fuse_req_interrupt_func(req, lock_interrupted, &w);
         if (fuse_req_interrupted(req)) {   /* before the wait began: would be lost */

@@ -58,6 +58,16 @@
  * commit failed, and the lost handles of an earlier crash, stay in the record,
  * and the new binary's worker treats them as after a crash.
  *
+ * LOCK OWNERS.  The same record notes, before each byte-range lock request,
+ * which owner locks through which handle (mnt_handle_lock_note), forgets the
+ * owner when it flushes the inode (a process's close drops its POSIX locks
+ * there) and forgets the handle's owners at its release.  A worker that
+ * replaces another gets the release of the old handles, where the kernel names
+ * no owner unless the description used flock; the owners still noted for such
+ * a handle can only be the description's OFD owner, and are released
+ * (mnt_handle_lock_release).  The count of notes in use is a hint that keeps
+ * the common release (no locks) to one load; a new worker recounts it.
+ *
  * Slot states: free (id 0) -> dirty (id, ino; this worker) -> free (commit or
  * release) | -> lost (the worker died; adopted by the next one) -> free (release).
  *
@@ -95,6 +105,7 @@
 #define MNT_DIRTY_MAGIC   0x6b444952u   /* "kDIR" */
 #define MNT_SLOT_NONE     (-1)
 #define MNT_SLOT_OVERFLOW (-2)
+#define MNT_OWNER_SLOTS   1024u
 
 /* Fields are read and written with __atomic builtins: a worker writes, the
  * supervisor and later workers read after it died. */
@@ -103,13 +114,24 @@ struct mnt_dirty_slot {
     uint64_t ino;     /* its inode (for the log) */
 };
 
+/* A lock owner that set a byte-range lock through a file handle and has not
+ * flushed since: at the handle's release it can only be the open file
+ * description's own (OFD) owner, which the kernel does not name then. */
+struct mnt_owner_slot {
+    uint64_t id;      /* handle id, 0: free */
+    uint64_t ino;
+    uint64_t owner;
+};
+
 struct mnt_dirty_tab {
     uint32_t              magic;
     uint32_t              nslots;
     uint64_t              overflow;     /* dirty handles that found no free slot */
     uint64_t              lost_below;   /* file handles of epochs below this are lost */
     uint64_t              session;      /* the workers' metadata session (atomic) */
+    uint64_t              nowners;      /* owner slots in use (a hint: recounted at start) */
     struct mnt_dirty_slot slot[MNT_DIRTY_SLOTS];
+    struct mnt_owner_slot own[MNT_OWNER_SLOTS];
 };
 
 static int record_fd = -1;   /* the memfd behind the supervisor's table, or -1 */
@@ -295,6 +317,12 @@ void mnt_handle_setup(struct keg_fs *fs, unsigned worker_epoch, int is_restart, 
     hfs_read_only = read_only;
     epoch = (uint64_t)(worker_epoch & 0xffffu);
     restarted = is_restart;
+    if (dtab && is_restart) {        /* the previous worker may have died mid-update */
+        uint64_t n = 0;
+        for (unsigned k = 0; k < MNT_OWNER_SLOTS; k++)
+            n += __atomic_load_n(&dtab->own[k].id, __ATOMIC_ACQUIRE) != 0;
+        __atomic_store_n(&dtab->nowners, n, __ATOMIC_RELEASE);
+    }
     if (dtab && is_restart && __atomic_load_n(&dtab->overflow, __ATOMIC_ACQUIRE) > 0) {
         /* the dead worker had dirty handles it could not record: all are suspect */
         __atomic_store_n(&dtab->lost_below, epoch, __ATOMIC_RELEASE);
@@ -667,6 +695,89 @@ int mnt_handle_commit_end(struct mnt_dtok *t, int rc)
         t->d = NULL;
     }
     return t->lost ? -EIO : rc;
+}
+
+/*----- lock owners noted per handle -----*/
+
+/* LOCKS: mu held. */
+static void owner_free(unsigned k)
+{
+    __atomic_store_n(&dtab->own[k].id, 0, __ATOMIC_RELEASE);
+    __atomic_sub_fetch(&dtab->nowners, 1, __ATOMIC_RELEASE);
+}
+
+void mnt_handle_lock_note(uint64_t id, uint64_t ino, uint64_t owner)
+{
+    static int warned;                  /* protected by mu */
+    unsigned spare = MNT_OWNER_SLOTS;
+    if (!dtab)
+        return;
+    pthread_mutex_lock(&mu);
+    for (unsigned k = 0; k < MNT_OWNER_SLOTS; k++) {
+        struct mnt_owner_slot *o = &dtab->own[k];
+        uint64_t oid = __atomic_load_n(&o->id, __ATOMIC_RELAXED);
+        if (oid == id && o->ino == ino && o->owner == owner) {
+            spare = MNT_OWNER_SLOTS + 1;        /* noted already */
+            break;
+        }
+        if (oid == 0 && spare == MNT_OWNER_SLOTS)
+            spare = k;
+    }
+    if (spare < MNT_OWNER_SLOTS) {
+        struct mnt_owner_slot *o = &dtab->own[spare];
+        __atomic_store_n(&o->ino, ino, __ATOMIC_RELAXED);
+        __atomic_store_n(&o->owner, owner, __ATOMIC_RELAXED);
+        __atomic_store_n(&o->id, id, __ATOMIC_RELEASE);
+        __atomic_add_fetch(&dtab->nowners, 1, __ATOMIC_RELEASE);
+    } else if (spare == MNT_OWNER_SLOTS && !warned) {
+        warned = 1;
+        KEG_WARN("more than %u lock owners hold byte-range locks through open files: the "
+                 "OFD locks of the others stay held until the mount ends if this worker is "
+                 "replaced (crash or upgrade) before they are released", MNT_OWNER_SLOTS);
+    }
+    pthread_mutex_unlock(&mu);
+}
+
+void mnt_handle_lock_flushed(uint64_t ino, uint64_t owner)
+{
+    if (!dtab || !__atomic_load_n(&dtab->nowners, __ATOMIC_ACQUIRE))
+        return;
+    pthread_mutex_lock(&mu);
+    for (unsigned k = 0; k < MNT_OWNER_SLOTS; k++) {
+        struct mnt_owner_slot *o = &dtab->own[k];
+        if (__atomic_load_n(&o->id, __ATOMIC_RELAXED) && o->ino == ino && o->owner == owner)
+            owner_free(k);
+    }
+    pthread_mutex_unlock(&mu);
+}
+
+void mnt_handle_lock_release(uint64_t id, mnt_owner_fn *fn, void *arg)
+{
+    enum { BATCH = 16 };
+    uint64_t ino[BATCH], owner[BATCH];
+    unsigned n;
+    int earlier = restarted && (id >> 48) != epoch;
+
+    if (!dtab)
+        return;
+    do {
+        n = 0;
+        if (!__atomic_load_n(&dtab->nowners, __ATOMIC_ACQUIRE))
+            break;
+        pthread_mutex_lock(&mu);
+        for (unsigned k = 0; k < MNT_OWNER_SLOTS && n < BATCH; k++) {
+            struct mnt_owner_slot *o = &dtab->own[k];
+            if (__atomic_load_n(&o->id, __ATOMIC_ACQUIRE) != id)
+                continue;
+            ino[n] = o->ino;
+            owner[n] = o->owner;
+            n++;
+            owner_free(k);
+        }
+        pthread_mutex_unlock(&mu);
+        for (unsigned i = 0; earlier && fn && i < n; i++)
+            fn(arg, ino[i], owner[i]);
+    } while (n == BATCH);
 }
 
 unsigned mnt_handle_commit_all(void)

@@ -340,6 +340,19 @@ void     mnt_handle_write_end(struct mnt_dtok *t);
  * begun since commit_begin, every dirty handle of the inode becomes clean. */
 void     mnt_handle_commit_begin(uint64_t id, uint64_t ino, struct mnt_dtok *t);
 int      mnt_handle_commit_end(struct mnt_dtok *t, int rc);
+/* The lock owners that set byte-range locks through a file handle, noted in the
+ * shared record so that a later worker (crash, upgrade) can release a handle's
+ * OFD locks at its last close, where the kernel does not name their owner.
+ * lock_note: before a lock request of owner through handle id on ino (a full
+ * record only logs a WARN).  lock_flushed: owner closed a descriptor of ino
+ * (FLUSH), which drops its byte-range locks there.  lock_release: the handle's
+ * last close (RELEASE): forgets its owners, calling fn(arg, ino, owner) for
+ * each first when the handle is an earlier worker's (core does not know its
+ * owners then). */
+typedef void mnt_owner_fn(void *arg, uint64_t ino, uint64_t owner);
+void     mnt_handle_lock_note(uint64_t id, uint64_t ino, uint64_t owner);
+void     mnt_handle_lock_flushed(uint64_t ino, uint64_t owner);
+void     mnt_handle_lock_release(uint64_t id, mnt_owner_fn *fn, void *arg);
 /* A worker handing over, with no request running: commits every file with dirty
  * handles and makes those handles clean; a file whose commit fails keeps its
  * handles in the shared record, so that the next worker refuses them (EIO).

@@ -29,8 +29,9 @@
  *    for the old worker's (keg_fs_fh_adopted) makes every flush of the inode
  *    release the closing owner's locks, and its release drops the owner the
  *    kernel names when the description used flock (its flock and OFD locks).
- *    OFD locks of a description that never used flock are then held until
- *    the session ends.
+ *    For a description that never used flock the mounter knows the owners
+ *    from its own record (mnt_handle.c) and releases each with
+ *    keg_fs_release_unknown.
  *
  * An unlock the engine fails (unreachable past its retries, an I/O error) at a
  * flush or a release has nobody to report to -- the kernel ignores the errors

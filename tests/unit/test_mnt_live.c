@@ -243,6 +243,75 @@ static void test_dirty_record_handover(void **state)
     (void)state;
 }
 
+/* Lock owners noted per handle: a flush of the owner forgets it, a release of
+ * this worker's handle forgets its owners silently (core releases them), a
+ * release of an earlier worker's handle hands them out to be released; the
+ * notes survive into the next worker. */
+static uint64_t got_ino[32], got_owner[32];
+static unsigned ngot;
+
+static void got_one(void *arg, uint64_t ino, uint64_t owner)
+{
+    assert_ptr_equal(arg, &ngot);
+    assert_true(ngot < 32);
+    got_ino[ngot] = ino;
+    got_owner[ngot++] = owner;
+}
+
+static void test_lock_owners(void **state)
+{
+    int a, b;
+    struct mnt_dirty_tab *t = mnt_dirty_create();
+    assert_non_null(t);
+    mnt_handle_use_dirty(t);
+    mnt_handle_setup(NULL, 1, 0, 0);
+    uint64_t ia = mnt_handle_new(0, &a, 50), ib = mnt_handle_new(0, &b, 51);
+    mnt_handle_lock_note(ia, 50, 0xa1);        /* an OFD owner */
+    mnt_handle_lock_note(ia, 50, 0xa1);        /* noted once */
+    mnt_handle_lock_note(ia, 50, 0xf1);        /* a process's file table */
+    mnt_handle_lock_note(ib, 51, 0xb1);
+    assert_int_equal(t->nowners, 3);
+    mnt_handle_lock_flushed(50, 0xf1);         /* close(2) by that process */
+    assert_int_equal(t->nowners, 2);
+    mnt_handle_lock_flushed(51, 0xa1);         /* another inode: nothing */
+    assert_int_equal(t->nowners, 2);
+    ngot = 0;
+    assert_ptr_equal(mnt_handle_remove(ib, 0), &b);
+    mnt_handle_lock_release(ib, got_one, &ngot);    /* this worker's: core knows */
+    assert_int_equal(ngot, 0);
+    assert_int_equal(t->nowners, 1);
+
+    /* worker 2 after a crash: ia's OFD owner is released at ia's release */
+    t->nowners = 7;                            /* a count the crash left wrong */
+    mnt_handle_setup(NULL, 2, 1, 0);
+    assert_int_equal(t->nowners, 1);
+    mnt_handle_lock_release(ia, got_one, &ngot);
+    assert_int_equal(ngot, 1);
+    assert_int_equal(got_ino[0], 50);
+    assert_int_equal(got_owner[0], 0xa1);
+    assert_int_equal(t->nowners, 0);
+    mnt_handle_lock_release(ia, got_one, &ngot);    /* once */
+    assert_int_equal(ngot, 1);
+
+    /* more owners of one handle than a batch, all handed out */
+    uint64_t old = (1ULL << 48) | 99;
+    for (uint64_t o = 1; o <= 20; o++)
+        mnt_handle_lock_note(old, 60, o);
+    assert_int_equal(t->nowners, 20);
+    ngot = 0;
+    mnt_handle_lock_release(old, got_one, &ngot);
+    assert_int_equal(ngot, 20);
+    uint64_t sum = 0;
+    for (unsigned i = 0; i < ngot; i++)
+        sum += got_owner[i];
+    assert_int_equal(sum, 210);
+    assert_int_equal(t->nowners, 0);
+    dtab = NULL;
+    have_dtab = 0;
+    mnt_dirty_free(t);
+    (void)state;
+}
+
 /* Writes and commits from many threads on a few handles of two inodes: no
  * deadlock, no bookkeeping left behind, and a final commit with nothing in
  * flight cleans every handle. */
@@ -385,6 +454,7 @@ int main(void)
         cmocka_unit_test(test_dirty_record),
         cmocka_unit_test(test_dirty_record_threads),
         cmocka_unit_test(test_dirty_record_handover),
+        cmocka_unit_test(test_lock_owners),
         cmocka_unit_test(test_stats_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -2,11 +2,13 @@
 # locks_across_workers.sh -- a process's locks and its unlinked-but-open file survive an
 # in-place upgrade and a crash of the FUSE worker: the new worker takes over the mount's
 # metadata session instead of registering a new one.  A holder takes a flock and a
-# byte-range lock on lk and keeps u open after unlinking it; after `kegfs upgrade` and
-# after kill -9 of the worker, both locks are still held against other processes and
-# u still reads back through the holder's descriptor.  When the holder exits, both locks
-# are free again; u's inode stays pending in the session (another mounter may hold it
-# too) and is purged when the mount ends (the used inodes of statfs go back).
+# byte-range lock on lk, an OFD lock on ofd (through a description that never used
+# flock) and keeps u open after unlinking it; after `kegfs upgrade` and after kill -9 of
+# the worker, the three locks are still held against other processes and u still reads
+# back through the holder's descriptor.  When the holder exits, the three locks are free
+# again (the OFD lock's owner was noted in the record that the new workers inherit); u's
+# inode stays pending in the session (another mounter may hold it too) and is purged
+# when the mount ends (the used inodes of statfs go back).
 # timeout: 120
 # allow-log: was killed by signal 9
 # allow-log: died with uncommitted data in [0-9]+ open file handle
@@ -22,14 +24,17 @@ w1=$(worker)
 
 inodes_used() { df --output=iused "$MNT" | tail -1 | tr -d ' '; }
 : > "$MNT/lk" || fail "create lk"
+: > "$MNT/ofd" || fail "create ofd"
 used0=$(inodes_used)
 echo "contents of u" > "$MNT/u" || fail "create u"
 "$PY" - "$MNT" "$WORK" > "$WORK/holder.out" 2>&1 <<'PY' &
-import fcntl, os, sys, time
+import fcntl, os, struct, sys, time
 d, w = sys.argv[1], sys.argv[2]
 f = open(d + "/lk", "r+")
 fcntl.flock(f, fcntl.LOCK_EX)
 fcntl.lockf(f, fcntl.LOCK_EX, 100, 0)
+o = open(d + "/ofd", "r+")
+fcntl.fcntl(o, fcntl.F_OFD_SETLK, struct.pack("hhqqi", fcntl.F_WRLCK, 0, 0, 100, 0))
 u = open(d + "/u", "r")
 os.unlink(d + "/u")
 print("ready", flush=True)
@@ -55,10 +60,18 @@ f = open(sys.argv[1], "r+")
 fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB, 100, 0)
 PY
 }
-held() {   # held WHEN: both locks held against this shell, u reads back through the holder
+ofd_free() {
+  "$PY" - "$MNT/ofd" <<'PY'
+import fcntl, struct, sys
+f = open(sys.argv[1], "r+")
+fcntl.fcntl(f, fcntl.F_OFD_SETLK, struct.pack("hhqqi", fcntl.F_WRLCK, 0, 0, 100, 0))
+PY
+}
+held() {   # held WHEN: the locks held against this shell, u reads back through the holder
   local n=$2
   flock_free && fail "$1: the flock of the holder is gone"
   posix_free 2>/dev/null && fail "$1: the byte-range lock of the holder is gone"
+  ofd_free 2>/dev/null && fail "$1: the OFD lock of the holder is gone"
   touch "$WORK/read$n"
   wait_for 10 grep -q "^read$n " "$WORK/holder.out" || fail "$1: the holder did not read u"
   grep -q "^read$n contents of u$" "$WORK/holder.out" \
@@ -82,6 +95,7 @@ kill "$holder"
 wait "$holder" 2>/dev/null
 wait_for 10 flock_free || fail "the flock is still held after the holder exited"
 wait_for 10 posix_free || fail "the byte-range lock is still held after the holder exited"
+wait_for 10 ofd_free 2>/dev/null || fail "the OFD lock is still held after the holder exited"
 note "locks free after the holder exited"
 mt_umount
 mt_mount
