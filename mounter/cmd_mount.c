@@ -1296,7 +1296,7 @@ static int run_session(struct mount_opts *o, const char *url, const char *abs_mp
         else if (w->epoch > 1)
             KEG_WARN("worker %u serving %s again after a crash of the previous worker "
                      "(its uncommitted writes are lost)", w->epoch, abs_mp);
-        mnt_upgrade_worker_arm(se);
+        mnt_upgrade_worker_arm(se, fs);
     } else {
         mnt_state_prune();
         rc = mnt_state_write(abs_mp, getpid(), url,

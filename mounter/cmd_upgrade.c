@@ -74,6 +74,7 @@
 #include <unistd.h>
 
 #define KEG_LOG_TAG "upgrade"
+#include "keg/fs.h"
 #include "keg/log.h"
 #include "keg/mem.h"
 #include "keg/retry.h"
@@ -171,6 +172,7 @@ static void kv_get(const char *text, const char *key, char *out, size_t size)
 
 static volatile sig_atomic_t worker_stop;
 static struct fuse_session *volatile worker_se;
+static struct keg_fs *volatile worker_fs;
 static pthread_t worker_main_thread;
 
 static void worker_on_usr2(int sig)
@@ -178,6 +180,9 @@ static void worker_on_usr2(int sig)
     int saved = errno;
     KEG_UNUSED(sig);
     worker_stop = 1;
+    struct keg_fs *fs = worker_fs;
+    if (fs)
+        keg_fs_abandon_waits(fs);  /* a lock wait would hold the handover up forever */
     struct fuse_session *se = worker_se;
     if (se) {
         fuse_session_exit(se);
@@ -199,12 +204,15 @@ void mnt_upgrade_worker_prearm(void)
     sigaction(SIGUSR2, &sa, NULL);
 }
 
-void mnt_upgrade_worker_arm(struct fuse_session *se)
+void mnt_upgrade_worker_arm(struct fuse_session *se, struct keg_fs *fs)
 {
     worker_main_thread = pthread_self();
+    worker_fs = fs;
     worker_se = se;
-    if (worker_stop)
+    if (worker_stop) {
+        keg_fs_abandon_waits(fs);
         fuse_session_exit(se);      /* asked before the session existed */
+    }
 }
 
 void mnt_upgrade_worker_disarm(void)

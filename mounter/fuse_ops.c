@@ -237,6 +237,7 @@ static void mnt_init(void *userdata, struct fuse_conn_info *conn)
     else
         conn->want &= ~acl;
     keg_fs_set_acl(m->fs, (conn->want & acl) == acl);
+    m->resend = conn->proto_major > 7 || (conn->proto_major == 7 && conn->proto_minor >= 40);
     conn->max_write = 1u << 20;
     conn->max_background = 64;
     conn->congestion_threshold = 48;
@@ -957,6 +958,20 @@ static void mnt_getlk(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi,
     fuse_reply_lock(req, lock);
 }
 
+/* The answer to a lock request.  A wait the worker gave up because it hands over
+ * (-ERESTART) is not answered: the kernel keeps the request and resends it to the
+ * next worker, where the wait goes on.  A kernel that cannot resend gets EINTR,
+ * which the C library's callers retry (or see, as after a signal). */
+static void reply_lock(fuse_req_t req, int rc)
+{
+    if (rc == -ERESTART && mnt(req)->resend) {
+        MNT_DBG("lock wait left to the next worker");
+        fuse_reply_none(req);       /* frees the request, sends nothing */
+        return;
+    }
+    fuse_reply_err(req, rc == -ERESTART ? EINTR : -rc);
+}
+
 /* A blocking lock wait that a FUSE INTERRUPT (signal in the caller) cancels. */
 struct lock_wait {
     struct keg_fs *fs;
@@ -994,7 +1009,7 @@ static void mnt_setlk(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi,
     int rc = keg_fs_setlk(w.fs, fh, fi->lock_owner, &p, sleep);
     if (sleep)
         fuse_req_interrupt_func(req, NULL, NULL);   /* w dies with this frame */
-    fuse_reply_err(req, -rc);
+    reply_lock(req, rc);
 }
 
 static void mnt_flock(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, int op)
@@ -1017,7 +1032,7 @@ static void mnt_flock(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi,
     int rc = keg_fs_flock(w.fs, fh, fi->lock_owner, op);
     if (sleep)
         fuse_req_interrupt_func(req, NULL, NULL);
-    fuse_reply_err(req, -rc);
+    reply_lock(req, rc);
 }
 
 static const struct fuse_lowlevel_ops mnt_ops = {

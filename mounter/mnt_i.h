@@ -442,7 +442,8 @@ void mnt_upgrade_save_argv(int argc, char **argv);
 /* Worker: prearm right after fork (SIGUSR2 = hand over), arm once the session
  * has processed FUSE_INIT (SIGUSR2 then ends the session loop), disarm after it. */
 void mnt_upgrade_worker_prearm(void);
-void mnt_upgrade_worker_arm(struct fuse_session *se);
+struct keg_fs;
+void mnt_upgrade_worker_arm(struct fuse_session *se, struct keg_fs *fs);
 void mnt_upgrade_worker_disarm(void);
 int  mnt_upgrade_worker_requested(void);
 /* Supervisor: SIGUSR2 = an upgrade request file is waiting. */
@@ -493,6 +494,8 @@ struct mnt_state {
     int    allow_other;         /* informational */
     uint32_t generation;        /* of every inode: mnt_generation() of the volume */
     int    no_acl;              /* -o noacl: do not ask for FUSE's POSIX ACL mode */
+    int    resend;              /* the kernel resends unanswered requests to the next
+                                 * worker (FUSE_NOTIFY_RESEND, protocol 7.40) */
 };
 /* The inode generation of volume uuid (never 0): FUSE file handles (nodeid,
  * generation) stay valid across remounts of one volume, and a handle of another

@@ -378,6 +378,7 @@ struct keg_fs {
     uint64_t         *purge;        /* inodes to purge (unlinked, not open here) */
     size_t            npurge, cpurge;
     struct fs_waiter *waiters;      /* blocking lock waits (lock.c) */
+    int               abandon;      /* lock waits end with -ERESTART (atomic; lock.c) */
     pthread_mutex_t   unlock_mu;    /* protects unlocks; held across their engine calls */
     struct fs_unlock *unlocks;      /* unlocks the engine failed, retried (lock.c) */
     uint32_t          nunlocks;     /* their number (atomic: read without unlock_mu) */

@@ -8,7 +8,10 @@
  * engine with a backoff of 1, 2, 4 ... 100 ms until it is granted, the
  * request is interrupted (keg_fs_interrupt with its lock owner: the FUSE
  * INTERRUPT of that request) or the volume is closing (-EINTR in both cases).
- * Waiters sleep on fs->bg_cv so that an interrupt wakes them at once.
+ * Waiters sleep on fs->bg_cv so that an interrupt wakes them at once.  A worker
+ * that hands over (keg_fs_abandon_waits, from a signal handler) only sets a
+ * flag, seen at the next poll: the wait ends with -ERESTART and the mounter
+ * leaves the request to the next worker.
  *
  * Who releases what.  The kernel names a byte-range lock's owner with a
  * 64-bit id: for a POSIX (F_SETLK) lock the id of the process's file table,
@@ -70,6 +73,11 @@ void fs_waiters_wake_all(struct keg_fs *fs)
     pthread_mutex_unlock(&fs->bg_mu);
 }
 
+void keg_fs_abandon_waits(struct keg_fs *fs)
+{
+    __atomic_store_n(&fs->abandon, 1, __ATOMIC_RELEASE);
+}
+
 void keg_fs_interrupt(struct keg_fs *fs, uint64_t owner)
 {
     pthread_mutex_lock(&fs->bg_mu);
@@ -99,7 +107,9 @@ static int lock_try(struct keg_fs *fs, const struct lock_req *r)
     return rc == -ENOSPC ? -ENOLCK : rc;
 }
 
-/* Try r until granted, interrupted or the volume closes. */
+/* Try r until granted, interrupted (-EINTR), the volume closes (-EINTR) or the
+ * worker hands over (-ERESTART: the caller leaves the request unanswered, and the
+ * kernel resends it to the next worker, where the wait goes on). */
 static int lock_wait(struct keg_fs *fs, const struct lock_req *r)
 {
     struct fs_waiter w = {.owner = r->owner};
@@ -115,6 +125,10 @@ static int lock_wait(struct keg_fs *fs, const struct lock_req *r)
         rc = lock_try(fs, r);
         if (rc != -EAGAIN)
             break;
+        if (__atomic_load_n(&fs->abandon, __ATOMIC_ACQUIRE)) {
+            rc = -ERESTART;
+            break;
+        }
         pthread_mutex_lock(&fs->bg_mu);
         if (!w.interrupted && !fs->stopping) {
             fs_deadline(&ts, delay);

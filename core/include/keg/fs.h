@@ -246,6 +246,12 @@ void keg_fs_release_unknown(struct keg_fs *fs, uint64_t ino, uint64_t owner);
 /* Interrupt the blocking setlk/flock waits of lock owner `owner` (FUSE
  * INTERRUPT): they return -EINTR.  No effect if none is waiting. */
 void keg_fs_interrupt(struct keg_fs *fs, uint64_t owner);
+/* The worker is handing over (async-signal-safe: one atomic store): blocking
+ * setlk/flock waits stop within their poll interval (at most 0.1 s) and
+ * return -ERESTART, so that the request can be left unanswered for the next
+ * worker, to which the kernel resends it.  Waits begun later return -ERESTART
+ * after their first conflicting try. */
+void keg_fs_abandon_waits(struct keg_fs *fs);
 
 /* Memory of the mount's data path (`kegfs stats`): one budget, buffer_size,
  * shared by the write buffers (first) and the decoded-block read cache. */

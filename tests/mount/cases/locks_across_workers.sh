@@ -5,7 +5,9 @@
 # byte-range lock on lk, an OFD lock on ofd (through a description that never used
 # flock) and keeps u open after unlinking it; after `kegfs upgrade` and after kill -9 of
 # the worker, the three locks are still held against other processes and u still reads
-# back through the holder's descriptor.  When the holder exits, the three locks are free
+# back through the holder's descriptor.  Two processes that wait for the holder's flock
+# and byte-range lock meanwhile hold up neither the upgrade nor the crash recovery, and
+# get the locks once the holder exits.  Then the three locks are free
 # again (the OFD lock's owner was noted in the record that the new workers inherit); u's
 # inode stays pending in the session (another mounter may hold it too) and is purged
 # when the mount ends (the used inodes of statfs go back).
@@ -80,9 +82,32 @@ held() {   # held WHEN: the locks held against this shell, u reads back through 
 }
 held "before" 1
 
-out=$("$KEGFS" upgrade "$MNT" 2>&1) || fail "upgrade: $out"
-note "$out"
+# Two processes wait for the holder's locks (flock, and F_SETLKW on its bytes) across the
+# upgrade and the crash: neither holds the handover up (the new worker gets their requests
+# again), and each gets its lock once the holder exits, then gives it back.
+for kind in flock posix; do
+  "$PY" - "$MNT/lk" "$kind" > "$WORK/waiter.$kind" 2>&1 <<'PY' &
+import fcntl, sys, time
+f = open(sys.argv[1], "r+")
+print("waiting", flush=True)
+t = time.time()
+if sys.argv[2] == "flock":
+    fcntl.flock(f, fcntl.LOCK_EX)
+else:
+    fcntl.lockf(f, fcntl.LOCK_EX, 100, 0)
+print("got after %.1f s" % (time.time() - t), flush=True)
+PY
+done
+wait_for 10 grep -q waiting "$WORK/waiter.flock" || fail "the flock waiter did not start"
+wait_for 10 grep -q waiting "$WORK/waiter.posix" || fail "the F_SETLKW waiter did not start"
+sleep 0.5                               # both are in their blocking request now
+
+t0=$(date +%s%N)
+out=$(timeout 60 "$KEGFS" upgrade "$MNT" 2>&1) || fail "upgrade with lock waiters: $out"
+note "$out (took $(( ($(date +%s%N) - t0) / 1000000 )) ms with two processes waiting for locks)"
+ls "$MNT" > /dev/null || fail "the mount does not answer after the upgrade"
 held "after an in-place upgrade" 2
+grep -q got "$WORK/waiter.flock" "$WORK/waiter.posix" && fail "a waiter got a held lock: $(cat "$WORK"/waiter.*)"
 
 w2=$(worker)
 kill -9 "$w2" || fail "kill worker $w2"
@@ -93,6 +118,9 @@ grep -q 'took over session' "$MT_LOG" || fail "no session taken over in the log"
 
 kill "$holder"
 wait "$holder" 2>/dev/null
+wait_for 10 grep -q got "$WORK/waiter.flock" || fail "the flock waiter: $(cat "$WORK/waiter.flock")"
+wait_for 10 grep -q got "$WORK/waiter.posix" || fail "the F_SETLKW waiter: $(cat "$WORK/waiter.posix")"
+note "waiters: flock $(tail -1 "$WORK/waiter.flock"), F_SETLKW $(tail -1 "$WORK/waiter.posix")"
 wait_for 10 flock_free || fail "the flock is still held after the holder exited"
 wait_for 10 posix_free || fail "the byte-range lock is still held after the holder exited"
 wait_for 10 ofd_free 2>/dev/null || fail "the OFD lock is still held after the holder exited"
