@@ -50,6 +50,7 @@
 #define KEG_LOG_TAG "fs"
 #include "keg/log.h"
 #include "keg/mem.h"
+#include "keg/retry.h"
 #include "keg/stack.h"
 #include "fs_i.h"
 
@@ -563,6 +564,30 @@ static int check_timeout_cb(void *arg, const struct keg_session_info *s)
     return 0;
 }
 
+/* Take over session sid of the worker this one replaces.  A failure other than
+ * -ENOENT (the session is gone) is tried again for up to the session timeout:
+ * registering a new session instead would release the locks that processes hold
+ * through the mount, and purge its unlinked open files, while the old session
+ * still exists (an engine restarting, a database locked for a while).  After
+ * the session timeout another mounter may have ended it as stale anyway.
+ * Returns 0 or the last error. */
+static int session_take_over(struct keg_fs *fs, uint64_t sid, const char *info)
+{
+    int64_t until = keg_mono_ns() + (int64_t)fs->session_timeout * 1000000000LL;
+    unsigned delay = 500;
+    for (int tries = 0;; tries++) {
+        int rc = keg_meta_session_resume(fs->meta, sid, info);
+        if (rc == 0 || rc == -ENOENT || keg_mono_ns() >= until)
+            return rc;
+        if (tries == 0)
+            KEG_WARN("cannot take over session %llu of the previous worker yet (%s): trying "
+                     "again for up to %u s", (unsigned long long)sid, strerror(-rc),
+                     fs->session_timeout);
+        keg_sleep_ms(delay);
+        delay = KEG_MIN(delay * 2, 5000u);
+    }
+}
+
 int keg_fs_new(const struct keg_fs_conf *conf, struct keg_fs **out)
 {
     struct keg_fs *fs;
@@ -650,7 +675,7 @@ int keg_fs_new(const struct keg_fs_conf *conf, struct keg_fs **out)
         keg_meta_session_list(fs->meta, check_timeout_cb, fs);
         rc = -ENOENT;
         if (conf->resume_session) {
-            rc = keg_meta_session_resume(fs->meta, conf->resume_session, info);
+            rc = session_take_over(fs, conf->resume_session, info);
             if (rc == 0) {
                 sid = conf->resume_session;
                 KEG_INFO("took over session %llu of the previous worker",
