@@ -1235,6 +1235,8 @@ static int run_session(struct mount_opts *o, const char *url, const char *abs_mp
     rc = keg_fs_new(&conf, &fs);
     if (rc) {
         mnt_error("cannot open volume %s at %s: %s", volname, red, strerror(-rc));
+        if (w && w->epoch > 1)
+            status = MNT_EXIT_REOPEN;    /* the mount lives on: the supervisor tries again */
         goto fail;
     }
     if (w)

@@ -436,6 +436,10 @@ int mnt_mount_helper(int argc, char **argv);
  * started is answered, open files are flushed and committed, the volume is
  * closed; the supervisor may exec another binary on the same descriptor. */
 #define MNT_EXIT_UPGRADE 99
+/* A worker's exit status meaning "a later worker (after a crash or a handover)
+ * could not open the volume" (the engine or the store unreachable): the mount is
+ * still live, so the supervisor starts another one after a pause. */
+#define MNT_EXIT_REOPEN  98
 struct fuse_session;
 /* main(): keep a copy of the command line for the re-exec. */
 void mnt_upgrade_save_argv(int argc, char **argv);

@@ -51,7 +51,10 @@
  * fuse_inode.c.
  *
  * More than MNT_SUPER_MAX_RESTARTS crashes within MNT_SUPER_WINDOW_SEC make the
- * supervisor give up: it detaches the mount and exits 1.
+ * supervisor give up: it detaches the mount and exits 1.  A later worker that
+ * cannot open the volume (the engine or the store unreachable just then) exits
+ * MNT_EXIT_REOPEN: the supervisor starts another after 1, 2, 4 ... 10 s, for up
+ * to MNT_SUPER_REOPEN_SEC, while the kernel keeps the requests queued.
  *
  * In-place upgrade (cmd_upgrade.c has the protocol): SIGUSR2 to the supervisor with
  * a request file -> the worker hands over and exits MNT_EXIT_UPGRADE -> the
@@ -83,6 +86,8 @@
 
 #define MNT_SUPER_MAX_RESTARTS 5
 #define MNT_SUPER_WINDOW_SEC   60
+#define MNT_SUPER_REOPEN_SEC   600    /* keep starting workers that cannot open the volume */
+#define MNT_SUPER_REOPEN_PAUSE 10     /* at most this many seconds between two of them */
 #define MNT_INIT_BUF           ((1u << 20) + (64u << 10))   /* >= any max_write + header */
 #define MNT_FUSE_NOTIFY_RESEND 7                               /* linux/fuse.h, 7.40 */
 #define MNT_FUSE_NOTIFY_INVAL_INODE 2                          /* linux/fuse.h */
@@ -269,6 +274,8 @@ int mnt_super_run(const struct mnt_super_conf *sc, int notify_fd)
     struct mnt_dirty_tab *dirty = NULL;
     unsigned first_epoch = 1;
     int record_fd = -1;
+    time_t reopen_since = 0;      /* workers have failed to open the volume since then */
+    unsigned reopen_pause = 1;
 
     memset(&w, 0, sizeof(w));
     if (super_resume(&fd, &init, &w, &first_epoch, &record_fd) > 0) {
@@ -381,6 +388,23 @@ resumed:
             super_handover(sc, fd, &w, dirty);      /* returns only when the exec failed */
             continue;
         }
+        if (WIFEXITED(st) && WEXITSTATUS(st) == MNT_EXIT_REOPEN && !stop_sig) {
+            time_t now = time(NULL);
+            if (!reopen_since)
+                reopen_since = now;
+            if (now - reopen_since < MNT_SUPER_REOPEN_SEC) {
+                KEG_ERR("worker %d could not open the volume; starting another in %u s "
+                        "(requests on %s wait meanwhile; giving up %d s after the first "
+                        "failure)", (int)pid, reopen_pause, sc->abs_mp, MNT_SUPER_REOPEN_SEC);
+                for (unsigned i = 0; i < reopen_pause && !stop_sig; i++)
+                    sleep(1);
+                reopen_pause = KEG_MIN(reopen_pause * 2, (unsigned)MNT_SUPER_REOPEN_PAUSE);
+                if (!stop_sig)
+                    continue;   /* same flags: a handover stays a handover */
+            }
+        }
+        reopen_since = 0;
+        reopen_pause = 1;
         w.handover = 0;
         if (WIFEXITED(st)) {
             status = WEXITSTATUS(st);

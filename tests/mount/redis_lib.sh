@@ -7,6 +7,8 @@
 #   rd_restart PORT             start the same server again (same config, same files)
 #   rd_stop PORT [save]         SHUTDOWN NOSAVE (or SAVE) and wait until it is gone
 #   rd_cli PORT ARGS...         redis-cli against it
+#   rd_format VAR PORT          format volume $VOL on it (objects in $WORK/objects2);
+#                               sets VAR to its META_URL
 #   m2_mount DIR LOG URL [ARGS] `kegfs mount -d` of URL at DIR (an extra mount point)
 #   m2_umount DIR               unmount an extra mount point (lazy detach as a fallback)
 #   m2_pid DIR                  pid of the mounter serving DIR
@@ -100,6 +102,15 @@ rd_stop() {   # rd_stop PORT [save]
   rd_cli "$port" SHUTDOWN "$how" >/dev/null 2>&1
   wait_for 20 sh -c "! redis-cli -h 127.0.0.1 -p $port PING >/dev/null 2>&1" \
     || fail "redis-server on port $port did not stop"
+}
+
+rd_format() {   # rd_format VAR PORT
+  local _rf_url="redis://127.0.0.1:$2/0?ns=$VOL"
+  mkdir -p "$WORK/objects2" || fail "mkdir $WORK/objects2"
+  "$KEGFS" format --storage file --bucket "$WORK/objects2" "$_rf_url" "$VOL" \
+    > "$WORK/format2.log" 2>&1 \
+    || fail "kegfs format on the dedicated server: $(cat "$WORK/format2.log")"
+  printf -v "$1" '%s' "$_rf_url"
 }
 
 m2_pid() {

@@ -582,6 +582,20 @@ static void test_ns_locks(void **state)
     pthread_join(th, NULL);
     assert_int_equal(t.rc, -EINTR);
 
+    /* a worker handing over gives the wait up (-ERESTART: the request is left to the
+     * next worker) at its next poll, and so does a wait that begins afterwards */
+    t.rc = 1;
+    assert_int_equal(pthread_create(&th, NULL, flock_thr, &t), 0);
+    usleep(300000);                             /* the poll interval has grown to 0.1 s */
+    int64_t t0 = keg_mono_ns();
+    keg_fs_abandon_waits(v.fs);
+    pthread_join(th, NULL);
+    assert_int_equal(t.rc, -ERESTART);
+    assert_true(keg_mono_ns() - t0 < 2000000000LL);
+    assert_int_equal(keg_fs_flock(v.fs, h2, 22, LOCK_EX), -ERESTART);
+    assert_int_equal(keg_fs_flock(v.fs, h2, 22, LOCK_EX | LOCK_NB), -EWOULDBLOCK);
+    __atomic_store_n(&v.fs->abandon, 0, __ATOMIC_RELAXED);    /* for the rest of the test */
+
     /* a blocking wait is granted when the holder unlocks */
     t.rc = 1;
     assert_int_equal(pthread_create(&th, NULL, flock_thr, &t), 0);

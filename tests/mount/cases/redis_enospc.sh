@@ -17,10 +17,7 @@ MAXMEM=${KEG_TEST_ENOSPC_MAXMEM:-3mb}
 MAX_FILES=60000   # with ~400 bytes per empty file, 3 MB is full long before this
 
 rd_start PORT "maxmemory $MAXMEM" "maxmemory-policy noeviction"
-META2="redis://127.0.0.1:$PORT/0?ns=$VOL"
-mkdir -p "$WORK/objects2"
-"$KEGFS" format --storage file --bucket "$WORK/objects2" "$META2" "$VOL" > "$WORK/format2.log" 2>&1 \
-  || fail "kegfs format on the dedicated server: $(cat "$WORK/format2.log")"
+rd_format META2 "$PORT"
 M=$WORK/mnt2
 m2_mount "$M" "$WORK/mounter2.log" "$META2" --heartbeat 1
 

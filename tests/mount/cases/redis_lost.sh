@@ -15,10 +15,7 @@
 need_redis
 
 rd_start PORT          # redis_lib's default: save "", appendonly no
-META2="redis://127.0.0.1:$PORT/0?ns=$VOL"
-mkdir -p "$WORK/objects2"
-"$KEGFS" format --storage file --bucket "$WORK/objects2" "$META2" "$VOL" > "$WORK/format2.log" 2>&1 \
-  || fail "kegfs format on the dedicated server: $(cat "$WORK/format2.log")"
+rd_format META2 "$PORT"
 M=$WORK/mnt2
 LOG2=$WORK/mounter2.log
 m2_mount "$M" "$LOG2" "$META2" --attr-cache 0 --entry-cache 0 --dir-entry-cache 0 --heartbeat 1 \

@@ -21,10 +21,7 @@ need_redis
 OUTAGE_LIMIT=${KEG_TEST_OUTAGE_LIMIT:-30}   # seconds an op may take while Redis is down
 
 rd_start PORT "appendonly yes" "appendfsync always"
-META2="redis://127.0.0.1:$PORT/0?ns=$VOL"
-mkdir -p "$WORK/objects2"
-"$KEGFS" format --storage file --bucket "$WORK/objects2" "$META2" "$VOL" > "$WORK/format2.log" 2>&1 \
-  || fail "kegfs format on the dedicated server: $(cat "$WORK/format2.log")"
+rd_format META2 "$PORT"
 M=$WORK/mnt2
 LOG2=$WORK/mounter2.log
 m2_mount "$M" "$LOG2" "$META2" --attr-cache 0 --entry-cache 0 --dir-entry-cache 0
