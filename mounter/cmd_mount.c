@@ -1239,8 +1239,13 @@ static int run_session(struct mount_opts *o, const char *url, const char *abs_mp
             status = MNT_EXIT_REOPEN;    /* the mount lives on: the supervisor tries again */
         goto fail;
     }
-    if (w)
+    if (w) {
         mnt_handle_set_session(keg_fs_session(fs));
+        /* failed unlocks: kept in the record, and those of the previous worker queued */
+        keg_fs_set_unlock_hook(fs, mnt_handle_unlock_hook, NULL);
+        if (w->epoch > 1)
+            mnt_handle_unlocks_adopt(fs, w->session && keg_fs_session(fs) == w->session);
+    }
     state.fs = fs;
     state.attr_timeout = o->attr_cache;
     state.entry_timeout = o->entry_cache;

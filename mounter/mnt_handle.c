@@ -68,6 +68,11 @@
  * (mnt_handle_lock_release).  The count of notes in use is a hint that keeps
  * the common release (no locks) to one load; a new worker recounts it.
  *
+ * UNLOCKS STILL TO DO.  An unlock that failed at a close is tried again by
+ * core every second; the record keeps the list (mnt_handle_unlock_hook), so
+ * that a worker that replaces this one queues the unfinished ones again
+ * (mnt_handle_unlocks_adopt) instead of leaving the locks held until the end.
+ *
  * Slot states: free (id 0) -> dirty (id, ino; this worker) -> free (commit or
  * release) | -> lost (the worker died; adopted by the next one) -> free (release).
  *
@@ -106,6 +111,9 @@
 #define MNT_SLOT_NONE     (-1)
 #define MNT_SLOT_OVERFLOW (-2)
 #define MNT_OWNER_SLOTS   1024u
+#define MNT_UNLOCK_SLOTS  256u
+#define MNT_UNLOCK_POSIX  1u
+#define MNT_UNLOCK_FLOCK  2u
 
 /* Fields are read and written with __atomic builtins: a worker writes, the
  * supervisor and later workers read after it died. */
@@ -123,6 +131,13 @@ struct mnt_owner_slot {
     uint64_t owner;
 };
 
+/* An unlock that failed at a close and is being tried again (core/fs/lock.c). */
+struct mnt_unlock_slot {
+    uint64_t ino;
+    uint64_t owner;
+    uint64_t kind;    /* 0: free, MNT_UNLOCK_POSIX, MNT_UNLOCK_FLOCK */
+};
+
 struct mnt_dirty_tab {
     uint32_t              magic;
     uint32_t              nslots;
@@ -132,6 +147,7 @@ struct mnt_dirty_tab {
     uint64_t              nowners;      /* owner slots in use (a hint: recounted at start) */
     struct mnt_dirty_slot slot[MNT_DIRTY_SLOTS];
     struct mnt_owner_slot own[MNT_OWNER_SLOTS];
+    struct mnt_unlock_slot unl[MNT_UNLOCK_SLOTS];
 };
 
 static int record_fd = -1;   /* the memfd behind the supervisor's table, or -1 */
@@ -778,6 +794,77 @@ void mnt_handle_lock_release(uint64_t id, mnt_owner_fn *fn, void *arg)
         for (unsigned i = 0; earlier && fn && i < n; i++)
             fn(arg, ino[i], owner[i]);
     } while (n == BATCH);
+}
+
+/*----- unlocks still to do -----*/
+
+static pthread_mutex_t umu = PTHREAD_MUTEX_INITIALIZER;   /* writers of dtab->unl */
+
+void mnt_handle_unlock_hook(void *arg, uint64_t ino, uint64_t owner, int is_flock, int kept)
+{
+    static int warned;            /* protected by umu */
+    uint64_t kind = is_flock ? MNT_UNLOCK_FLOCK : MNT_UNLOCK_POSIX;
+    unsigned spare = MNT_UNLOCK_SLOTS;
+    KEG_UNUSED(arg);
+    if (!dtab)
+        return;
+    pthread_mutex_lock(&umu);
+    for (unsigned k = 0; k < MNT_UNLOCK_SLOTS; k++) {
+        struct mnt_unlock_slot *u = &dtab->unl[k];
+        uint64_t uk = __atomic_load_n(&u->kind, __ATOMIC_RELAXED);
+        if (uk == kind && u->ino == ino && u->owner == owner) {
+            if (!kept)
+                __atomic_store_n(&u->kind, 0, __ATOMIC_RELEASE);
+            spare = MNT_UNLOCK_SLOTS + 1;
+            break;
+        }
+        if (uk == 0 && spare == MNT_UNLOCK_SLOTS)
+            spare = k;
+    }
+    if (kept && spare < MNT_UNLOCK_SLOTS) {
+        struct mnt_unlock_slot *u = &dtab->unl[spare];
+        __atomic_store_n(&u->ino, ino, __ATOMIC_RELAXED);
+        __atomic_store_n(&u->owner, owner, __ATOMIC_RELAXED);
+        __atomic_store_n(&u->kind, kind, __ATOMIC_RELEASE);
+    } else if (kept && spare == MNT_UNLOCK_SLOTS && !warned) {
+        warned = 1;
+        KEG_WARN("more than %u lock releases wait for the metadata engine: if this worker is "
+                 "replaced (crash or upgrade) before they are done, the others stay held "
+                 "until the mount ends", MNT_UNLOCK_SLOTS);
+    }
+    pthread_mutex_unlock(&umu);
+}
+
+unsigned mnt_handle_unlocks_adopt(struct keg_fs *fs, int same_session)
+{
+    struct mnt_unlock_slot v[MNT_UNLOCK_SLOTS];
+    unsigned n = 0, queued = 0;
+    if (!dtab)
+        return 0;
+    /* copied first: core calls the hook (umu) under its own lock, which
+     * keg_fs_unlock_later takes, so umu is not held across that call */
+    pthread_mutex_lock(&umu);
+    for (unsigned k = 0; k < MNT_UNLOCK_SLOTS; k++) {
+        struct mnt_unlock_slot *u = &dtab->unl[k];
+        if (!__atomic_load_n(&u->kind, __ATOMIC_ACQUIRE))
+            continue;
+        if (same_session)
+            v[n++] = *u;
+        else                        /* another session's locks went, or go, with it */
+            __atomic_store_n(&u->kind, 0, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&umu);
+    for (unsigned i = 0; i < n; i++) {
+        if (keg_fs_unlock_later(fs, v[i].ino, v[i].owner, v[i].kind == MNT_UNLOCK_FLOCK) == 0)
+            queued++;
+        else
+            KEG_ERR("no memory to queue the release of a lock on inode %" PRIu64 ": held "
+                    "until the mount ends", v[i].ino);
+    }
+    if (queued)
+        KEG_INFO("%u lock release%s of the previous worker still to do: trying again every "
+                 "second", queued, queued == 1 ? "" : "s");
+    return queued;
 }
 
 unsigned mnt_handle_commit_all(void)

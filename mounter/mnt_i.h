@@ -353,6 +353,13 @@ typedef void mnt_owner_fn(void *arg, uint64_t ino, uint64_t owner);
 void     mnt_handle_lock_note(uint64_t id, uint64_t ino, uint64_t owner);
 void     mnt_handle_lock_flushed(uint64_t ino, uint64_t owner);
 void     mnt_handle_lock_release(uint64_t id, mnt_owner_fn *fn, void *arg);
+/* Unlocks that failed at a close and that core tries again (keg_fs_unlock_fn):
+ * mnt_handle_unlock_hook keeps them in the shared record (256 of them; more
+ * log a WARN), and a later worker queues the record's with
+ * mnt_handle_unlocks_adopt -- or forgets them if it did not take the previous
+ * worker's session over (same_session 0).  Returns how many it queued. */
+void     mnt_handle_unlock_hook(void *arg, uint64_t ino, uint64_t owner, int is_flock, int kept);
+unsigned mnt_handle_unlocks_adopt(struct keg_fs *fs, int same_session);
 /* A worker handing over, with no request running: commits every file with dirty
  * handles and makes those handles clean; a file whose commit fails keeps its
  * handles in the shared record, so that the next worker refuses them (EIO).

@@ -379,6 +379,8 @@ struct keg_fs {
     size_t            npurge, cpurge;
     struct fs_waiter *waiters;      /* blocking lock waits (lock.c) */
     int               abandon;      /* lock waits end with -ERESTART (atomic; lock.c) */
+    keg_fs_unlock_fn *unlock_hook;  /* told of kept and finished unlocks (lock.c) */
+    void             *unlock_hook_arg;
     pthread_mutex_t   unlock_mu;    /* protects unlocks; held across their engine calls */
     struct fs_unlock *unlocks;      /* unlocks the engine failed, retried (lock.c) */
     uint32_t          nunlocks;     /* their number (atomic: read without unlock_mu) */

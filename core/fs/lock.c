@@ -44,7 +44,12 @@
  * with it).  A retried unlock must never drop a lock taken after it: any lock
  * request of the same owner on the same inode first does that owner's pending
  * unlock, and fails with its error if it still fails; fs->unlock_mu, held
- * across those engine calls, keeps a retry and such a request in order.
+ * across those engine calls, keeps a retry and such a request in order.  The
+ * mounter hears of each kept unlock and of its end (keg_fs_set_unlock_hook)
+ * and keeps the list where the worker that replaces this one finds it, which
+ * queues them again (keg_fs_unlock_later).  A volume that keeps its session
+ * for the next worker (a handover) does not report the ones it drops at the
+ * end as done.
  */
 #include <fcntl.h>
 #include <string.h>
@@ -192,13 +197,69 @@ static const char *lock_kind(int is_flock)
     return is_flock ? "flock" : "byte-range locks";
 }
 
-/* Take *pp out of fs->unlocks (fs->unlock_mu held) and free it. */
-static void unlock_forget(struct keg_fs *fs, struct fs_unlock **pp)
+/* Take *pp out of fs->unlocks (fs->unlock_mu held) and free it.  done: it is
+ * done, or dropped with the session; 0: a worker handing over leaves it to the
+ * next one (the hook's record keeps it). */
+static void unlock_forget(struct keg_fs *fs, struct fs_unlock **pp, int done)
 {
     struct fs_unlock *u = *pp;
     *pp = u->next;
+    if (done && fs->unlock_hook)
+        fs->unlock_hook(fs->unlock_hook_arg, u->ino, u->owner, u->is_flock, 0);
     keg_free(u);
     __atomic_sub_fetch(&fs->nunlocks, 1, __ATOMIC_RELAXED);
+}
+
+/* The entry of (ino, owner, is_flock) in fs->unlocks, a new one, or NULL
+ * (no memory).  *added: it is new.  LOCKS: fs->unlock_mu held. */
+static struct fs_unlock *unlock_entry(struct keg_fs *fs, uint64_t ino, uint64_t owner,
+                                      int is_flock, int *added)
+{
+    struct fs_unlock *u;
+    *added = 0;
+    for (u = fs->unlocks; u; u = u->next) {
+        if (u->ino == ino && u->owner == owner && u->is_flock == is_flock)
+            return u;
+    }
+    u = keg_calloc(1, sizeof(*u));
+    if (!u)
+        return NULL;
+    u->ino = ino;
+    u->owner = owner;
+    u->is_flock = is_flock;
+    u->next = fs->unlocks;
+    fs->unlocks = u;
+    __atomic_add_fetch(&fs->nunlocks, 1, __ATOMIC_RELAXED);
+    *added = 1;
+    return u;
+}
+
+/* Wake the heartbeat thread, which runs the retries. */
+static void unlock_wake(struct keg_fs *fs)
+{
+    pthread_mutex_lock(&fs->bg_mu);
+    pthread_cond_broadcast(&fs->bg_cv);
+    pthread_mutex_unlock(&fs->bg_mu);
+}
+
+void keg_fs_set_unlock_hook(struct keg_fs *fs, keg_fs_unlock_fn *fn, void *arg)
+{
+    pthread_mutex_lock(&fs->unlock_mu);
+    fs->unlock_hook = fn;
+    fs->unlock_hook_arg = arg;
+    pthread_mutex_unlock(&fs->unlock_mu);
+}
+
+int keg_fs_unlock_later(struct keg_fs *fs, uint64_t ino, uint64_t owner, int is_flock)
+{
+    int added;
+    pthread_mutex_lock(&fs->unlock_mu);
+    struct fs_unlock *u = unlock_entry(fs, ino, owner, is_flock != 0, &added);
+    pthread_mutex_unlock(&fs->unlock_mu);
+    if (!u)
+        return -ENOMEM;
+    unlock_wake(fs);
+    return 0;
 }
 
 /* Drop owner's flock, or every byte-range lock of owner, on ino.  0 when done
@@ -222,27 +283,16 @@ static void unlock_or_keep(struct keg_fs *fs, int is_flock, uint64_t ino, uint64
     int rc = unlock_all(fs, is_flock, ino, owner);
     if (rc == 0)
         return;
+    int added;
     pthread_mutex_lock(&fs->unlock_mu);
-    struct fs_unlock *u;
-    for (u = fs->unlocks; u; u = u->next) {
-        if (u->ino == ino && u->owner == owner && u->is_flock == is_flock)
-            break;
-    }
-    if (!u && (u = keg_calloc(1, sizeof(*u))) != NULL) {
-        u->ino = ino;
-        u->owner = owner;
-        u->is_flock = is_flock;
-        u->next = fs->unlocks;
-        fs->unlocks = u;
-        __atomic_add_fetch(&fs->nunlocks, 1, __ATOMIC_RELAXED);
-    }
+    struct fs_unlock *u = unlock_entry(fs, ino, owner, is_flock, &added);
+    if (u && added && fs->unlock_hook)
+        fs->unlock_hook(fs->unlock_hook_arg, ino, owner, is_flock, 1);
     pthread_mutex_unlock(&fs->unlock_mu);
     if (u) {
         KEG_WARN("releasing the %s of inode %llu failed (%s): trying again every second",
                  lock_kind(is_flock), (unsigned long long)ino, strerror(-rc));
-        pthread_mutex_lock(&fs->bg_mu);     /* the heartbeat thread schedules the retry */
-        pthread_cond_broadcast(&fs->bg_cv);
-        pthread_mutex_unlock(&fs->bg_mu);
+        unlock_wake(fs);
     } else {
         KEG_ERR("releasing the %s of inode %llu failed (%s), and there is no memory to "
                 "try again: held until this mount ends", lock_kind(is_flock),
@@ -271,7 +321,7 @@ static int unlock_pending_first(struct keg_fs *fs, uint64_t ino, uint64_t owner)
             pp = &u->next;
             continue;
         }
-        unlock_forget(fs, pp);
+        unlock_forget(fs, pp, 1);
     }
     pthread_mutex_unlock(&fs->unlock_mu);
     return rc;
@@ -297,7 +347,7 @@ void fs_unlocks_retry(struct keg_fs *fs)
         }
         KEG_INFO("released the %s of inode %llu (an earlier try had failed)",
                  lock_kind(u->is_flock), (unsigned long long)u->ino);
-        unlock_forget(fs, pp);
+        unlock_forget(fs, pp, 1);
     }
     pthread_mutex_unlock(&fs->unlock_mu);
 }
@@ -305,8 +355,8 @@ void fs_unlocks_retry(struct keg_fs *fs)
 void fs_unlocks_free(struct keg_fs *fs)
 {
     pthread_mutex_lock(&fs->unlock_mu);
-    while (fs->unlocks)
-        unlock_forget(fs, &fs->unlocks);
+    while (fs->unlocks)     /* kept for the next worker when the session is */
+        unlock_forget(fs, &fs->unlocks, !fs->keep_session);
     pthread_mutex_unlock(&fs->unlock_mu);
 }
 

@@ -666,6 +666,20 @@ static int failing_setlk(struct keg_meta *m, uint64_t ino, uint64_t owner,
     return real_ops->setlk(m, ino, owner, lk);
 }
 
+/* A fresh volume on the engine above; returns its engine (ops to restore). */
+static struct keg_meta *mount_failing(struct tvol *v)
+{
+    tvol_init(v, 65536, "none");
+    tvol_mount(v);
+    struct keg_meta *m = keg_fs_meta(v->fs);
+    real_ops = m->ops;
+    failing_ops = *real_ops;
+    failing_ops.flock = failing_flock;
+    failing_ops.setlk = failing_setlk;
+    m->ops = &failing_ops;
+    return m;
+}
+
 static int flock_free(struct tvol *v, struct keg_fh *fh, uint64_t owner)
 {
     int rc = keg_fs_flock(v->fs, fh, owner, LOCK_EX | LOCK_NB);
@@ -685,14 +699,7 @@ static void test_ns_unlock_retry(void **state)
     struct keg_plock lk = {.type = F_WRLCK, .start = 0, .end = 99, .pid = 1};
     (void)state;
 
-    tvol_init(&v, 65536, "none");
-    tvol_mount(&v);
-    struct keg_meta *m = keg_fs_meta(v.fs);
-    real_ops = m->ops;
-    failing_ops = *real_ops;
-    failing_ops.flock = failing_flock;
-    failing_ops.setlk = failing_setlk;
-    m->ops = &failing_ops;
+    struct keg_meta *m = mount_failing(&v);
     struct keg_fh *h1 = tvol_create(&v, KEG_ROOT_INO, "l", &ino);
     struct keg_fh *h2 = tvol_open(&v, ino, O_RDWR);
 
@@ -775,6 +782,90 @@ static void test_ns_unlock_retry(void **state)
     tvol_cleanup(&v);
 }
 
+/* The unlock hook hears of every kept unlock and of its end; an unlock queued
+ * by keg_fs_unlock_later (a previous worker's) is done by the retries; at the
+ * end of a volume that keeps its session (a handover) the hook hears nothing,
+ * so the record keeps what is left for the next worker. */
+struct hook_call {
+    uint64_t ino, owner;
+    int      is_flock, kept;
+};
+static struct hook_call hook_calls[16];
+static unsigned nhook;
+
+static void unlock_hook(void *arg, uint64_t ino, uint64_t owner, int is_flock, int kept)
+{
+    assert_ptr_equal(arg, &nhook);
+    if (nhook < 16)
+        hook_calls[nhook] = (struct hook_call){ino, owner, is_flock, kept};
+    nhook++;
+}
+
+static void wait_no_unlocks(struct tvol *v)
+{
+    for (int i = 0; i < 40 && __atomic_load_n(&v->fs->nunlocks, __ATOMIC_RELAXED); i++)
+        usleep(100000);
+    assert_int_equal(__atomic_load_n(&v->fs->nunlocks, __ATOMIC_RELAXED), 0);
+}
+
+static void test_ns_unlock_hook(void **state)
+{
+    struct tvol v;
+    uint64_t ino;
+    (void)state;
+
+    struct keg_meta *m = mount_failing(&v);
+    keg_fs_set_unlock_hook(v.fs, unlock_hook, &nhook);
+    struct keg_fh *h1 = tvol_create(&v, KEG_ROOT_INO, "h", &ino);
+    struct keg_fh *h2 = tvol_open(&v, ino, O_RDWR);
+
+    /* kept, then done */
+    nhook = 0;
+    assert_int_equal(keg_fs_flock(v.fs, h1, 11, LOCK_EX), 0);
+    __atomic_store_n(&unlock_fail, 1, __ATOMIC_RELAXED);
+    assert_int_equal(keg_fs_release(v.fs, h1), 0);
+    assert_int_equal(nhook, 1);
+    assert_int_equal(hook_calls[0].ino, ino);
+    assert_int_equal(hook_calls[0].owner, 11);
+    assert_int_equal(hook_calls[0].is_flock, 1);
+    assert_int_equal(hook_calls[0].kept, 1);
+    __atomic_store_n(&unlock_fail, 0, __ATOMIC_RELAXED);
+    wait_no_unlocks(&v);
+    assert_int_equal(nhook, 2);
+    assert_int_equal(hook_calls[1].owner, 11);
+    assert_int_equal(hook_calls[1].kept, 0);
+
+    /* a previous worker's flock, still held by the engine: queued, then done */
+    h1 = tvol_open(&v, ino, O_RDWR);
+    assert_int_equal(keg_fs_flock(v.fs, h1, 44, LOCK_EX), 0);
+    h1->flocked = 0;                 /* as if this worker had not taken it */
+    assert_int_equal(flock_free(&v, h2, 22), -EWOULDBLOCK);
+    nhook = 0;
+    assert_int_equal(keg_fs_unlock_later(v.fs, ino, 44, 1), 0);
+    assert_int_equal(keg_fs_unlock_later(v.fs, ino, 44, 1), 0);     /* once */
+    assert_true(__atomic_load_n(&v.fs->nunlocks, __ATOMIC_RELAXED) <= 1);
+    wait_no_unlocks(&v);
+    assert_int_equal(flock_free(&v, h2, 22), 0);
+    assert_int_equal(nhook, 1);
+    assert_int_equal(hook_calls[0].kept, 0);
+    assert_int_equal(keg_fs_release(v.fs, h1), 0);
+
+    /* a handover leaves a failing unlock to the next worker: no "done" call */
+    assert_int_equal(keg_fs_flock(v.fs, h2, 22, LOCK_EX), 0);
+    __atomic_store_n(&unlock_fail, 1, __ATOMIC_RELAXED);
+    assert_int_equal(keg_fs_release(v.fs, h2), 0);
+    nhook = 0;
+    keg_fs_keep_session(v.fs);
+    m->ops = real_ops;
+    __atomic_store_n(&unlock_fail, 0, __ATOMIC_RELAXED);
+    fs_unlocks_free(v.fs);
+    assert_int_equal(nhook, 0);
+    assert_int_equal(__atomic_load_n(&v.fs->nunlocks, __ATOMIC_RELAXED), 0);
+    v.fs->keep_session = 0;
+    keg_fs_set_unlock_hook(v.fs, NULL, NULL);
+    tvol_cleanup(&v);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -786,6 +877,7 @@ int main(void)
         cmocka_unit_test(test_ns_xattr_statfs),
         cmocka_unit_test(test_ns_locks),
         cmocka_unit_test(test_ns_unlock_retry),
+        cmocka_unit_test(test_ns_unlock_hook),
         cmocka_unit_test(test_ns_parent_attr_cache),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

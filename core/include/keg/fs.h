@@ -243,6 +243,18 @@ void keg_fs_release_owner(struct keg_fs *fs, struct keg_fh *fh, uint64_t owner);
 /* The release of a previous worker's handle never used here: drops the flock and
  * byte-range locks of owner on ino. */
 void keg_fs_release_unknown(struct keg_fs *fs, uint64_t ino, uint64_t owner);
+/* Unlocks that failed at a close (the engine away) are kept and tried again
+ * every second (lock.c).  fn(arg, ino, owner, is_flock, kept) is told when one
+ * is kept (kept = 1) and when it is done, or dropped with the session (kept =
+ * 0), so that a mounter can hand the unfinished ones to the worker that
+ * replaces it, which queues them with keg_fs_unlock_later.  fn runs under a
+ * lock of fs and must not call into fs.  Set before concurrent use. */
+typedef void keg_fs_unlock_fn(void *arg, uint64_t ino, uint64_t owner, int is_flock, int kept);
+void keg_fs_set_unlock_hook(struct keg_fs *fs, keg_fs_unlock_fn *fn, void *arg);
+/* Queue an unlock (is_flock: owner's flock, else all its byte-range locks on
+ * ino) that a previous worker kept: tried with the others within a second.
+ * Returns 0 or -ENOMEM. */
+int keg_fs_unlock_later(struct keg_fs *fs, uint64_t ino, uint64_t owner, int is_flock);
 /* Interrupt the blocking setlk/flock waits of lock owner `owner` (FUSE
  * INTERRUPT): they return -EINTR.  No effect if none is waiting. */
 void keg_fs_interrupt(struct keg_fs *fs, uint64_t owner);

@@ -7,6 +7,8 @@
 # worker killed (SIGKILL); a reader started during the outage waits.  Once Redis is
 # back: the new worker takes over the session (the holder's flock is still held), the
 # reader gets the file's bytes, the mount works; when the holder exits its flock is free.
+# Then a second holder exits while Redis is down, so its unlocks fail and are kept to be
+# tried again, and the worker is killed before Redis returns: the next worker does them.
 # timeout: 180
 # needs: redis
 # needs: file
@@ -57,5 +59,29 @@ echo more > "$M/b" && [ "$(cat "$M/b")" = more ] || fail "the mount does not wor
 kill "$holder"
 wait "$holder" 2> /dev/null
 wait_for 10 locks_free "$M/lk" || fail "the locks are still held after the holder exited"
+
+# 2. A release that fails while Redis is down, then a crash before it could be tried again:
+#    the next worker does it (the unlocks still to do are in the record that outlives it).
+: > "$M/lk2" || fail "create lk2"
+python3 -c 'import fcntl, sys, time
+f = open(sys.argv[1]); fcntl.flock(f, fcntl.LOCK_EX); print("locked", flush=True); time.sleep(600)' \
+  "$M/lk2" > "$WORK/holder2.out" 2>&1 &
+h2=$!            # a flock only: its release fails after one retry window, at the RELEASE
+wait_for 20 grep -q locked "$WORK/holder2.out" || fail "holder2: $(cat "$WORK/holder2.out")"
+rd_stop "$PORT" save
+kill "$h2"
+wait "$h2" 2> /dev/null
+wait_for 40 grep -q 'releasing the flock of inode .* failed' "$LOG2" \
+  || fail "the flock's release did not fail while Redis was down"
+w=$(pgrep -P "$sup" | head -1)
+n0=$(grep -c 'could not open the volume' "$LOG2")
+kill -9 "$w" || fail "kill the worker"
+wait_for 30 sh -c "[ \$(grep -c 'could not open the volume' '$LOG2') -gt $n0 ]" \
+  || fail "no failed worker start while Redis was down"
+rd_restart "$PORT"
+wait_for 30 grep -q 'lock releases* of the previous worker still to do' "$LOG2" \
+  || fail "the new worker did not take the failed release over: $(grep -E 'release|session' "$LOG2" | tail -4)"
+wait_for 10 flock -n "$M/lk2" true || fail "lk2's flock is still held after the new worker started"
+note "the release the crashed worker could not do was done by the next one"
 m2_umount "$M"
 exit 0
