@@ -867,12 +867,42 @@ unsigned mnt_handle_unlocks_adopt(struct keg_fs *fs, int same_session)
     return queued;
 }
 
+#define MNT_COMMIT_THREADS 8        /* besides the caller */
+
+struct commit_pick {
+    uint64_t       id, ino;
+    struct keg_fh *fh;
+};
+
+struct commit_run {
+    struct commit_pick *v;
+    size_t              n;
+    size_t              next;      /* atomic: the next pick to commit */
+    unsigned            failed;    /* atomic */
+};
+
+static void *commit_thread(void *arg)
+{
+    struct commit_run *r = arg;
+    for (;;) {
+        size_t i = __atomic_fetch_add(&r->next, 1, __ATOMIC_RELAXED);
+        if (i >= r->n)
+            return NULL;
+        struct mnt_dtok t;
+        mnt_handle_commit_begin(r->v[i].id, r->v[i].ino, &t);
+        int rc = mnt_handle_commit_end(&t, keg_fs_commit(hfs, r->v[i].fh));
+        if (rc < 0) {
+            KEG_ERR("handing over: cannot commit inode %" PRIu64 ": %s (the data written "
+                    "through its open descriptors since their last commit is lost: they "
+                    "fail with EIO under the next worker)", r->v[i].ino, strerror(-rc));
+            __atomic_add_fetch(&r->failed, 1, __ATOMIC_RELAXED);
+        }
+    }
+}
+
 unsigned mnt_handle_commit_all(void)
 {
-    struct pick {
-        uint64_t       id, ino;
-        struct keg_fh *fh;
-    } *v = NULL;
+    struct commit_pick *v = NULL;
     size_t n = 0;
     unsigned failed = 0;
 
@@ -886,7 +916,7 @@ unsigned mnt_handle_commit_all(void)
                 if (!d->dirty)
                     continue;
                 if (v)
-                    v[k] = (struct pick){d->dirty->id, d->ino, d->dirty->h};
+                    v[k] = (struct commit_pick){d->dirty->id, d->ino, d->dirty->h};
                 k++;
             }
         }
@@ -900,17 +930,18 @@ unsigned mnt_handle_commit_all(void)
                 "treats their descriptors as having lost data", n);
         return (unsigned)n;
     }
-    for (size_t i = 0; i < n; i++) {
-        struct mnt_dtok t;
-        mnt_handle_commit_begin(v[i].id, v[i].ino, &t);
-        int rc = mnt_handle_commit_end(&t, keg_fs_commit(hfs, v[i].fh));
-        if (rc < 0) {
-            KEG_ERR("handing over: cannot commit inode %" PRIu64 ": %s (the data written "
-                    "through its open descriptors since their last commit is lost: they "
-                    "fail with EIO under the next worker)", v[i].ino, strerror(-rc));
-            failed++;
-        }
-    }
+    /* several at once: with the store failing, each commit can take a whole
+     * retry deadline, and the mount is stalled until the last one ends */
+    struct commit_run run = {.v = v, .n = n};
+    pthread_t th[MNT_COMMIT_THREADS];
+    unsigned nth = 0;
+    while (nth < MNT_COMMIT_THREADS && nth + 1 < n &&
+           pthread_create(&th[nth], NULL, commit_thread, &run) == 0)
+        nth++;
+    commit_thread(&run);
+    for (unsigned i = 0; i < nth; i++)
+        pthread_join(th[i], NULL);
+    failed = __atomic_load_n(&run.failed, __ATOMIC_RELAXED);
     keg_free(v);
     return failed;
 }

@@ -361,7 +361,7 @@ void     mnt_handle_lock_release(uint64_t id, mnt_owner_fn *fn, void *arg);
 void     mnt_handle_unlock_hook(void *arg, uint64_t ino, uint64_t owner, int is_flock, int kept);
 unsigned mnt_handle_unlocks_adopt(struct keg_fs *fs, int same_session);
 /* A worker handing over, with no request running: commits every file with dirty
- * handles and makes those handles clean; a file whose commit fails keeps its
+ * handles (several at once) and makes those handles clean; a file whose commit fails keeps its
  * handles in the shared record, so that the next worker refuses them (EIO).
  * Returns the number of files that failed. */
 unsigned mnt_handle_commit_all(void);

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # upgrade_lost_data.sh -- an in-place upgrade never turns data it could not commit into a
 # success, and never forgets a descriptor that lost data in an earlier worker crash.
-#   1. A Python helper writes 1 MiB to "a" (buffered, not committed) and keeps it open.
-#      The object directory is then made read-only (a read-only bind mount over it), so
-#      the handing-over worker cannot store that data, and `kegfs upgrade` runs.  Once
-#      the store is writable again (the bind mount remounted read-write), the helper's next write, its fsync and its close fail
-#      with EIO; "a" reads as what was committed (nothing), never as zeros or a success.
+#   1. A Python helper writes 1 MiB to "a" and to "a2" (buffered, not committed) and
+#      keeps them open.  The object directory is then made read-only (a read-only bind
+#      mount over it), so the handing-over worker cannot store that data (it commits the
+#      two files in parallel), and `kegfs upgrade` runs.  Once the store is writable
+#      again (the bind mount remounted read-write), the helper's next write to "a", its
+#      fsync and its close fail with EIO, and so do "a2"'s fsync and close; both read as
+#      what was committed (nothing), never as zeros or a success.
 #   2. The helper writes 1 MiB to "b" and keeps it open; the worker is killed (SIGKILL),
 #      and the helper does not touch "b" until `kegfs upgrade` has run: its write, fsync
 #      and close then fail with EIO too (the new binary's worker knows the handle lost data).
@@ -15,9 +17,9 @@
 # timeout: 120
 # allow-log: was killed by signal 9
 # allow-log: died with uncommitted data in 1 open file handle
-# allow-log: handed over with uncommitted data in 1 open file handle
+# allow-log: handed over with uncommitted data in [12] open file handles?
 # allow-log: Read-only file system
-# allow-log: handed over with the data of 1 open file not committed
+# allow-log: handed over with the data of 2 open files not committed
 . "$(dirname "$0")/../lib.sh"
 need_kegfs
 need_objdir
@@ -80,13 +82,18 @@ os.write(c, data)
 os.fsync(c)
 a = os.open(os.path.join(mnt, "a"), os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
 os.write(a, data)                     # buffered in the worker
+a2 = os.open(os.path.join(mnt, "a2"), os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+os.write(a2, data)
 done(1)
 step(2)                               # the upgrade ran while the store refused writes
 expect_eio("write to a", os.write, a, data)
 expect_eio("fsync of a", os.fsync, a)
 expect_eio("close of a", os.close, a)
+expect_eio("fsync of a2", os.fsync, a2)
+expect_eio("close of a2", os.close, a2)
 expect_ok("write + fsync of c", lambda: (os.write(c, data), os.fsync(c)))
 zero_free("a")
+zero_free("a2")
 b = os.open(os.path.join(mnt, "b"), os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
 os.write(b, data)                     # buffered; the worker is killed next
 done(2)
@@ -114,7 +121,7 @@ out=$("$KEGFS" upgrade --binary "$WORK/kegfs-new" "$MNT" 2>&1) || fail "upgrade:
 note "$out"
 mount -o remount,bind,rw "$OBJDIR" || fail "make $OBJDIR writable again"
 touch "$OBJDIR/probe" && rm -f "$OBJDIR/probe" || fail "$OBJDIR is still read-only"
-grep -q 'handed over with uncommitted data in 1 open file handle' "$MT_LOG" \
+grep -q 'handed over with uncommitted data in 2 open file handles' "$MT_LOG" \
   || fail "no ERROR line for the data the handover lost: $(grep -iE 'commit|handed' "$MT_LOG" | tail -5)"
 touch "$WORK/go.2"
 wait_for 30 test -e "$WORK/done.2" || fail "the helper is stuck after the upgrade: $(cat "$WORK/helper.out")"
