@@ -122,20 +122,16 @@ struct mnt_dirty_slot {
     uint64_t ino;     /* its inode (for the log) */
 };
 
-/* A lock owner that set a byte-range lock through a file handle and has not
- * flushed since: at the handle's release it can only be the open file
- * description's own (OFD) owner, which the kernel does not name then. */
-struct mnt_owner_slot {
-    uint64_t id;      /* handle id, 0: free */
+/* A lock note, in use while key != 0.  In own[]: a lock owner that set a
+ * byte-range lock through file handle `key` and has not flushed since (at the
+ * handle's release it can only be the open file description's own OFD owner,
+ * which the kernel does not name then).  In unl[]: an unlock that failed at a
+ * close and is being tried again (core/fs/lock.c), key MNT_UNLOCK_POSIX or
+ * MNT_UNLOCK_FLOCK. */
+struct mnt_note {
+    uint64_t key;
     uint64_t ino;
     uint64_t owner;
-};
-
-/* An unlock that failed at a close and is being tried again (core/fs/lock.c). */
-struct mnt_unlock_slot {
-    uint64_t ino;
-    uint64_t owner;
-    uint64_t kind;    /* 0: free, MNT_UNLOCK_POSIX, MNT_UNLOCK_FLOCK */
 };
 
 struct mnt_dirty_tab {
@@ -146,8 +142,8 @@ struct mnt_dirty_tab {
     uint64_t              session;      /* the workers' metadata session (atomic) */
     uint64_t              nowners;      /* owner slots in use (a hint: recounted at start) */
     struct mnt_dirty_slot slot[MNT_DIRTY_SLOTS];
-    struct mnt_owner_slot own[MNT_OWNER_SLOTS];
-    struct mnt_unlock_slot unl[MNT_UNLOCK_SLOTS];
+    struct mnt_note       own[MNT_OWNER_SLOTS];
+    struct mnt_note       unl[MNT_UNLOCK_SLOTS];
 };
 
 static int record_fd = -1;   /* the memfd behind the supervisor's table, or -1 */
@@ -336,7 +332,7 @@ void mnt_handle_setup(struct keg_fs *fs, unsigned worker_epoch, int is_restart, 
     if (dtab && is_restart) {        /* the previous worker may have died mid-update */
         uint64_t n = 0;
         for (unsigned k = 0; k < MNT_OWNER_SLOTS; k++)
-            n += __atomic_load_n(&dtab->own[k].id, __ATOMIC_ACQUIRE) != 0;
+            n += __atomic_load_n(&dtab->own[k].key, __ATOMIC_ACQUIRE) != 0;
         __atomic_store_n(&dtab->nowners, n, __ATOMIC_RELEASE);
     }
     if (dtab && is_restart && __atomic_load_n(&dtab->overflow, __ATOMIC_ACQUIRE) > 0) {
@@ -713,58 +709,83 @@ int mnt_handle_commit_end(struct mnt_dtok *t, int rc)
     return t->lost ? -EIO : rc;
 }
 
-/*----- lock owners noted per handle -----*/
+/*----- lock notes: owners per handle, unlocks still to do -----*/
 
-/* LOCKS: mu held. */
-static void owner_free(unsigned k)
+/* Writers of dtab->own and dtab->unl (not mu: a lock request does not hold up
+ * the handle lookups of reads and writes).  Core calls mnt_handle_unlock_hook
+ * under its own unlock lock, so nmu is never held across a call into core. */
+static pthread_mutex_t nmu = PTHREAD_MUTEX_INITIALIZER;
+_Static_assert(MNT_OWNER_SLOTS == 1024u && MNT_UNLOCK_SLOTS == 256u,
+               "the WARN lines of the full tables name these sizes");
+
+/* (key, ino, owner) in v[0..n): its entry, or NULL with *spare the first free
+ * entry (NULL: none).  LOCKS: nmu held. */
+static struct mnt_note *note_find(struct mnt_note *v, unsigned n, uint64_t key, uint64_t ino,
+                                  uint64_t owner, struct mnt_note **spare)
 {
-    __atomic_store_n(&dtab->own[k].id, 0, __ATOMIC_RELEASE);
+    *spare = NULL;
+    for (unsigned k = 0; k < n; k++) {
+        uint64_t kk = __atomic_load_n(&v[k].key, __ATOMIC_RELAXED);
+        if (kk == key && v[k].ino == ino && v[k].owner == owner)
+            return &v[k];
+        if (kk == 0 && !*spare)
+            *spare = &v[k];
+    }
+    return NULL;
+}
+
+/* Add (key, ino, owner) to v[0..n) unless it is there.  Returns 1 (added), 0
+ * (there already) or -1 (full: logged once per table).  LOCKS: nmu held. */
+static int note_add(struct mnt_note *v, unsigned n, uint64_t key, uint64_t ino,
+                    uint64_t owner, int *warned, const char *full)
+{
+    struct mnt_note *e;
+    if (note_find(v, n, key, ino, owner, &e))
+        return 0;
+    if (!e) {
+        if (!*warned)
+            KEG_WARN("%s", full);
+        *warned = 1;
+        return -1;
+    }
+    __atomic_store_n(&e->ino, ino, __ATOMIC_RELAXED);
+    __atomic_store_n(&e->owner, owner, __ATOMIC_RELAXED);
+    __atomic_store_n(&e->key, key, __ATOMIC_RELEASE);
+    return 1;
+}
+
+/* LOCKS: nmu held. */
+static void owner_free(struct mnt_note *o)
+{
+    __atomic_store_n(&o->key, 0, __ATOMIC_RELEASE);
     __atomic_sub_fetch(&dtab->nowners, 1, __ATOMIC_RELEASE);
 }
 
 void mnt_handle_lock_note(uint64_t id, uint64_t ino, uint64_t owner)
 {
-    static int warned;                  /* protected by mu */
-    unsigned spare = MNT_OWNER_SLOTS;
+    static int warned;                  /* protected by nmu */
     if (!dtab)
         return;
-    pthread_mutex_lock(&mu);
-    for (unsigned k = 0; k < MNT_OWNER_SLOTS; k++) {
-        struct mnt_owner_slot *o = &dtab->own[k];
-        uint64_t oid = __atomic_load_n(&o->id, __ATOMIC_RELAXED);
-        if (oid == id && o->ino == ino && o->owner == owner) {
-            spare = MNT_OWNER_SLOTS + 1;        /* noted already */
-            break;
-        }
-        if (oid == 0 && spare == MNT_OWNER_SLOTS)
-            spare = k;
-    }
-    if (spare < MNT_OWNER_SLOTS) {
-        struct mnt_owner_slot *o = &dtab->own[spare];
-        __atomic_store_n(&o->ino, ino, __ATOMIC_RELAXED);
-        __atomic_store_n(&o->owner, owner, __ATOMIC_RELAXED);
-        __atomic_store_n(&o->id, id, __ATOMIC_RELEASE);
+    pthread_mutex_lock(&nmu);
+    if (note_add(dtab->own, MNT_OWNER_SLOTS, id, ino, owner, &warned,
+                 "more than 1024 lock owners hold byte-range locks through open files: "
+                 "the OFD locks of the others stay held until the mount ends if this "
+                 "worker is replaced (crash or upgrade) before they are released") > 0)
         __atomic_add_fetch(&dtab->nowners, 1, __ATOMIC_RELEASE);
-    } else if (spare == MNT_OWNER_SLOTS && !warned) {
-        warned = 1;
-        KEG_WARN("more than %u lock owners hold byte-range locks through open files: the "
-                 "OFD locks of the others stay held until the mount ends if this worker is "
-                 "replaced (crash or upgrade) before they are released", MNT_OWNER_SLOTS);
-    }
-    pthread_mutex_unlock(&mu);
+    pthread_mutex_unlock(&nmu);
 }
 
 void mnt_handle_lock_flushed(uint64_t ino, uint64_t owner)
 {
     if (!dtab || !__atomic_load_n(&dtab->nowners, __ATOMIC_ACQUIRE))
         return;
-    pthread_mutex_lock(&mu);
+    pthread_mutex_lock(&nmu);
     for (unsigned k = 0; k < MNT_OWNER_SLOTS; k++) {
-        struct mnt_owner_slot *o = &dtab->own[k];
-        if (__atomic_load_n(&o->id, __ATOMIC_RELAXED) && o->ino == ino && o->owner == owner)
-            owner_free(k);
+        struct mnt_note *o = &dtab->own[k];
+        if (__atomic_load_n(&o->key, __ATOMIC_RELAXED) && o->ino == ino && o->owner == owner)
+            owner_free(o);
     }
-    pthread_mutex_unlock(&mu);
+    pthread_mutex_unlock(&nmu);
 }
 
 void mnt_handle_lock_release(uint64_t id, mnt_owner_fn *fn, void *arg)
@@ -780,82 +801,61 @@ void mnt_handle_lock_release(uint64_t id, mnt_owner_fn *fn, void *arg)
         n = 0;
         if (!__atomic_load_n(&dtab->nowners, __ATOMIC_ACQUIRE))
             break;
-        pthread_mutex_lock(&mu);
+        pthread_mutex_lock(&nmu);
         for (unsigned k = 0; k < MNT_OWNER_SLOTS && n < BATCH; k++) {
-            struct mnt_owner_slot *o = &dtab->own[k];
-            if (__atomic_load_n(&o->id, __ATOMIC_ACQUIRE) != id)
+            struct mnt_note *o = &dtab->own[k];
+            if (__atomic_load_n(&o->key, __ATOMIC_ACQUIRE) != id)
                 continue;
             ino[n] = o->ino;
             owner[n] = o->owner;
             n++;
-            owner_free(k);
+            owner_free(o);
         }
-        pthread_mutex_unlock(&mu);
+        pthread_mutex_unlock(&nmu);
         for (unsigned i = 0; earlier && fn && i < n; i++)
             fn(arg, ino[i], owner[i]);
     } while (n == BATCH);
 }
 
-/*----- unlocks still to do -----*/
-
-static pthread_mutex_t umu = PTHREAD_MUTEX_INITIALIZER;   /* writers of dtab->unl */
-
 void mnt_handle_unlock_hook(void *arg, uint64_t ino, uint64_t owner, int is_flock, int kept)
 {
-    static int warned;            /* protected by umu */
-    uint64_t kind = is_flock ? MNT_UNLOCK_FLOCK : MNT_UNLOCK_POSIX;
-    unsigned spare = MNT_UNLOCK_SLOTS;
+    static int warned;            /* protected by nmu */
+    uint64_t key = is_flock ? MNT_UNLOCK_FLOCK : MNT_UNLOCK_POSIX;
+    struct mnt_note *e, *spare;
     KEG_UNUSED(arg);
     if (!dtab)
         return;
-    pthread_mutex_lock(&umu);
-    for (unsigned k = 0; k < MNT_UNLOCK_SLOTS; k++) {
-        struct mnt_unlock_slot *u = &dtab->unl[k];
-        uint64_t uk = __atomic_load_n(&u->kind, __ATOMIC_RELAXED);
-        if (uk == kind && u->ino == ino && u->owner == owner) {
-            if (!kept)
-                __atomic_store_n(&u->kind, 0, __ATOMIC_RELEASE);
-            spare = MNT_UNLOCK_SLOTS + 1;
-            break;
-        }
-        if (uk == 0 && spare == MNT_UNLOCK_SLOTS)
-            spare = k;
-    }
-    if (kept && spare < MNT_UNLOCK_SLOTS) {
-        struct mnt_unlock_slot *u = &dtab->unl[spare];
-        __atomic_store_n(&u->ino, ino, __ATOMIC_RELAXED);
-        __atomic_store_n(&u->owner, owner, __ATOMIC_RELAXED);
-        __atomic_store_n(&u->kind, kind, __ATOMIC_RELEASE);
-    } else if (kept && spare == MNT_UNLOCK_SLOTS && !warned) {
-        warned = 1;
-        KEG_WARN("more than %u lock releases wait for the metadata engine: if this worker is "
-                 "replaced (crash or upgrade) before they are done, the others stay held "
-                 "until the mount ends", MNT_UNLOCK_SLOTS);
-    }
-    pthread_mutex_unlock(&umu);
+    pthread_mutex_lock(&nmu);
+    if (kept)
+        note_add(dtab->unl, MNT_UNLOCK_SLOTS, key, ino, owner, &warned,
+                 "more than 256 lock releases wait for the metadata engine: if this worker "
+                 "is replaced (crash or upgrade) before they are done, the others stay "
+                 "held until the mount ends");
+    else if ((e = note_find(dtab->unl, MNT_UNLOCK_SLOTS, key, ino, owner, &spare)) != NULL)
+        __atomic_store_n(&e->key, 0, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&nmu);
 }
 
 unsigned mnt_handle_unlocks_adopt(struct keg_fs *fs, int same_session)
 {
-    struct mnt_unlock_slot v[MNT_UNLOCK_SLOTS];
+    struct mnt_note v[MNT_UNLOCK_SLOTS];
     unsigned n = 0, queued = 0;
     if (!dtab)
         return 0;
-    /* copied first: core calls the hook (umu) under its own lock, which
-     * keg_fs_unlock_later takes, so umu is not held across that call */
-    pthread_mutex_lock(&umu);
+    /* copied first: nmu is not held across the call into core (see nmu) */
+    pthread_mutex_lock(&nmu);
     for (unsigned k = 0; k < MNT_UNLOCK_SLOTS; k++) {
-        struct mnt_unlock_slot *u = &dtab->unl[k];
-        if (!__atomic_load_n(&u->kind, __ATOMIC_ACQUIRE))
+        struct mnt_note *u = &dtab->unl[k];
+        if (!__atomic_load_n(&u->key, __ATOMIC_ACQUIRE))
             continue;
         if (same_session)
             v[n++] = *u;
         else                        /* another session's locks went, or go, with it */
-            __atomic_store_n(&u->kind, 0, __ATOMIC_RELEASE);
+            __atomic_store_n(&u->key, 0, __ATOMIC_RELEASE);
     }
-    pthread_mutex_unlock(&umu);
+    pthread_mutex_unlock(&nmu);
     for (unsigned i = 0; i < n; i++) {
-        if (keg_fs_unlock_later(fs, v[i].ino, v[i].owner, v[i].kind == MNT_UNLOCK_FLOCK) == 0)
+        if (keg_fs_unlock_later(fs, v[i].ino, v[i].owner, v[i].key == MNT_UNLOCK_FLOCK) == 0)
             queued++;
         else
             KEG_ERR("no memory to queue the release of a lock on inode %" PRIu64 ": held "

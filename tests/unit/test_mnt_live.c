@@ -313,17 +313,17 @@ static void test_lock_owners(void **state)
     mnt_handle_unlock_hook(NULL, 70, 0xc1, 0, 1);      /* its byte-range locks: another */
     unsigned used = 0;
     for (unsigned k = 0; k < MNT_UNLOCK_SLOTS; k++)
-        used += t->unl[k].kind != 0;
+        used += t->unl[k].key != 0;
     assert_int_equal(used, 2);
     mnt_handle_unlock_hook(NULL, 70, 0xc1, 1, 0);
     used = 0;
     for (unsigned k = 0; k < MNT_UNLOCK_SLOTS; k++)
-        used += t->unl[k].kind == MNT_UNLOCK_POSIX && t->unl[k].ino == 70;
+        used += t->unl[k].key == MNT_UNLOCK_POSIX && t->unl[k].ino == 70;
     assert_int_equal(used, 1);
     /* a worker that did not take the session over forgets them */
     assert_int_equal(mnt_handle_unlocks_adopt(NULL, 0), 0);
     for (unsigned k = 0; k < MNT_UNLOCK_SLOTS; k++)
-        assert_int_equal(t->unl[k].kind, 0);
+        assert_int_equal(t->unl[k].key, 0);
     dtab = NULL;
     have_dtab = 0;
     mnt_dirty_free(t);
