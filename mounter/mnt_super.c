@@ -223,6 +223,14 @@ static void inval_lost(void *arg, uint64_t id, uint64_t ino)
         KEG_DEBUG("cannot invalidate inode %llu: %s", (unsigned long long)ino, strerror(errno));
 }
 
+/* After a worker died or handed over: log the handles whose data it lost and make
+ * the kernel drop what it caches of their inodes. */
+static void report_lost(const struct mnt_dirty_tab *dirty, pid_t pid, const char *how, int fd)
+{
+    if (mnt_dirty_report(dirty, (int)pid, how) > 0)
+        mnt_dirty_foreach(dirty, inval_lost, &fd);
+}
+
 /*----- in-place upgrade (cmd_upgrade.c has the protocol) -----*/
 
 /* This process was exec'ed by an upgrading supervisor: take its descriptor and
@@ -383,8 +391,7 @@ resumed:
         if (dirty && mnt_dirty_session(dirty))
             w.session = mnt_dirty_session(dirty);
         if (WIFEXITED(st) && WEXITSTATUS(st) == MNT_EXIT_UPGRADE && !stop_sig) {
-            if (mnt_dirty_report(dirty, (int)pid, "handed over with") > 0)
-                mnt_dirty_foreach(dirty, inval_lost, &fd);
+            report_lost(dirty, pid, "handed over with", fd);
             super_handover(sc, fd, &w, dirty);      /* returns only when the exec failed */
             continue;
         }
@@ -433,8 +440,7 @@ resumed:
         }
         KEG_ERR("worker %d was killed by signal %d%s; starting a new worker on the same "
                 "FUSE connection", (int)pid, sig, WCOREDUMP(st) ? " (core dumped)" : "");
-        if (mnt_dirty_report(dirty, (int)pid, "died with") > 0)
-            mnt_dirty_foreach(dirty, inval_lost, &fd);
+        report_lost(dirty, pid, "died with", fd);
         resend_pending(fd);
     }
     set_handlers(0);
