@@ -152,9 +152,6 @@ static const struct mr_script_def mr_scripts[S_NSCRIPTS] = {
     /* the same scripts for F_UNLCK only: releasing a lock must work on a full server */
     [S_FLOCK_UN]   = {"flock_unlock", FREE(MR_LUA_FLOCK), 1},
     [S_SETLK_UN]   = {"setlk_unlock", FREE(MR_LUA_SETLK), 1},
-    /* allow-oom: it rewrites the session's score and info (a worker restart on a
-     * full server must keep the session, see the heartbeat) */
-    [S_SESS_RESUME] = {"session_resume", FREE(MR_LUA_SESS_RESUME), 1},
 };
 
 
@@ -1001,7 +998,7 @@ static int mr_session_resume(struct keg_meta *m, uint64_t sid, const char *info)
     /* the scripts read the session id from p->sid: set it for this call */
     __atomic_store_n(&p->sid, sid, __ATOMIC_RELEASE);
     mr_arg_str(&a, info ? info : "");
-    int rc = mr_eval(p, S_SESS_RESUME, &a, &r);
+    int rc = mr_eval(p, S_SESS_BEAT, &a, &r);      /* the heartbeat, with the new info */
     if (rc) {
         __atomic_store_n(&p->sid, 0, __ATOMIC_RELEASE);
         return rc;

@@ -829,17 +829,12 @@
 "redis.call('HSET', P .. 'sessionInfo', sid, ARGV[4])\n" \
 "return {0, sid}\n"
 
-/* ARGV: 4 info.  -> {0}; ENOENT when the session is gone (ended, or cleaned up) */
-#define MR_LUA_SESS_RESUME \
-"if not redis.call('ZSCORE', P .. 'sessions', SID) then return {ENOENT} end\n" \
-"redis.call('ZADD', P .. 'sessions', NOW, SID)\n" \
-"redis.call('HSET', P .. 'sessionInfo', SID, ARGV[4])\n" \
-"return {0}\n"
-
-/* -> {0}; ENOENT when the session was cleaned up as stale meanwhile */
+/* ARGV: [4 info: a takeover (session_resume) also sets it].  -> {0}; ENOENT
+ * when the session was ended or cleaned up as stale meanwhile */
 #define MR_LUA_SESS_BEAT \
 "if not redis.call('ZSCORE', P .. 'sessions', SID) then return {ENOENT} end\n" \
 "redis.call('ZADD', P .. 'sessions', NOW, SID)\n" \
+"if ARGV[4] then redis.call('HSET', P .. 'sessionInfo', SID, ARGV[4]) end\n" \
 "return {0}\n"
 
 /* -> {0, sid1, heartbeat1, info1, ...} */

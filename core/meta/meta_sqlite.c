@@ -1284,11 +1284,14 @@ static int sq_session_begin(struct keg_meta *m, const char *info, uint64_t *sid)
     return rc;
 }
 
-static int sq_session_resume_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
+/* The session's heartbeat now; with a->info (a takeover), its info too. */
+static int sq_session_heartbeat_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
 {
-    static const char upd[] = "UPDATE session SET heartbeat=?, info=? WHERE sid=?";
+    static const char upd[] = "UPDATE session SET heartbeat=? WHERE sid=?";
+    static const char upd_info[] = "UPDATE session SET heartbeat=?, info=? WHERE sid=?";
     struct sq_sess_arg *a = arg;
-    int rc = sq_exec(c, upd, "iti", sq_now_sec(), a->info ? a->info : "", I(a->sid));
+    int rc = a->info ? sq_exec(c, upd_info, "iti", sq_now_sec(), a->info, I(a->sid))
+                     : sq_exec(c, upd, "ii", sq_now_sec(), I(a->sid));
     if (rc < 0)
         return rc;
     return rc == 0 ? -ENOENT : 0;
@@ -1296,23 +1299,13 @@ static int sq_session_resume_fn(struct keg_meta *m, struct sq_conn *c, void *arg
 
 static int sq_session_resume(struct keg_meta *m, uint64_t sid, const char *info)
 {
-    struct sq_sess_arg a = {.sid = sid, .info = info};
+    struct sq_sess_arg a = {.sid = sid, .info = info ? info : ""};
     if (sq_sid(m))
         return -EEXIST;
-    int rc = sq_txn(m, SQ_WRITE, sq_session_resume_fn, &a);
+    int rc = sq_txn(m, SQ_WRITE, sq_session_heartbeat_fn, &a);
     if (rc == 0)
         __atomic_store_n(&P(m)->sid, sid, __ATOMIC_RELEASE);
     return rc;
-}
-
-static int sq_session_heartbeat_fn(struct keg_meta *m, struct sq_conn *c, void *arg)
-{
-    static const char upd[] = "UPDATE session SET heartbeat=? WHERE sid=?";
-    struct sq_sess_arg *a = arg;
-    int rc = sq_exec(c, upd, "ii", sq_now_sec(), I(a->sid));
-    if (rc < 0)
-        return rc;
-    return rc == 0 ? -ENOENT : 0;
 }
 
 static int sq_session_heartbeat(struct keg_meta *m)
