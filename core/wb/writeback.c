@@ -670,6 +670,13 @@ static struct wb_ent *wb_pick(struct wb *wb)
             e->state = WB_UPLOADING;
             e->local_only = 0;
             wb->uploading++;
+            /* A put wakes one worker, and only when it changes what they wait
+             * for (wb_put): the others may sleep untimed.  Pass the wake-up on
+             * while the next entry may go too, so that a backlog is uploaded
+             * by every worker, not by the one that was awake. */
+            if (wb->ready.next != &wb->ready &&
+                (wb->hurry || wb->waiting_puts || wb_due(wb, wb->ready.next) <= now))
+                pthread_cond_signal(&wb->work_cv);
             return e;
         }
         next = KEG_MIN(next, go);

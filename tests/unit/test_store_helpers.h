@@ -2,7 +2,7 @@
  * test_wb.c): a "counting" store layer and the small helpers around it.
  *
  * The counting layer sits between the layer under test and the bottom store and
- * counts the gets, puts and dels that reach it.  Knobs (all 0 = off; a test that
+ * counts the gets, puts and dels that reach it, and the most puts in it at once.  Knobs (all 0 = off; a test that
  * sets one resets it in its fixture):
  *   cnt_get_delay_ms  each get sleeps this long first
  *   cnt_put_delay_ms  each put sleeps this long first
@@ -29,6 +29,8 @@
 struct cnt {
     atomic_int gets, puts, dels;
     atomic_int del_calls;      /* del_keys calls (each counts its keys in dels) */
+    atomic_int puts_now;       /* puts in this layer at the moment */
+    atomic_int puts_max;       /* the most puts that were in it at once */
 };
 static atomic_uint cnt_get_delay_ms;
 static atomic_uint cnt_put_delay_ms;
@@ -63,12 +65,20 @@ static inline int cnt_put(struct keg_obj *o, const char *key, const void *buf, s
 {
     struct cnt *c = o->priv;
     int err = atomic_load(&cnt_put_err);
+    int now = atomic_fetch_add(&c->puts_now, 1) + 1, max = atomic_load(&c->puts_max);
+    int rc;
+    while (now > max && !atomic_compare_exchange_weak(&c->puts_max, &max, now))
+        ;
     if (atomic_load(&cnt_put_delay_ms))
         ms_sleep(atomic_load(&cnt_put_delay_ms));
-    if (err)
-        return err;
-    atomic_fetch_add(&c->puts, 1);
-    return keg_obj_put(o->inner, key, buf, len);
+    if (err) {
+        rc = err;
+    } else {
+        atomic_fetch_add(&c->puts, 1);
+        rc = keg_obj_put(o->inner, key, buf, len);
+    }
+    atomic_fetch_sub(&c->puts_now, 1);
+    return rc;
 }
 static inline int cnt_del(struct keg_obj *o, const char *key)
 {

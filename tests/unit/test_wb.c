@@ -1244,6 +1244,38 @@ static void test_upload_hold(void **state)
     keg_obj_close(o);
 }
 
+/* A backlog of due objects is uploaded by every worker at once, not by the one
+ * a put woke: puts wake one worker, and only when the list was empty. */
+static void test_upload_workers_share_backlog(void **state)
+{
+    struct fx *fx = *state;
+    struct keg_obj *o = open_wb(fx, "mem", (struct keg_wb_conf){.workers = 4,
+                                                                 .upload_delay_ms = 200});
+
+    atomic_store(&cnt_put_delay_ms, 100);
+    for (uint64_t id = 1; id <= 16; id++)
+        put_block(o, id, 3000);
+    for (int i = 0; i < 100 && wbst(o).staged_objects > 0; i++)
+        ms_sleep(100);
+    assert_int_equal(wbst(o).staged_objects, 0);
+    assert_int_equal(atomic_load(&cnt_of(o)->puts), 16);
+    assert_int_equal(atomic_load(&cnt_of(o)->puts_max), 4);
+
+    /* and after a hold: due objects held by a burst go on every worker too */
+    atomic_store(&cnt_of(o)->puts_max, 0);
+    for (uint64_t id = 101; id <= 116; id++) {
+        put_block(o, id, 3000);
+        ms_sleep(20);
+    }
+    for (int i = 0; i < 100 && wbst(o).staged_objects > 0; i++)
+        ms_sleep(100);
+    assert_int_equal(wbst(o).staged_objects, 0);
+    assert_int_equal(atomic_load(&cnt_of(o)->puts), 32);
+    assert_int_equal(atomic_load(&cnt_of(o)->puts_max), 4);
+    atomic_store(&cnt_put_delay_ms, 0);
+    keg_obj_close(o);
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
@@ -1251,6 +1283,7 @@ int main(void)
         T(test_put_returns_before_upload),
         T(test_upload_delay),
         T(test_upload_hold),
+        T(test_upload_workers_share_backlog),
         T(test_cache_adopts_staged_file),
         T(test_cache_adopts_unsynced),
         T(test_deleted_staging_file_spared),
