@@ -826,6 +826,7 @@ ssize_t keg_fs_append(struct keg_fs *fs, struct keg_fh *fh, uint64_t koff, const
     }
     if (ip->wappend > 0 && koff != ip->wakoff + ip->wappend)
         ip->wakoff = UINT64_MAX;    /* the kernel's idea moved: invalidate after the commit */
+    atomic_store(&fh->wrote, 1);
     rc = write_pieces(fs, ip, 1, koff, buf, size);
 out:
     pthread_mutex_unlock(&ip->mu);
@@ -847,6 +848,7 @@ ssize_t keg_fs_write(struct keg_fs *fs, struct keg_fh *fh, uint64_t off, const v
         return -EBADF;
     if (size == 0)
         return 0;
+    atomic_store(&fh->wrote, 1);
     return write_at(fs, fh->ip, off, buf, size);
 }
 
@@ -969,7 +971,10 @@ uint64_t keg_fh_ino(const struct keg_fh *fh)
 int keg_fs_flush(struct keg_fs *fs, struct keg_fh *fh, uint64_t lock_owner)
 {
     struct fs_inode *ip = fh->ip;
-    int rc = fs_flush_inode(fs, ip, 1);
+    int rc;
+
+    atomic_store(&fh->wrote, 0);        /* before the commit: a later write sets it again */
+    rc = fs_flush_inode(fs, ip, 1);
 
     fs_locks_flush(fs, fh, lock_owner);     /* lock.c */
     return rc;
@@ -977,6 +982,7 @@ int keg_fs_flush(struct keg_fs *fs, struct keg_fh *fh, uint64_t lock_owner)
 
 int keg_fs_commit(struct keg_fs *fs, struct keg_fh *fh)
 {
+    atomic_store(&fh->wrote, 0);
     return fs_flush_inode(fs, fh->ip, 1);
 }
 
@@ -1027,6 +1033,7 @@ int keg_fs_fsync(struct keg_fs *fs, struct keg_fh *fh, int datasync)
 {
     int rc;
     KEG_UNUSED(datasync);
+    atomic_store(&fh->wrote, 0);
     rc = fs_flush_inode(fs, fh->ip, 1);
     if (rc < 0)
         return rc;
@@ -1059,8 +1066,21 @@ void keg_fs_fh_adopted(struct keg_fs *fs, struct keg_fh *fh)
 int keg_fs_release(struct keg_fs *fs, struct keg_fh *fh)
 {
     struct fs_inode *ip = fh->ip;
-    int purge = 0;
-    int rc = fs_flush_inode(fs, ip, 1);
+    int purge = 0, last, rc = 0;
+
+    /* The kernel sends a release after the last close's flush, and on its
+     * own time: it may come while another handle of the inode is in the
+     * middle of a write that the kernel cut into several requests (an
+     * O_APPEND write crossing a page it has not cached arrives as two).
+     * Committing that handle's first piece alone would let another mounter's
+     * append land inside the record.  So a release commits only what was
+     * buffered through this handle since its last flush (mmap write-back),
+     * or everything when it is the inode's last handle. */
+    pthread_mutex_lock(&ip->mu);
+    last = ip->nopen == 1;
+    pthread_mutex_unlock(&ip->mu);
+    if (atomic_load(&fh->wrote) || last)
+        rc = fs_flush_inode(fs, ip, 1);
 
     if (rc < 0)
         KEG_ERR("release of inode %llu: buffered data lost: %s", (unsigned long long)ip->ino,

@@ -594,6 +594,9 @@ struct keg_fh {
     int              flocked;       /* a flock is held under flock_owner */
     uint64_t         flock_owner;
     int              adopted;       /* reopened for a previous worker's handle */
+    /* data was buffered through this handle since its last flush, commit or
+     * fsync began: its release must commit it (file.c) */
+    atomic_int       wrote;
     /* lock.c: owners that set byte-range locks through this handle and have
      * not closed it since (protected by ip->mu): the OFD locks of the open
      * file description, released at the last close */

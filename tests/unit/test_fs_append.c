@@ -194,11 +194,82 @@ static void test_append_one_mount(void **state)
     tvol_cleanup(&v);
 }
 
+/* The kernel cuts an O_APPEND write that crosses a page it has not cached into
+ * two requests, and the release of the previous descriptor may come between
+ * them (it is sent after close() returned).  That release must not commit the
+ * first piece alone: another mount's append would land inside the record. */
+static void test_release_leaves_other_handles(void **state)
+{
+    struct tvol v;
+    struct keg_fs *fs2 = NULL;
+    uint64_t ino = 0;
+    uint8_t rec[REC], rec2[REC], got[3 * REC];
+    int keep = 0;
+    (void)state;
+
+    tvol_init(&v, BS, "none");
+    tvol_mount(&v);
+    {
+        struct keg_fs_conf conf;
+        memset(&conf, 0, sizeof(conf));
+        conf.meta_url = v.url;
+        conf.mountpoint = "/test2";
+        conf.heartbeat_sec = 1;
+        assert_int_equal(keg_fs_new(&conf, &fs2), 0);
+    }
+    struct keg_fh *c = tvol_create(&v, KEG_ROOT_INO, "log", &ino);
+    assert_int_equal(keg_fs_release(v.fs, c), 0);
+    record(rec, 0, 0);
+    record(rec2, 1, 0);
+
+    /* record 0 of mount 1: open, append, close (the flush commits it) */
+    struct keg_fh *a0 = tvol_open(&v, ino, O_WRONLY | O_APPEND);
+    assert_int_equal(keg_fs_append(v.fs, a0, 0, rec, REC), REC);
+    assert_int_equal(keg_fs_flush(v.fs, a0, 1), 0);
+    /* record 1: its first 8 bytes arrive, then the release of record 0's handle */
+    struct keg_fh *a1 = tvol_open(&v, ino, O_WRONLY | O_APPEND);
+    record(rec, 0, 1);
+    assert_int_equal(keg_fs_append(v.fs, a1, REC, rec, 8), 8);
+    assert_int_equal(keg_fs_release(v.fs, a0), 0);
+    /* mount 2 appends meanwhile */
+    struct keg_fh *b = NULL;
+    assert_int_equal(keg_fs_open(fs2, &tv_root, ino, O_WRONLY | O_APPEND, &b, &keep), 0);
+    assert_int_equal(keg_fs_append(fs2, b, REC, rec2, REC), REC);
+    assert_int_equal(keg_fs_flush(fs2, b, 1), 0);
+    assert_int_equal(keg_fs_release(fs2, b), 0);
+    /* the rest of record 1, then its close */
+    assert_int_equal(keg_fs_append(v.fs, a1, REC + 8, rec + 8, REC - 8), REC - 8);
+    assert_int_equal(keg_fs_flush(v.fs, a1, 1), 0);
+    assert_int_equal(keg_fs_release(v.fs, a1), 0);
+
+    struct keg_fh *r = tvol_open(&v, ino, O_RDONLY);
+    assert_int_equal(keg_fs_read(v.fs, r, 0, got, sizeof(got)), 3 * REC);
+    keg_fs_release(v.fs, r);
+    record(rec, 0, 0);
+    assert_memory_equal(got, rec, REC);          /* then mount 2's, then record 1 whole */
+    assert_memory_equal(got + REC, rec2, REC);
+    record(rec, 0, 1);
+    assert_memory_equal(got + 2 * REC, rec, REC);
+
+    /* a handle whose own writes were not flushed is committed by its release */
+    struct keg_fh *w = tvol_open(&v, ino, O_WRONLY | O_APPEND);
+    struct keg_fh *o = tvol_open(&v, ino, O_RDONLY);
+    assert_int_equal(keg_fs_append(v.fs, w, 3 * REC, rec2, REC), REC);
+    assert_int_equal(keg_fs_release(v.fs, w), 0);
+    struct keg_attr at;
+    assert_int_equal(keg_meta_getattr(fs2->meta, ino, &at), 0);
+    assert_int_equal(at.size, 4 * REC);
+    keg_fs_release(v.fs, o);
+    keg_fs_free(fs2);
+    tvol_cleanup(&v);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_append_two_mounts),
         cmocka_unit_test(test_append_one_mount),
+        cmocka_unit_test(test_release_leaves_other_handles),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
