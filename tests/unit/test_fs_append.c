@@ -60,6 +60,22 @@ static void check_records(const uint8_t *data, uint64_t size, int each)
     keg_free(seen);
 }
 
+/* v mounted, and a second mount of its volume (keg_fs_free it). */
+static struct keg_fs *mount_two(struct tvol *v)
+{
+    struct keg_fs_conf conf;
+    struct keg_fs *fs2 = NULL;
+
+    tvol_init(v, BS, "none");
+    tvol_mount(v);
+    memset(&conf, 0, sizeof(conf));
+    conf.meta_url = v->url;
+    conf.mountpoint = "/test2";
+    conf.heartbeat_sec = 1;
+    assert_int_equal(keg_fs_new(&conf, &fs2), 0);
+    return fs2;
+}
+
 /* Two mounts, each with its descriptor kept open, append in turns; each
  * commits now and then (as a reader or the buffer budget would). */
 static void test_append_two_mounts(void **state)
@@ -73,16 +89,7 @@ static void test_append_two_mounts(void **state)
     const int each = 300;
     (void)state;
 
-    tvol_init(&v, BS, "none");
-    tvol_mount(&v);
-    {
-        struct keg_fs_conf conf;
-        memset(&conf, 0, sizeof(conf));
-        conf.meta_url = v.url;
-        conf.mountpoint = "/test2";
-        conf.heartbeat_sec = 1;
-        assert_int_equal(keg_fs_new(&conf, &fs2), 0);
-    }
+    fs2 = mount_two(&v);
     keg_fs_set_inval(v.fs, inval_cb, &iv1);
     keg_fs_set_inval(fs2, inval_cb, &iv2);
     struct keg_fh *c = tvol_create(&v, KEG_ROOT_INO, "log", &ino);
@@ -207,16 +214,7 @@ static void test_release_leaves_other_handles(void **state)
     int keep = 0;
     (void)state;
 
-    tvol_init(&v, BS, "none");
-    tvol_mount(&v);
-    {
-        struct keg_fs_conf conf;
-        memset(&conf, 0, sizeof(conf));
-        conf.meta_url = v.url;
-        conf.mountpoint = "/test2";
-        conf.heartbeat_sec = 1;
-        assert_int_equal(keg_fs_new(&conf, &fs2), 0);
-    }
+    fs2 = mount_two(&v);
     struct keg_fh *c = tvol_create(&v, KEG_ROOT_INO, "log", &ino);
     assert_int_equal(keg_fs_release(v.fs, c), 0);
     record(rec, 0, 0);
