@@ -476,6 +476,21 @@ static void mnt_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const
 
 /*----- files -----*/
 
+/* A write-only O_APPEND description (a logger's: `>>`, fopen "a") gets direct
+ * I/O.  Through the page cache, the kernel cuts a write that begins inside a
+ * page it has not cached into two requests, that page and the rest, and a
+ * commit that falls between them (a read of the file or a close of another
+ * descriptor on this mount: neither waits for the write) would place the
+ * first piece alone at the file's end, where another mounter's append could
+ * follow it before the rest.  A direct write of up to max_write bytes (less a
+ * page when the caller's buffer is not page-aligned) arrives as one request.
+ * Such a description can neither read nor be mapped, so nothing is lost in
+ * cached reads; read-write O_APPEND descriptions keep the page cache. */
+static int direct_append(int flags)
+{
+    return (flags & O_ACCMODE) == O_WRONLY && (flags & O_APPEND);
+}
+
 static void mnt_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     struct mnt_state *m = mnt(req);
@@ -489,14 +504,14 @@ static void mnt_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         fuse_reply_err(req, -rc);
         return;
     }
-    fi->fh = mnt_handle_new(0, fh, ino);
+    fi->direct_io = direct_append(fi->flags);
+    fi->fh = mnt_handle_new(fi->direct_io ? MNT_HANDLE_DIRECT : 0, fh, ino);
     if (!fi->fh) {
         keg_fs_release(m->fs, fh);
         fuse_reply_err(req, ENOMEM);
         return;
     }
     fi->keep_cache = keep ? 1 : 0;
-    fi->direct_io = 0;
     if (fuse_reply_open(req, fi) != 0)    /* interrupted: no release will come */
         keg_fs_release(m->fs, mnt_handle_remove(fi->fh, 0));
 }
@@ -517,14 +532,14 @@ static void mnt_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode
         fuse_reply_err(req, -rc);
         return;
     }
-    fi->fh = mnt_handle_new(0, fh, a.ino);
+    fi->direct_io = direct_append(fi->flags);
+    fi->fh = mnt_handle_new(fi->direct_io ? MNT_HANDLE_DIRECT : 0, fh, a.ino);
     if (!fi->fh) {
         keg_fs_release(m->fs, fh);
         fuse_reply_err(req, ENOMEM);
         return;
     }
     fi->keep_cache = 0;
-    fi->direct_io = 0;
     fill_entry(m, &a, &e);
     mnt_inode_ref(a.ino, 1);
     if (fuse_reply_create(req, &e, fi) != 0) {
@@ -576,8 +591,17 @@ static void mnt_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t si
     struct mnt_dtok t;
     struct keg_fh *fh = NULL;
     MNT_DBG("write(ino=%" PRIu64 ", size=%zu, off=%lld)", (uint64_t)ino, size, (long long)off);
+    int direct = mnt_handle_direct(fi->fh) && !fi->writepage;
     int rc = mnt_handle_write_begin(fi->fh, ino, &fh, &t);   /* marks the handle dirty */
+    if (rc == 0 && direct && fuse_req_ctx(req)->uid != 0 && keg_fs_fh_privs(fh)) {
+        /* the kernel drops S_ISUID/S_ISGID before a write through its page
+         * cache, and leaves that to us for a direct one */
+        struct keg_ctx c;
+        mnt_ctx(req, &c, 1);
+        rc = keg_fs_kill_priv(mnt(req)->fs, &c, fh);
+    }
     if (rc < 0) {
+        mnt_handle_write_end(&t);
         fuse_reply_err(req, -rc);
         return;
     }
@@ -588,11 +612,12 @@ static void mnt_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t si
     ssize_t n = append ? keg_fs_append(mnt(req)->fs, fh, (uint64_t)off, buf, size)
                        : keg_fs_write(mnt(req)->fs, fh, (uint64_t)off, buf, size);
     mnt_handle_write_end(&t);
-    /* A direct write does not go through the page cache, and the kernel does
-     * not drop pages that buffered readers fetched meanwhile (nor after an
-     * asynchronous one): drop them before write() returns.  This request
-     * holds no page lock of the file (a buffered one would). */
-    if (n > 0 && (fi->flags & O_DIRECT) && !fi->writepage)
+    /* A direct write (O_DIRECT, or a description opened with direct I/O)
+     * does not go through the page cache, and the kernel does not drop pages
+     * that buffered readers fetched meanwhile (nor after an asynchronous
+     * one): drop them before write() returns.  This request holds no page
+     * lock of the file (a buffered one would). */
+    if (n > 0 && ((fi->flags & O_DIRECT) || direct) && !fi->writepage)
         mnt_inval_range(ino, append ? 0 : (uint64_t)off, append ? 0 : (uint64_t)n);
     if (n < 0)
         fuse_reply_err(req, (int)-n);

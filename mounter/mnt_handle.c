@@ -6,10 +6,13 @@
  * (struct keg_fh / struct keg_dh) and the inode it was opened on.  An id is
  *
  *     bits 63..48  worker epoch (the supervisor's worker number, 1, 2, ...)
- *     bits 47..0   sequence number, never reused by the worker
+ *     bit  47      the kernel does direct I/O on it (MNT_HANDLE_DIRECT)
+ *     bits 46..0   sequence number, never reused by the worker
  *
  * so an id handed out by a worker that crashed can never name a handle of the
- * worker that replaced it: it is simply unknown here.  The kernel keeps using
+ * worker that replaced it: it is simply unknown here.  The direct I/O bit is
+ * in the id because the kernel decided it at the open and keeps it: a worker
+ * that adopts the handle reads it from the id, as the one that opened it does.  The kernel keeps using
  * such ids for the files that were open at the crash; in a restarted worker an
  * unknown id is adopted on first use: the inode is reopened (as root, read-write
  * unless the mount is read-only -- the kernel checked access at the original
@@ -102,6 +105,7 @@
 #include "mnt_i.h"
 
 #define NBUCKETS 4096u
+#define MNT_ID_DIRECT (1ULL << 47)      /* id bit: opened with direct I/O */
 #define NDINO    256u
 
 /*----- the shared record -----*/
@@ -450,6 +454,8 @@ static void dirty_unlink(struct hent *e)
  * is marked lost if the dirty record says so; *lost tells. */
 static uint64_t insert(uint64_t id, uint64_t ino, int dir, void *h, void **winner, int *lost)
 {
+    uint64_t direct = (dir & MNT_HANDLE_DIRECT) ? MNT_ID_DIRECT : 0;
+    dir &= 1;
     struct hent *e = keg_calloc(1, sizeof(*e));
     *winner = NULL;
     *lost = 0;
@@ -458,7 +464,7 @@ static uint64_t insert(uint64_t id, uint64_t ino, int dir, void *h, void **winne
     e->slot = MNT_SLOT_NONE;
     pthread_mutex_lock(&mu);
     if (id == 0) {
-        id = (epoch << 48) | (next_seq++ & 0xffffffffffffULL);
+        id = (epoch << 48) | direct | (next_seq++ & (MNT_ID_DIRECT - 1));
     } else {
         struct hent *old = *find(id);
         if (old) {
@@ -494,6 +500,11 @@ uint64_t mnt_handle_new(int dir, void *h, uint64_t ino)
     void *winner;
     int lost;
     return insert(0, ino, dir, h, &winner, &lost);
+}
+
+int mnt_handle_direct(uint64_t id)
+{
+    return (id & MNT_ID_DIRECT) != 0;
 }
 
 /* The handle of id, or NULL. */

@@ -303,9 +303,13 @@ struct keg_dh;
  * reopened on demand.  BORROWS fs for the life of the session. */
 void     mnt_handle_setup(struct keg_fs *fs, unsigned worker_epoch, int is_restart,
                           int read_only);
-/* File h (struct keg_fh * or, with dir, struct keg_dh *) of inode ino.
- * Returns its id (never 0), or 0 when out of memory. */
+/* File h (struct keg_fh * or, with dir 1, struct keg_dh *) of inode ino; dir
+ * MNT_HANDLE_DIRECT: a file handle the kernel does direct I/O on, which the id
+ * records for as long as the kernel uses it (mnt_handle_direct, also in a
+ * worker that adopts it).  Returns its id (never 0), or 0 when out of memory. */
+#define MNT_HANDLE_DIRECT 2
 uint64_t mnt_handle_new(int dir, void *h, uint64_t ino);
+int      mnt_handle_direct(uint64_t id);
 /* The handle of id; in a restarted worker an unknown id of an earlier worker is
  * reopened on ino.  Returns 0, -EBADF (unknown id), -errno of the reopen. */
 int      mnt_handle_file(uint64_t id, uint64_t ino, struct keg_fh **fh);

@@ -146,6 +146,7 @@ struct fs_inode {
     int              unlinked;  /* lost its last link while open here: purge at last release */
     int              plocked;   /* a POSIX lock was set through this mount */
     int              attr_valid;
+    uint32_t         mode;      /* as last seen (keg_fs_kill_priv), 0: not known */
     uint64_t         size;      /* committed size as last seen */
     int64_t          mtime;     /* committed mtime as last seen */
     uint32_t         mtimensec;

@@ -243,6 +243,7 @@ void fs_inode_set_attr(struct fs_inode *ip, const struct keg_attr *a)
     if (ip->attr_valid &&
         (ip->size != a->size || ip->mtime != a->mtime || ip->mtimensec != a->mtimensec))
         fs_inode_drop_chunks(ip);
+    ip->mode = a->mode;
     ip->size = a->size;
     ip->mtime = a->mtime;
     ip->mtimensec = a->mtimensec;

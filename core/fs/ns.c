@@ -302,8 +302,71 @@ static int setattr_rest(struct keg_fs *fs, uint64_t ino, unsigned rest, uint32_t
  * attributes are. */
 #define FS_SET_TIMES (KEG_SET_ATIME | KEG_SET_MTIME | KEG_SET_ATIME_NOW | KEG_SET_MTIME_NOW)
 
+static int setattr_any(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, unsigned set,
+                       const struct keg_attr *in, struct keg_attr *out);
+
+/* The mode a setattr left, for keg_fs_kill_priv of a file open here. */
+static void note_mode(struct keg_fs *fs, uint64_t ino, uint32_t mode)
+{
+    struct fs_inode *ip = fs_inode_find(fs, ino);
+    if (!ip)
+        return;
+    pthread_mutex_lock(&ip->mu);
+    ip->mode = mode;
+    pthread_mutex_unlock(&ip->mu);
+    fs_inode_put(fs, ip);
+}
+
 int keg_fs_setattr(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, unsigned set,
                    const struct keg_attr *in, struct keg_attr *out)
+{
+    int rc = setattr_any(fs, c, ino, set, in, out);
+    if (rc == 0 && (set & (KEG_SET_MODE | KEG_SET_UID | KEG_SET_GID)))
+        note_mode(fs, ino, out->mode);
+    return rc;
+}
+
+/* The mode bits the kernel drops before a write by c (should_remove_suid). */
+static uint32_t privs_to_kill(const struct keg_ctx *c, const struct keg_attr *a)
+{
+    uint32_t kill = a->mode & S_ISUID;
+    if ((a->mode & S_ISGID) && ((a->mode & S_IXGRP) || !keg_ctx_in_group(c, a->gid)))
+        kill |= S_ISGID;
+    return kill;
+}
+
+int keg_fs_fh_privs(struct keg_fh *fh)
+{
+    struct fs_inode *ip = fh->ip;
+    uint32_t seen;
+    pthread_mutex_lock(&ip->mu);
+    seen = ip->mode;
+    pthread_mutex_unlock(&ip->mu);
+    return seen == 0 || (seen & (S_ISUID | S_ISGID));
+}
+
+int keg_fs_kill_priv(struct keg_fs *fs, const struct keg_ctx *c, struct keg_fh *fh)
+{
+    struct fs_inode *ip = fh->ip;
+    struct keg_attr cur, in, out;
+    int rc;
+
+    if (c->uid == 0 || !keg_fs_fh_privs(fh))
+        return 0;
+    rc = keg_meta_getattr(fs->meta, ip->ino, &cur);
+    if (rc < 0)
+        return rc;
+    if (!S_ISREG(cur.mode) || !privs_to_kill(c, &cur)) {
+        note_mode(fs, ip->ino, cur.mode);
+        return 0;
+    }
+    memset(&in, 0, sizeof(in));
+    in.mode = cur.mode & ~privs_to_kill(c, &cur) & 07777;
+    return keg_fs_setattr(fs, c, ip->ino, KEG_SET_MODE, &in, &out);
+}
+
+static int setattr_any(struct keg_fs *fs, const struct keg_ctx *c, uint64_t ino, unsigned set,
+                       const struct keg_attr *in, struct keg_attr *out)
 {
     struct keg_attr cur;
     struct fs_pattr_tok t;

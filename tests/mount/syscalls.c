@@ -1795,6 +1795,22 @@ static void nobody_checks(void *arg)
     EQ(write(fd, "x", 1), 1);
     close(fd);
     EQ(xstat("rootsuid").st_mode & S_ISUID, 0);
+    /* the same through a write-only O_APPEND descriptor, which the mounter
+     * opens with direct I/O (the kernel then leaves the clearing to it) */
+    OK(chmod("tmp/suid", 06775));
+    fd = OK(open("tmp/suid", O_WRONLY | O_APPEND));
+    EQ(write(fd, "x", 1), 1);
+    close(fd);
+    EQ(xstat("tmp/suid").st_mode & 07777, 0775);
+    OK(chmod("tmp/suid", 02745));       /* S_ISGID without group-execute, own group: kept */
+    fd = OK(open("tmp/suid", O_WRONLY | O_APPEND));
+    EQ(write(fd, "x", 1), 1);
+    close(fd);
+    EQ(xstat("tmp/suid").st_mode & 07777, 02745);
+    fd = OK(open("rootsuid2", O_WRONLY | O_APPEND));
+    EQ(write(fd, "x", 1), 1);
+    close(fd);
+    EQ(xstat("rootsuid2").st_mode & 07777, 0777);
     /* utimensat(NULL) needs write access only; explicit times need ownership */
     OK(utimensat(AT_FDCWD, "rootsuid", NULL, 0));
     struct timespec ts[2] = {{1, 0}, {1, 0}};
@@ -1826,6 +1842,8 @@ static void t_perms(void)
     OK(chmod("sgid", 02777));
     OK(write_file("rootsuid", "", 0, 0666));
     OK(chmod("rootsuid", 04777));
+    OK(write_file("rootsuid2", "", 0, 0666));
+    OK(chmod("rootsuid2", 06777));
     as_nobody(nobody_checks, NULL);
     /* root bypasses the mode bits */
     fd = OK(open("tmp/roots", O_RDONLY));

@@ -184,6 +184,59 @@ static void test_ns_ownership_rules(void **state)
     tvol_cleanup(&v);
 }
 
+/* keg_fs_kill_priv: what the kernel does before a write through its page
+ * cache (file_remove_privs), for the mounter's direct writes.  Root keeps the
+ * bits; anyone else loses S_ISUID, and S_ISGID with group-execute or outside
+ * the file's group; a file without them costs no engine request. */
+static void test_ns_kill_priv(void **state)
+{
+    struct tvol v;
+    struct keg_attr a, in;
+    struct keg_fh *fh;
+    const struct keg_ctx user = {.uid = 1000, .gid = 1000};
+    const struct keg_ctx member = {.uid = 2000, .gid = 2000, .ngroups = 1, .groups = {1000}};
+    uint64_t ino, gets;
+    (void)state;
+
+    tvol_init(&v, 65536, "none");
+    tvol_mount(&v);
+    memset(&in, 0, sizeof(in));
+    assert_int_equal(keg_fs_create(v.fs, &user, KEG_ROOT_INO, "k", 0775, O_WRONLY, &a, &fh), 0);
+    ino = a.ino;
+    /* nothing to clear: known from the open, no engine read */
+    assert_false(keg_fs_fh_privs(fh));
+    gets = tvol_meta_requests(&v, KEG_META_OP_GETATTR);
+    assert_int_equal(keg_fs_kill_priv(v.fs, &user, fh), 0);
+    assert_int_equal(tvol_meta_requests(&v, KEG_META_OP_GETATTR), gets);
+
+    /* a chmod on this mount is seen by the open handle */
+    in.mode = 06775;
+    assert_int_equal(keg_fs_setattr(v.fs, &user, ino, KEG_SET_MODE, &in, &a), 0);
+    assert_true(keg_fs_fh_privs(fh));
+    assert_int_equal(keg_fs_kill_priv(v.fs, &tv_root, fh), 0);     /* root: kept */
+    assert_int_equal(keg_fs_getattr(v.fs, &tv_root, ino, &a), 0);
+    assert_int_equal(a.mode & 07777, 06775);
+    assert_int_equal(keg_fs_kill_priv(v.fs, &user, fh), 0);
+    assert_int_equal(keg_fs_getattr(v.fs, &tv_root, ino, &a), 0);
+    assert_int_equal(a.mode & 07777, 0775);
+    assert_false(keg_fs_fh_privs(fh));
+
+    /* S_ISGID without group-execute: kept for a member of the file's group,
+     * cleared for anyone else (who may clear only these bits: not the owner) */
+    in.mode = 02745;
+    assert_int_equal(keg_fs_setattr(v.fs, &user, ino, KEG_SET_MODE, &in, &a), 0);
+    assert_int_equal(keg_fs_kill_priv(v.fs, &member, fh), 0);
+    assert_int_equal(keg_fs_getattr(v.fs, &tv_root, ino, &a), 0);
+    assert_int_equal(a.mode & 07777, 02745);
+    const struct keg_ctx other = {.uid = 3000, .gid = 3000};
+    assert_int_equal(keg_fs_kill_priv(v.fs, &other, fh), 0);
+    assert_int_equal(keg_fs_getattr(v.fs, &tv_root, ino, &a), 0);
+    assert_int_equal(a.mode & 07777, 0745);
+
+    assert_int_equal(keg_fs_release(v.fs, fh), 0);
+    tvol_cleanup(&v);
+}
+
 /* Times set by root on a file open here (tar: write, futimens, close) skip the
  * engine read before the change; the buffered data is still committed first,
  * so its commit does not overwrite the time.  Other callers are still checked
@@ -879,6 +932,7 @@ int main(void)
         cmocka_unit_test(test_ns_unlock_retry),
         cmocka_unit_test(test_ns_unlock_hook),
         cmocka_unit_test(test_ns_parent_attr_cache),
+        cmocka_unit_test(test_ns_kill_priv),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

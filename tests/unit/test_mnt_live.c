@@ -59,6 +59,30 @@ static void test_handle_ids(void **state)
     assert_ptr_equal(mnt_handle_remove(ic, 1), &c);
 }
 
+/* A handle opened with direct I/O says so by its id, which is all a worker
+ * that adopts it has; it is filed and found like any other. */
+static void test_handle_direct(void **state)
+{
+    int a, b;
+    struct keg_fh *fh = NULL;
+    mnt_handle_setup(NULL, 0xffff, 0, 0);
+    uint64_t ia = mnt_handle_new(MNT_HANDLE_DIRECT, &a, 10);
+    uint64_t ib = mnt_handle_new(0, &b, 10);
+    assert_true(ia && ib && ia != ib);
+    assert_int_equal(ia >> 48, 0xffff);     /* the epoch keeps its 16 bits */
+    assert_true(mnt_handle_direct(ia));
+    assert_false(mnt_handle_direct(ib));
+    assert_int_equal(mnt_handle_file(ia, 10, &fh), 0);
+    assert_ptr_equal(fh, &a);
+    assert_int_equal(mnt_handle_file(ib, 10, &fh), 0);
+    assert_ptr_equal(fh, &b);
+    assert_ptr_equal(mnt_handle_remove(ia, 0), &a);
+    assert_ptr_equal(mnt_handle_remove(ib, 0), &b);
+    /* an earlier worker's direct handle, adopted: the bit is still read */
+    assert_true(mnt_handle_direct((2ULL << 48) | (1ULL << 47) | 7));
+    assert_false(mnt_handle_direct((2ULL << 48) | 7));
+}
+
 /* A fresh worker refuses ids it did not hand out (a bug), and so does a
  * restarted worker for an id of its own epoch: only earlier workers' ids are
  * reopened. */
@@ -467,6 +491,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_handle_ids),
+        cmocka_unit_test(test_handle_direct),
         cmocka_unit_test(test_handle_unknown),
         cmocka_unit_test(test_handle_many),
         cmocka_unit_test(test_dirty_record),

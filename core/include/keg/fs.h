@@ -170,6 +170,17 @@ void keg_fs_read_unpin(struct keg_fs *fs, void *pin);
  * called for the inode (keg_fs_set_inval).  Returns size or -errno. */
 ssize_t keg_fs_append(struct keg_fs *fs, struct keg_fh *fh, uint64_t koff, const void *buf,
                       size_t size);
+/* Before a write through fh that the kernel sends without its page cache
+ * (direct I/O), by caller c: what the kernel does itself before a write
+ * through the page cache (file_remove_privs), since for a direct write it
+ * leaves that to the file system.  Unless c is root, S_ISUID is cleared, and
+ * S_ISGID when group-execute is set or c is not in the file's group.  Costs
+ * nothing when the mode last seen here (the open, a commit, a setattr on this
+ * mount) has neither bit.  Returns 0 or -errno. */
+int keg_fs_kill_priv(struct keg_fs *fs, const struct keg_ctx *c, struct keg_fh *fh);
+/* Nonzero when keg_fs_kill_priv may have work: the mode last seen has S_ISUID
+ * or S_ISGID, or is not known (so the caller fetches c's groups only then). */
+int keg_fs_fh_privs(struct keg_fh *fh);
 /* The owner's hook for data it may cache (the kernel's page cache) that
  * changed behind its back: bytes [off, off+len) of ino (len 0: to the end,
  * and its size).  Called from any thread, also inside a request on ino and

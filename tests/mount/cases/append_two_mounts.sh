@@ -1,13 +1,21 @@
 #!/usr/bin/env bash
 # append_two_mounts.sh -- O_APPEND from two --writeback mounters of one volume (A = $MNT,
 # B = $WORK/mnt2), 1,000 records of 100 bytes each, written at the same time: once with the
-# descriptor kept open, once with open/append/close per record.  core/fs has the metadata
-# engine place each commit's appends at the file's end, so all 2,000 records must be there,
-# each exactly once and intact, read on both mounts (and A's own records in its order).
+# descriptor kept open, once with open/append/close per record, and once with A's descriptor
+# kept open while a reader on A reads the file's end and closes it in a loop (each read and
+# each close commits what A buffered) and B appends record by record.  core/fs has the
+# metadata engine place each commit's appends at the file's end, so all 2,000 records must
+# be there, each exactly once and intact, read on both mounts (and A's own records in its
+# order).  A write-only O_APPEND descriptor gets direct I/O: each write() is one FUSE write
+# request, also one that crosses a page boundary or is 1 MiB less a page long from an
+# unaligned buffer (the kernel's page cache would cut those in two, and a commit between the
+# pieces would let B's record land inside A's); counted with the mounter's metrics.  A
+# reader on the same mount sees each appended record at once.
 # timeout: 300
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/../redis_lib.sh"
 need_kegfs
+need_cmd curl
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=$(command -v python3) || skip "needs python3"
 
@@ -18,7 +26,8 @@ B=$WORK/mnt2
 # gateway sharing two CPUs uploads in seconds to tens of seconds; the wait is set well above
 # that, so that what is checked here is where the appends land, not the gateway's rate.
 mt_umount
-mt_mount --writeback --cache-dir "$WORK/cacheA" --missing-block-wait 60
+SOCK=$WORK/a.sock
+mt_mount --writeback --cache-dir "$WORK/cacheA" --missing-block-wait 60 --metrics "unix:$SOCK"
 m2_mount "$B" "$WORK/mounterB.log" "$META" --writeback --cache-dir "$WORK/cacheB" \
   --missing-block-wait 60
 
@@ -71,14 +80,35 @@ for t in "AB":
 print("all %d records present, intact, in each writer's order" % (2 * n))
 PYEOF
 
+cat > "$WORK/reader.py" <<'PYEOF'
+import os, sys
+path, stop = sys.argv[1], sys.argv[2]
+while not os.path.exists(stop):
+    fd = os.open(path, os.O_RDONLY)
+    os.pread(fd, 8192, max(0, os.fstat(fd).st_size - 4096))
+    os.close(fd)
+PYEOF
+
 N=1000
-for mode in keep reopen; do
+for mode in keep reopen reader; do
   f=log-$mode
   : > "$A/$f" || fail "create $f"
-  "$PY" "$WORK/app.py" "$A/$f" A "$mode" "$N" & pa=$!
-  "$PY" "$WORK/app.py" "$B/$f" B "$mode" "$N" & pb=$!
+  rm -f "$WORK/stop"
+  pr=
+  if [ "$mode" = reader ]; then
+    "$PY" "$WORK/reader.py" "$A/$f" "$WORK/stop" & pr=$!
+    "$PY" "$WORK/app.py" "$A/$f" A keep "$N" & pa=$!
+    "$PY" "$WORK/app.py" "$B/$f" B reopen "$N" & pb=$!
+  else
+    "$PY" "$WORK/app.py" "$A/$f" A "$mode" "$N" & pa=$!
+    "$PY" "$WORK/app.py" "$B/$f" B "$mode" "$N" & pb=$!
+  fi
   wait "$pa" || fail "appender on A ($mode) failed"
   wait "$pb" || fail "appender on B ($mode) failed"
+  if [ -n "$pr" ]; then
+    touch "$WORK/stop"
+    wait "$pr" || fail "reader on A failed"
+  fi
   # close-to-open: a fresh open on either mount sees every record
   out=$("$PY" "$WORK/check.py" "$A/$f" "$N" "$WORK/app.py" 2>&1) || fail "$mode, read on A: $out"
   note "$mode, read on A: $out"
@@ -104,4 +134,32 @@ assert len(data) == 600, len(data)
 assert sorted(recs) == sorted([b"A%04d\n" % i for i in range(50)] + [b"B%04d\n" % i for i in range(50)]), recs[:6]
 os.close(a)
 PYEOF
+# one FUSE write request per write() through a write-only O_APPEND descriptor, and a
+# reader's descriptor on the same mount sees each record as soon as write() returned
+writes() {
+  curl -sf --max-time 5 --unix-socket "$SOCK" http://localhost/metrics |
+    awk '$1 ~ /^kegfs_fuse_ops_total\{/ && $1 ~ /op="write"/ {print $2; f=1} END {if (!f) print 0}'
+}
+w0=$(writes)
+"$PY" - "$A/direct" <<'PYEOF' || fail "appends through a write-only descriptor"
+import mmap, os, sys
+path = sys.argv[1]
+w = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+r = os.open(path, os.O_RDONLY)
+for i in range(90):         # 9,000 bytes: two records cross a page boundary
+    rec = b"%02d" % i + b"x" * 97 + b"\n"
+    assert os.write(w, rec) == 100
+    got = os.pread(r, 200, max(0, (i + 1) * 100 - 150))
+    assert got.endswith(rec), "record %d not seen by a reader on the same mount: %r" % (i, got[-20:])
+# 1 MiB less a page from a buffer that is not page-aligned: 257 pages of the caller's memory
+big = memoryview(mmap.mmap(-1, 2 << 20))[1:1 + (1 << 20) - 4096]
+assert os.write(w, big) == len(big)
+os.close(w)
+assert os.pread(r, 100, 8900)[:2] == b"89"
+os.close(r)
+assert os.stat(path).st_size == 9000 + (1 << 20) - 4096
+PYEOF
+w1=$(writes)
+assert_eq "$((w1 - w0))" 91 "FUSE write requests for 91 write() calls through a write-only O_APPEND descriptor"
+
 m2_umount "$B"
