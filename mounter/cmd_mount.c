@@ -70,8 +70,12 @@
 #define MNT_READ_AHEAD_MAX     (256u << 20)
 
 /* --upload-delay when --writeback is given without it: rewrites and deletions
- * within a second (compaction of small writes, temporary files) cost no upload. */
-#define MNT_UPLOAD_DELAY_DEFAULT 1.0
+ * within a quarter of a second (compaction of small writes, temporary files)
+ * cost no upload, and during a burst the uploads wait up to 1 s for a pause.
+ * 1 s held a build's objects back 1.1 s after it ended and a git clone's
+ * 6.6-7.1 s, against 0.3 s and 3.4-4.6 s, for no gain in the workloads'
+ * own times (docs/benchmarks.md, "What bounds the rest"). */
+#define MNT_UPLOAD_DELAY_DEFAULT 0.25
 
 enum {
     OPT_ATTR_CACHE = 0x3001, OPT_ENTRY_CACHE, OPT_DIR_ENTRY_CACHE, OPT_READ_ONLY, OPT_BUFFER_SIZE,
@@ -199,7 +203,7 @@ static void usage(FILE *out)
         "      --upload-workers N   writeback upload threads (default 4)\n"
         "      --max-staging SIZE   staged bytes before writes wait (default 1G)\n"
         "      --upload-delay SEC   upload a staged block no sooner than SEC after it was\n"
-        "                           written (default 1), and during a burst of writes up to\n"
+        "                           written (default 0.25), and during a burst of writes up to\n"
         "                           min(4 x SEC, 4 s) later; blocks deleted or rewritten by\n"
         "                           then are never uploaded (needs --writeback, at most 3600)\n"
         "      --drain-timeout SEC  at unmount, wait this long for staged uploads (default 30)\n"
