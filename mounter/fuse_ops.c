@@ -53,17 +53,23 @@ static struct mnt_state *mnt(fuse_req_t req)
     return fuse_req_userdata(req);
 }
 
+/* h, the handle a lookup found, or NULL after replying its error rc. */
+static void *req_found(fuse_req_t req, int rc, void *h)
+{
+    if (rc < 0) {
+        fuse_reply_err(req, -rc);
+        return NULL;
+    }
+    return h;
+}
+
 /* The core file handle behind fi->fh (a previous worker's is reopened).  On
  * failure the error is replied and NULL returned. */
 static struct keg_fh *req_fh(fuse_req_t req, fuse_ino_t ino, const struct fuse_file_info *fi)
 {
     struct keg_fh *fh = NULL;
     int rc = mnt_handle_file(fi->fh, ino, &fh);
-    if (rc < 0) {
-        fuse_reply_err(req, -rc);
-        return NULL;
-    }
-    return fh;
+    return req_found(req, rc, fh);
 }
 
 /* req_fh for an operation that changes the file's data: a handle that lost
@@ -72,22 +78,14 @@ static struct keg_fh *req_fh_w(fuse_req_t req, fuse_ino_t ino, const struct fuse
 {
     struct keg_fh *fh = NULL;
     int rc = mnt_handle_file_w(fi->fh, ino, &fh);
-    if (rc < 0) {
-        fuse_reply_err(req, -rc);
-        return NULL;
-    }
-    return fh;
+    return req_found(req, rc, fh);
 }
 
 static struct keg_dh *req_dh(fuse_req_t req, fuse_ino_t ino, const struct fuse_file_info *fi)
 {
     struct keg_dh *dh = NULL;
     int rc = mnt_handle_dir(fi->fh, ino, &dh);
-    if (rc < 0) {
-        fuse_reply_err(req, -rc);
-        return NULL;
-    }
-    return dh;
+    return req_found(req, rc, dh);
 }
 
 /* The caller's identity.  Supplementary groups cost a read of

@@ -12,13 +12,14 @@
  * so an id handed out by a worker that crashed can never name a handle of the
  * worker that replaced it: it is simply unknown here.  The direct I/O bit is
  * in the id because the kernel decided it at the open and keeps it: a worker
- * that adopts the handle reads it from the id, as the one that opened it does.  The kernel keeps using
- * such ids for the files that were open at the crash; in a restarted worker an
- * unknown id is adopted on first use: the inode is reopened (as root, read-write
- * unless the mount is read-only -- the kernel checked access at the original
- * open) and the new core handle is filed under the OLD id, so later requests and
- * the final release find it.  In a fresh (never restarted) worker an unknown id
- * is a bug: it is logged and the request fails with EBADF.
+ * that adopts the handle reads it from the id, as the one that opened it does.
+ * The kernel keeps using such ids for the files that were open at the crash;
+ * in a restarted worker an unknown id is adopted on first use: the inode is
+ * reopened (as root, read-write unless the mount is read-only -- the kernel
+ * checked access at the original open) and the new core handle is filed under
+ * the OLD id, so later requests and the final release find it.  In a fresh
+ * (never restarted) worker an unknown id is a bug: it is logged and the
+ * request fails with EBADF.
  *
  * Table: a fixed array of hash buckets (chained), one mutex.  Entries are added
  * by open/create/opendir (or adoption) and removed by release/releasedir; the

@@ -371,6 +371,24 @@ static void up_throttle(struct keg_fs *fs)
     pthread_mutex_unlock(&fs->up_mu);
 }
 
+/* Put block i of ws (length blen) in this thread.  Like a job, it consumes
+ * the buffer whatever the outcome (the caller counts the block in nup, so a
+ * dropped writer deletes it).  Returns 0 or -errno. */
+static int ws_upload_here(struct keg_fs *fs, struct fs_inode *ip, struct fs_wslice *ws,
+                          uint32_t i, uint32_t blen)
+{
+    struct fs_wblock *b = &ws->blk[i];
+    int rc = fs_put_block(fs, ws->id, i, b->p, blen, b->big);
+
+    atomic_fetch_sub(&fs->wbytes, b->cap);
+    ip->wbytes -= b->cap;
+    wbuf_free(fs, b->p, b->big);
+    b->p = NULL;
+    b->cap = 0;
+    b->big = 0;
+    return rc;
+}
+
 /* Hand block i of ws (length blen) to the upload pool; its buffer goes with
  * it.  Falls back to an upload in this thread when no job can be allocated.
  * Errors of queued uploads surface in fs_up_wait. */
@@ -380,18 +398,8 @@ static int ws_upload(struct keg_fs *fs, struct fs_inode *ip, struct fs_wslice *w
     struct fs_upjob *u = keg_calloc(1, sizeof(*u));
     struct fs_wblock *b = &ws->blk[i];
 
-    if (!u) {
-        int rc = fs_put_block(fs, ws->id, i, b->p, blen, b->big);
-        if (rc < 0)
-            return rc;
-        atomic_fetch_sub(&fs->wbytes, b->cap);
-        ip->wbytes -= b->cap;
-        wbuf_free(fs, b->p, b->big);
-        b->p = NULL;
-        b->cap = 0;
-        b->big = 0;
-        return 0;
-    }
+    if (!u)
+        return ws_upload_here(fs, ip, ws, i, blen);
     u->job.fn = up_run;
     u->fs = fs;
     u->ip = ip;
@@ -411,24 +419,6 @@ static int ws_upload(struct keg_fs *fs, struct fs_inode *ip, struct fs_wslice *w
     pthread_mutex_unlock(&fs->up_mu);
     fs_pool_submit(&fs->up_pool, &u->job, 1);
     return 0;
-}
-
-/* Put block i of ws (length blen) in this thread.  Like a job, it consumes
- * the buffer whatever the outcome (the caller counts the block in nup, so a
- * dropped writer deletes it).  Returns 0 or -errno. */
-static int ws_upload_here(struct keg_fs *fs, struct fs_inode *ip, struct fs_wslice *ws,
-                          uint32_t i, uint32_t blen)
-{
-    struct fs_wblock *b = &ws->blk[i];
-    int rc = fs_put_block(fs, ws->id, i, b->p, blen, b->big);
-
-    atomic_fetch_sub(&fs->wbytes, b->cap);
-    ip->wbytes -= b->cap;
-    wbuf_free(fs, b->p, b->big);
-    b->p = NULL;
-    b->cap = 0;
-    b->big = 0;
-    return rc;
 }
 
 /* Upload the full blocks of ws that end at or before slice offset upto. */

@@ -349,6 +349,7 @@ int keg_fs_kill_priv(struct keg_fs *fs, const struct keg_ctx *c, struct keg_fh *
 {
     struct fs_inode *ip = fh->ip;
     struct keg_attr cur, in, out;
+    uint32_t kill;
     int rc;
 
     if (c->uid == 0 || !keg_fs_fh_privs(fh))
@@ -356,12 +357,13 @@ int keg_fs_kill_priv(struct keg_fs *fs, const struct keg_ctx *c, struct keg_fh *
     rc = keg_meta_getattr(fs->meta, ip->ino, &cur);
     if (rc < 0)
         return rc;
-    if (!S_ISREG(cur.mode) || !privs_to_kill(c, &cur)) {
+    kill = S_ISREG(cur.mode) ? privs_to_kill(c, &cur) : 0;
+    if (!kill) {
         note_mode(fs, ip->ino, cur.mode);
         return 0;
     }
     memset(&in, 0, sizeof(in));
-    in.mode = cur.mode & ~privs_to_kill(c, &cur) & 07777;
+    in.mode = cur.mode & ~kill & 07777;
     return keg_fs_setattr(fs, c, ip->ino, KEG_SET_MODE, &in, &out);
 }
 
