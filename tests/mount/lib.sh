@@ -198,3 +198,33 @@ strace_calls() {
   STRACE_CALLS=$(awk -v want=",$calls," 'index(want, "," $NF ",") { n += $4 } END { print n + 0 }' \
     "$WORK/strace")
 }
+
+# crash_worker_during MODE HELPER ARGS...: runs `python3 HELPER ARGS...` in the background;
+# when it creates $WORK/ready, kills the supervisor's worker with SIGKILL, waits for the new
+# worker and creates $WORK/go, which the helper waits for before it goes on.  The helper's
+# output is shown prefixed with MODE.  Fails unless the helper exits 0 and the supervisor
+# logged exactly one new "died with uncommitted data in 1 open file handle".
+crash_worker_during() {
+  local mode=$1 helper=$2 sup w1 py rc n0 n1 out=$WORK/helper.$1
+  shift 2
+  n0=$(grep -c "died with uncommitted data in 1 open file handle" "$MT_LOG")
+  sup=$(mounter_pid)
+  [ -n "$sup" ] || fail "$mode: no mounter pid"
+  w1=$(pgrep -P "$sup" | head -1)
+  [ -n "$w1" ] || skip "no worker process under the supervisor $sup (not root? --no-supervisor?)"
+  rm -f "$WORK/ready" "$WORK/go"
+  "$PY" "$helper" "$@" > "$out" 2>&1 &
+  py=$!
+  wait_for 60 test -e "$WORK/ready" || fail "$mode: the helper did not get ready: $(cat "$out")"
+  kill -9 "$w1"
+  wait_for 10 sh -c "w=\$(pgrep -P $sup | head -1); [ -n \"\$w\" ] && [ \"\$w\" != $w1 ]" \
+    || fail "$mode: no new worker within 10 s"
+  touch "$WORK/go"     # nothing touches the mount before the helper: a listing would
+  wait "$py"           # refresh the sizes the kernel caches
+  rc=$?
+  sed "s/^/# $mode: /" "$out"
+  [ "$rc" = 0 ] || fail "$mode: the helper failed (rc $rc)"
+  n1=$(grep -c "died with uncommitted data in 1 open file handle" "$MT_LOG")
+  [ "$n1" = $((n0 + 1)) ] \
+    || fail "$mode: want one new ERROR line from the supervisor naming the lost handle, got $((n1 - n0))"
+}

@@ -136,28 +136,8 @@ head -c $((2 << 20)) /dev/urandom > "$WORK/r.bin"
 head -c $((64 << 10)) /dev/urandom > "$WORK/s.bin"
 
 run_crash() {   # run_crash MODE: the helper across one worker crash
-  local mode=$1 sup w1 py rc n0 n1
-  n0=$(grep -c "died with uncommitted data in 1 open file handle" "$MT_LOG")
-  sup=$(mounter_pid)
-  [ -n "$sup" ] || fail "$mode: no mounter pid"
-  w1=$(pgrep -P "$sup" | head -1)
-  [ -n "$w1" ] || skip "no worker process under the supervisor $sup (not root? --no-supervisor?)"
-  rm -f "$WORK/ready" "$WORK/go"
-  "$PY" "$WORK/crash_helper.py" "$MNT" "$WORK" > "$WORK/helper.$mode" 2>&1 &
-  py=$!
-  wait_for 60 test -e "$WORK/ready" || fail "$mode: the helper did not get ready: $(cat "$WORK/helper.$mode")"
-  kill -9 "$w1"
-  wait_for 10 sh -c "w=\$(pgrep -P $sup | head -1); [ -n \"\$w\" ] && [ \"\$w\" != $w1 ]" \
-    || fail "$mode: no new worker within 10 s"
-  touch "$WORK/go"     # nothing touches the mount before the helper: a listing would
-  wait "$py"           # refresh the size the kernel caches for "lost"
-  rc=$?
-  ls "$MNT" > /dev/null || fail "$mode: ls after the restart"
-  sed "s/^/# $mode: /" "$WORK/helper.$mode"
-  [ "$rc" = 0 ] || fail "$mode: the helper failed (rc $rc)"
-  n1=$(grep -c "died with uncommitted data in 1 open file handle" "$MT_LOG")
-  [ "$n1" = $((n0 + 1)) ] \
-    || fail "$mode: want one new ERROR line from the supervisor naming the lost handle, got $((n1 - n0))"
+  crash_worker_during "$1" "$WORK/crash_helper.py" "$MNT" "$WORK"
+  ls "$MNT" > /dev/null || fail "$1: ls after the restart"
 }
 
 check_files() {   # check_files WHAT: the committed contents
