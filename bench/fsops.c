@@ -7,7 +7,7 @@
  * under test reaches the file system.  Every iteration is timed with CLOCK_MONOTONIC;
  * the result line gives the median, the 99th percentile, the mean and the total:
  *
- *   op=create n=2000 median_us=180.2 p99_us=410.7 mean_us=201.5 total_s=0.403
+ *   op=create n=2000 median_us=180.2 p99_us=410.7 mean_us=201.5 total_s=0.403012
  *
  * Ops (names are PREFIX + letter + index; a phase uses the names the previous one left):
  *   create  open(f<i>, O_CREAT|O_EXCL|O_WRONLY) + close      (lookup of a new name + create)
@@ -76,7 +76,7 @@ static void fsops_report(const char *op, struct fsops_run *r)
         p99 = r->n - 1;
     double median = (r->n % 2) ? r->us[r->n / 2]
                                : (r->us[r->n / 2 - 1] + r->us[r->n / 2]) / 2;
-    printf("op=%s n=%ld median_us=%.1f p99_us=%.1f mean_us=%.1f total_s=%.3f\n", op, r->n,
+    printf("op=%s n=%ld median_us=%.1f p99_us=%.1f mean_us=%.1f total_s=%.6f\n", op, r->n,
            median, r->us[p99], sum / (double)r->n, sum / 1e6);
     fflush(stdout);
 }
@@ -135,7 +135,7 @@ static int fsops_readdir(struct fsops_run *r)
     }
     double us = fsops_now_us() - t0;
     double per = n ? us / (double)n : us;
-    printf("op=readdir n=%ld median_us=%.1f p99_us=%.1f mean_us=%.1f total_s=%.3f\n", n, per,
+    printf("op=readdir n=%ld median_us=%.1f p99_us=%.1f mean_us=%.1f total_s=%.6f\n", n, per,
            per, per, us / 1e6);
     fflush(stdout);
     return 0;

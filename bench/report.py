@@ -8,7 +8,8 @@ raw.txt: one line per measurement, "TARGET REP NAME KEY=VALUE ...", NAME one of
 smallfile.{create,randmod,append,empty} (ops_s), meta.{create,readdir,rename,stat,unlink}
 (n, total_s), fio.RW.BS.JOBS (json=FIO_OUTPUT), seq.{write,read} (mib_s, ok; bench/seqio),
 tar / git / build / mfiles.{create,ls,rm}
-(secs, ok), with durable_s for the targets that buffer writes.  machine.txt: key=value lines
+(secs, ok), with durable_s for the targets that buffer writes and, on mfiles.rm, deleted_s
+for the targets that delete objects after the unlink.  machine.txt: key=value lines
 (bench/run.sh writes them; a "note" line is printed under the method).
 Exit status: 0 every goal met, 1 a goal missed or not measurable.
 """
@@ -91,7 +92,8 @@ def collect(raw):
     """{(target, name): {"value": [...], "durable": [...], "ok": [...], "unit": u}}"""
     res = {}
     for t, _rep, name, kv in raw:
-        e = res.setdefault((t, name), {"value": [], "durable": [], "ok": [], "iops": []})
+        e = res.setdefault((t, name), {"value": [], "durable": [], "deleted": [], "ok": [],
+                                       "iops": []})
         if name.startswith("smallfile."):
             v, unit = num(kv.get("ops_s")), "ops/s"
             e["ok"].append(kv.get("ok") == kv.get("n"))
@@ -116,6 +118,9 @@ def collect(raw):
         d = kv.get("durable_s")
         if d is not None:
             e["durable"].append(num(d) if d not in ("timeout", "error") else float("inf"))
+        d = kv.get("deleted_s")
+        if d is not None:
+            e["deleted"].append(num(d) if d not in ("timeout", "error") else float("inf"))
     return res
 
 
@@ -157,6 +162,8 @@ def main():
             "values": e["value"], "all_ok": all(e["ok"]) if e["ok"] else False,
             "durable_s": stats([d for d in e["durable"] if d != float("inf")]) if e["durable"] else None,
             "durable_timeouts": sum(1 for d in e["durable"] if d == float("inf")),
+            "deleted_s": stats([d for d in e["deleted"] if d != float("inf")]) if e["deleted"] else None,
+            "deleted_timeouts": sum(1 for d in e["deleted"] if d == float("inf")),
             "iops": stats(e["iops"]) if e["iops"] else None,
         }
 
@@ -186,7 +193,8 @@ def main():
         machine.get("s3fs", "s3fs –"), machine.get("rclone", "rclone –"), machine.get("fio"),
         machine.get("ceph")))
     sizes = ["small files N=%s" % machine.get("smallfile_n"),
-             "metadata ops M=%s" % machine.get("meta_n"),
+             "metadata ops M=%s (readdir: %s names)" % (machine.get("meta_n"),
+                                                        machine.get("readdir_n", machine.get("meta_n"))),
              "fio %s MiB per job, at most %s s" % (machine.get("fio_mib"), machine.get("fio_secs")),
              "sequential %s MiB (%s: %s MiB)" % (machine.get("seq_mib"), machine.get("slow_targets"),
                                                  machine.get("seq_slow_mib")),
@@ -226,6 +234,9 @@ def main():
                 if durable_col and x and (x.get("durable_s") or x.get("durable_timeouts")):
                     d = "timeout" if x["durable_timeouts"] else fmt(x["durable_s"]["median"], "s")
                     c += " (+%s s to durable)" % d
+                if x and (x.get("deleted_s") or x.get("deleted_timeouts")):
+                    d = "timeout" if x["deleted_timeouts"] else fmt(x["deleted_s"]["median"], "s")
+                    c += " (objects deleted +%s s)" % d
                 cells.append(c)
             md.append("| %s | %s |" % (labels.get(n, n), " | ".join(cells)))
         md.append("")

@@ -20,7 +20,8 @@
 #   s3fs     s3fs, on the same S3 gateway
 # Workloads (LIST, default all):
 #   smallfile  bench/smallfile's four workloads (create, randmod, append, empty), N files
-#   meta       bench/fsops: create, readdir, rename, stat, unlink of M names in one dir
+#   meta       bench/fsops: create, rename, stat, unlink of M names in one dir; readdir of
+#              a directory of R names (made first, not timed)
 #   seq        bench/seqio: one file of SEQ_MIB MiB written in 1 MiB calls and fsync()ed,
 #              then read back (its page-cache pages dropped first) with every byte checked
 #   fio        fio: write, read, randwrite, randread x 4 MiB and 4 KiB blocks x 1 and 4
@@ -33,7 +34,7 @@
 # Each figure is repeated N times (--reps, default 3) and the median, min and max are
 # reported; the slow targets (--slow-targets, default s3,rclone,s3fs, whose repetitions take
 # minutes) run --slow-reps times (default 1) and fio runs once per target (--fio-reps).
-# Sizes: small files N=500, metadata ops M=1000 names, sequential 1024 MiB (256 MiB on the
+# Sizes: small files N=2000, metadata ops M=1000 names, readdir R=10,000 names, sequential 1024 MiB (256 MiB on the
 # slow targets), fio 16 MiB per job and at most 1 s, tar of /usr/include, a repository of
 # 3000 files, 10,000 files in 100 dirs.  The
 # workloads run in the order smallfile, tar, git, mfiles, build, seq, fio, meta, each on every
@@ -103,13 +104,13 @@ for w in ${WORKLOADS//,/ }; do
 done
 
 # sizes
-SF_N=500; META_N=1000; FIO_MIB=16; FIO_SECS=1; MF_DIRS=100; MF_PER=100
+SF_N=2000; META_N=1000; RD_N=10000; FIO_MIB=16; FIO_SECS=1; MF_DIRS=100; MF_PER=100
 SEQ_MIB=1024; SEQ_SLOW_MIB=256
 GIT_FILES=3000; TAR_SRC=/usr/include; BUILD_FILES=8
 FIO_BS="4m 4k"; FIO_JOBS="1 4"
 if [ $QUICK = 1 ]; then
   REPS=1; SLOW_REPS=1; FIO_REPS=1; CAP=120
-  SF_N=100; META_N=300; FIO_MIB=8; FIO_SECS=1; MF_DIRS=10; MF_PER=20
+  SF_N=100; META_N=300; RD_N=300; FIO_MIB=8; FIO_SECS=1; MF_DIRS=10; MF_PER=20
   SEQ_MIB=64; SEQ_SLOW_MIB=16
   GIT_FILES=200; TAR_SRC=/usr/include/linux; BUILD_FILES=2
   FIO_BS="4m 4k"; FIO_JOBS="1"
@@ -194,7 +195,7 @@ ver() { "$@" 2>&1 | head -1; }
   echo "redis=$(ver redis-server --version)"
   echo "ceph=$(ver radosgw --version)"
   echo "reps=$REPS"; echo "slow_reps=$SLOW_REPS"; echo "slow_targets=$SLOW_TARGETS"; echo "fio_reps=$FIO_REPS"; echo "quick=$QUICK"
-  echo "smallfile_n=$SF_N"; echo "meta_n=$META_N"; echo "fio_mib=$FIO_MIB"
+  echo "smallfile_n=$SF_N"; echo "meta_n=$META_N"; echo "readdir_n=$RD_N"; echo "fio_mib=$FIO_MIB"
   echo "seq_mib=$SEQ_MIB"; echo "seq_slow_mib=$SEQ_SLOW_MIB"
   echo "fio_secs=$FIO_SECS"; echo "mfiles=$((MF_DIRS * MF_PER)) in $MF_DIRS dirs"
   echo "git_files=$GIT_FILES"; echo "tar_src=$TAR_SRC"; echo "cap_s=$CAP"
@@ -261,13 +262,19 @@ BUCKET=${KEG_TEST_S3_BUCKET:-}    # KegFS takes the URL http://HOST:PORT/NAME
 BNAME=${BUCKET##*/}               # s3fs and rclone take the name
 S3URL="http://127.0.0.1:$KEG_S3_PORT"
 
-# rclone's remote (also the lister for the durability point of rclone and s3fs); rclone
-# refuses a plain-http endpoint when AWS_CA_BUNDLE is set
+# rclone's remote (also the lister for the durability point of rclone and s3fs, and for
+# the deferred deletions of the KegFS S3 targets); rclone refuses a plain-http endpoint
+# when AWS_CA_BUNDLE is set
 rcl() { env -u AWS_CA_BUNDLE rclone "$@"; }
 RCONF=$D/rclone.conf
-if has rclone || has s3fs; then
-  command -v rclone >/dev/null || { echo "run.sh: s3fs's durability check needs rclone" >&2;
-    drop_target s3fs; }
+HAVE_LISTER=0
+if [ "${need_s3:-0}" = 1 ]; then
+  if command -v rclone >/dev/null; then
+    HAVE_LISTER=1
+  elif has s3fs; then
+    echo "run.sh: s3fs's durability check needs rclone" >&2
+    drop_target s3fs
+  fi
   ( umask 077
     printf '[bench]\ntype = s3\nprovider = Ceph\nendpoint = %s\naccess_key_id = %s\nsecret_access_key = %s\nforce_path_style = true\n' \
       "$S3URL" "$KEG_TEST_S3_ACCESS_KEY" "$KEG_TEST_S3_SECRET_KEY" > "$RCONF"
@@ -389,6 +396,39 @@ durable() {
 # files_of DIR: "COUNT BYTES" of the regular files under DIR (a local reference tree)
 files_of() { find "$1" -type f -printf '%s\n' | awk '{ n++; b += $1 } END { print n + 0, b + 0 }'; }
 
+#--- deferred deletions -------------------------------------------------------------------
+# KegFS deletes the objects of an unlinked file after the unlink, in the background (its
+# deleter); passthrough_hp, rclone and s3fs delete while they unlink.  Before the next
+# repetition starts, the store of a KegFS target is waited for until it holds no block
+# object, so that a repetition is not measured while the last one's deletions still run.
+deletes_later() { case "$1" in sqlite|s3wb|s3) return 0 ;; *) return 1 ;; esac; }
+# objects_left TARGET: block objects in the store of a KegFS target's volume (-1: the
+# listing failed)
+objects_left() {
+  case "$1" in
+    sqlite) find "$D/objects" -path '*/chunks/*' -type f ! -name '.tmp*' 2>/dev/null | wc -l ;;
+    *) if [ $HAVE_LISTER = 1 ]; then listed "bench-$1/chunks" | cut -d' ' -f1; else echo 0; fi ;;
+  esac
+}
+# deleted TARGET T_END: seconds from T_END until the target's store holds no block object
+# (the start of the check that found none); "timeout" after CAP s, "error" when the
+# listing keeps failing
+deleted() {
+  local t=$1 t_end=$2 t_look c bad=0
+  while :; do
+    t_look=$(now)
+    c=$(objects_left "$t")
+    [ "$c" = 0 ] && break
+    if [ "$c" = -1 ]; then
+      bad=$((bad + 1))
+      [ $bad -ge 5 ] && { echo "error"; return; }
+    fi
+    [ "$(secs "$t_end" "$(now)" | cut -d. -f1)" -ge "$CAP" ] && { echo "timeout"; return; }
+    sleep 0.2
+  done
+  secs "$t_end" "$t_look"
+}
+
 # record TARGET REP WORKLOAD KEY=VALUE...
 record() { echo "$*" >> "$RAW"; }
 # after TARGET DIR COUNT BYTES: the durability point of a buffering target, as " durable_s=S"
@@ -467,10 +507,22 @@ w_smallfile() {   # TARGET REP DIR
 w_meta() {
   local t=$1 r=$2 dir=$3/meta op out
   mkdir -p "$dir"
-  for op in create readdir rename stat unlink; do
+  for op in create rename stat unlink; do
     out=$(timeout "$CAP" "$FSOPS" -n "$META_N" "$op" "$dir") || { fail "$t meta $op"; break; }
     record "$t $r meta.$op $(echo "$out" | sed 's/^op=[a-z]* //')"
   done
+  # readdir of RD_N names in a directory of their own, made first (not timed)
+  mkdir -p "$dir/rd"
+  if timeout "$CAP" "$FSOPS" -n "$RD_N" -p r create "$dir/rd" > /dev/null; then
+    quiesce
+    if out=$(timeout "$CAP" "$FSOPS" -n "$RD_N" readdir "$dir/rd"); then
+      record "$t $r meta.readdir $(echo "$out" | sed 's/^op=[a-z]* //')"
+    else
+      fail "$t meta readdir"
+    fi
+  else
+    fail "$t meta readdir (making $RD_N names)"
+  fi
   rm -rf "$dir"
   quiesce
 }
@@ -577,7 +629,9 @@ w_mfiles() {
   record "$t $r mfiles.ls secs=$s ok=$ok"
   ok=1
   timed s rm -rf "$dir" || ok=0
-  record "$t $r mfiles.rm secs=$s ok=$ok"
+  local del=""
+  deletes_later "$t" && del=" deleted_s=$(deleted "$t" "$T_END")"
+  record "$t $r mfiles.rm secs=$s ok=$ok$del"
   quiesce
 }
 # timed OUTVAR CMD...: run CMD (a command or one of the shell functions here) under the
@@ -615,6 +669,13 @@ for w in ${ALL_WORKLOADS//,/ }; do
       mkdir -p "$base" || { fail "$t mkdir $base"; continue; }
       "w_$w" "$t" "$r" "$base"
       rm -rf "$base"
+      if deletes_later "$t"; then
+        ds=$(deleted "$t" "$(now)")
+        case $ds in
+          timeout|error) fail "$t: block objects left in the store after $w ($ds)" ;;
+          *) log "  $t: its objects were deleted ${ds}s after the clean-up" ;;
+        esac
+      fi
     done
   done
 done
