@@ -37,6 +37,8 @@ SMALL = ["create", "randmod", "append", "empty"]
 SMALL_LABEL = {"create": "sequential writes", "randmod": "data modifications",
                "append": "single-file append", "empty": "empty files"}
 META = ["create", "readdir", "rename", "stat", "unlink"]
+# times measured after a step (raw key KEY_s) and how a table cell shows them
+AFTER = {"durable": " (+%s s to durable)", "deleted": " (objects deleted +%s s)"}
 REAL = ["tar", "git", "build", "mfiles.create", "mfiles.ls", "mfiles.rm"]
 REAL_LABEL = {"tar": "tar -xf /usr/include", "git": "git clone", "build": "build (make -j2)",
               "mfiles.create": "files in dirs: create", "mfiles.ls": "files in dirs: ls -lR",
@@ -115,12 +117,10 @@ def collect(raw):
         e["unit"] = unit
         if v is not None:
             e["value"].append(v)
-        d = kv.get("durable_s")
-        if d is not None:
-            e["durable"].append(num(d) if d not in ("timeout", "error") else float("inf"))
-        d = kv.get("deleted_s")
-        if d is not None:
-            e["deleted"].append(num(d) if d not in ("timeout", "error") else float("inf"))
+        for k in AFTER:
+            d = kv.get(k + "_s")
+            if d is not None:
+                e[k].append(num(d) if d not in ("timeout", "error") else float("inf"))
     return res
 
 
@@ -160,12 +160,11 @@ def main():
         summary.setdefault(name, {})[t] = {
             "unit": e["unit"], **(stats(e["value"]) or {}),
             "values": e["value"], "all_ok": all(e["ok"]) if e["ok"] else False,
-            "durable_s": stats([d for d in e["durable"] if d != float("inf")]) if e["durable"] else None,
-            "durable_timeouts": sum(1 for d in e["durable"] if d == float("inf")),
-            "deleted_s": stats([d for d in e["deleted"] if d != float("inf")]) if e["deleted"] else None,
-            "deleted_timeouts": sum(1 for d in e["deleted"] if d == float("inf")),
             "iops": stats(e["iops"]) if e["iops"] else None,
         }
+        for k in AFTER:
+            summary[name][t][k + "_s"] = stats([d for d in e[k] if d != float("inf")]) if e[k] else None
+            summary[name][t][k + "_timeouts"] = sum(1 for d in e[k] if d == float("inf"))
 
     def med(name, t):
         x = summary.get(name, {}).get(t)
@@ -231,12 +230,10 @@ def main():
                     c = "> %d (cut at the cap)" % cap if st["median"] >= cap - 1 else c + " ⚠"
                 elif x and not x["all_ok"]:
                     c += " ⚠"
-                if durable_col and x and (x.get("durable_s") or x.get("durable_timeouts")):
-                    d = "timeout" if x["durable_timeouts"] else fmt(x["durable_s"]["median"], "s")
-                    c += " (+%s s to durable)" % d
-                if x and (x.get("deleted_s") or x.get("deleted_timeouts")):
-                    d = "timeout" if x["deleted_timeouts"] else fmt(x["deleted_s"]["median"], "s")
-                    c += " (objects deleted +%s s)" % d
+                for k, note in AFTER.items():
+                    if x and (k != "durable" or durable_col) and (x.get(k + "_s") or x.get(k + "_timeouts")):
+                        d = "timeout" if x[k + "_timeouts"] else fmt(x[k + "_s"]["median"], "s")
+                        c += note % d
                 cells.append(c)
             md.append("| %s | %s |" % (labels.get(n, n), " | ".join(cells)))
         md.append("")

@@ -370,29 +370,41 @@ listed() {
     python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["count"], d["bytes"])' 2>/dev/null ||
     echo "-1 -1"
 }
-# durable TARGET DIR COUNT BYTES T_END: seconds from T_END until the data written under DIR
-# (COUNT files, BYTES bytes) is in the object store: until the start of the first check
-# (staging empty, or a listing of the prefix) that found it all; "timeout" after 600 s
-durable() {
-  local t=$1 dir=$2 count=$3 bytes=$4 t_end=$5 i c b bad=0 t_look
-  for i in $(seq 3000); do
+# poll_until T_END LIMIT CHECK ARGS...: seconds from T_END until `CHECK ARGS` succeeds,
+# counted to the start of the check that did (a listing of thousands of keys takes seconds
+# itself), polling every 0.2 s.  CHECK returns 0 (done), 1 (not yet) or 2 (the check itself
+# failed: "error" after 5 of those); "timeout" after LIMIT s.
+poll_until() {
+  local t_end=$1 limit=$2 t_look bad=0 rc
+  shift 2
+  while :; do
     t_look=$(now)
-    case "$t" in
-      s3wb) [ "$(staged_files)" = 0 ] && break ;;
-      *) read -r c b <<< "$(listed "$(prefix_of "$t" "$dir")")"
-         if [ "$c" = -1 ]; then
-           bad=$((bad + 1))
-           [ $bad -ge 5 ] && { echo "error"; return; }   # the listing itself fails
-         fi
-         [ "$c" -ge "$count" ] && [ "$b" -ge "$bytes" ] && break ;;
-    esac
-    [ "$(secs "$t_end" "$(now)" | cut -d. -f1)" -ge 600 ] && { echo timeout; return; }
+    "$@"
+    rc=$?
+    [ $rc = 0 ] && break
+    if [ $rc = 2 ]; then
+      bad=$((bad + 1))
+      [ $bad -ge 5 ] && { echo "error"; return; }
+    fi
+    [ "$(secs "$t_end" "$(now)" | cut -d. -f1)" -ge "$limit" ] && { echo "timeout"; return; }
     sleep 0.2
   done
-  # when the check that found everything started (a listing of thousands of keys takes
-  # seconds itself)
   secs "$t_end" "$t_look"
 }
+# all_stored TARGET DIR COUNT BYTES: the data written under DIR (COUNT files, BYTES bytes)
+# is in the object store (s3wb: its staging area is empty; else a listing of the prefix)
+all_stored() {
+  local c b
+  case "$1" in
+    s3wb) [ "$(staged_files)" = 0 ] ;;
+    *) read -r c b <<< "$(listed "$(prefix_of "$1" "$2")")"
+       [ "$c" = -1 ] && return 2
+       [ "$c" -ge "$3" ] && [ "$b" -ge "$4" ] ;;
+  esac
+}
+# durable TARGET DIR COUNT BYTES T_END: seconds from T_END until all_stored; "timeout"
+# after 600 s
+durable() { poll_until "$5" 600 all_stored "$1" "$2" "$3" "$4"; }
 # files_of DIR: "COUNT BYTES" of the regular files under DIR (a local reference tree)
 files_of() { find "$1" -type f -printf '%s\n' | awk '{ n++; b += $1 } END { print n + 0, b + 0 }'; }
 
@@ -410,24 +422,15 @@ objects_left() {
     *) if [ $HAVE_LISTER = 1 ]; then listed "bench-$1/chunks" | cut -d' ' -f1; else echo 0; fi ;;
   esac
 }
-# deleted TARGET T_END: seconds from T_END until the target's store holds no block object
-# (the start of the check that found none); "timeout" after CAP s, "error" when the
-# listing keeps failing
-deleted() {
-  local t=$1 t_end=$2 t_look c bad=0
-  while :; do
-    t_look=$(now)
-    c=$(objects_left "$t")
-    [ "$c" = 0 ] && break
-    if [ "$c" = -1 ]; then
-      bad=$((bad + 1))
-      [ $bad -ge 5 ] && { echo "error"; return; }
-    fi
-    [ "$(secs "$t_end" "$(now)" | cut -d. -f1)" -ge "$CAP" ] && { echo "timeout"; return; }
-    sleep 0.2
-  done
-  secs "$t_end" "$t_look"
+# no_objects TARGET: the target's store holds no block object
+no_objects() {
+  local c
+  c=$(objects_left "$1")
+  [ "$c" = -1 ] && return 2
+  [ "$c" = 0 ]
 }
+# deleted TARGET T_END: seconds from T_END until no_objects; "timeout" after CAP s
+deleted() { poll_until "$2" "$CAP" no_objects "$1"; }
 
 # record TARGET REP WORKLOAD KEY=VALUE...
 record() { echo "$*" >> "$RAW"; }
