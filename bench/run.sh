@@ -476,7 +476,7 @@ if hasw build; then
     echo "%.o: %.c"
     printf '\t$(CC) $(CFLAGS) -c -o $@ $<\n'
   } > "$D/data/proj/Makefile"
-  cp -r "$D/data/proj" "$D/ref/proj" && make -s -C "$D/ref/proj" -j2 >/dev/null 2>&1 ||
+  mkdir -p "$D/ref" && cp -r "$D/data/proj" "$D/ref/proj" && make -s -C "$D/ref/proj" -j2 >/dev/null 2>&1 ||
     { echo "run.sh: the build project does not build on local disk" >&2; exit 2; }
   read -r BUILD_COUNT BUILD_BYTES <<< "$(files_of "$D/ref/proj")"
   read -r PROJ_COUNT PROJ_BYTES <<< "$(files_of "$D/data/proj")"
