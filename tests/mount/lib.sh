@@ -199,7 +199,8 @@ strace_calls() {
     "$WORK/strace")
 }
 
-# crash_worker_during MODE HELPER ARGS...: runs `python3 HELPER ARGS...` in the background;
+# crash_worker_during MODE HELPER ARGS...: runs `python3 HELPER ARGS...` in the background,
+# with crash_check.py (what the helpers share) on its PYTHONPATH;
 # when it creates $WORK/ready, kills the supervisor's worker with SIGKILL, waits for the new
 # worker and creates $WORK/go, which the helper waits for before it goes on.  The helper's
 # output is shown prefixed with MODE.  Fails unless the helper exits 0 and the supervisor
@@ -213,7 +214,8 @@ crash_worker_during() {
   w1=$(pgrep -P "$sup" | head -1)
   [ -n "$w1" ] || skip "no worker process under the supervisor $sup (not root? --no-supervisor?)"
   rm -f "$WORK/ready" "$WORK/go"
-  "$PY" "$helper" "$@" > "$out" 2>&1 &
+  PYTHONPATH="$(dirname "${BASH_SOURCE[0]}")${PYTHONPATH:+:$PYTHONPATH}" \
+    "$PY" "$helper" "$@" > "$out" 2>&1 &
   py=$!
   wait_for 60 test -e "$WORK/ready" || fail "$mode: the helper did not get ready: $(cat "$out")"
   kill -9 "$w1"

@@ -17,34 +17,17 @@ PY=python3
 [ -x /usr/bin/python3 ] && PY=/usr/bin/python3
 
 cat > "$WORK/helper.py" <<'PYEOF'
-import errno, os, sys, time
+import os, sys
+from crash_check import bad, done, expect_eio, ready_then_wait
 mnt, work = sys.argv[1], sys.argv[2]
 log = os.path.join(mnt, "log")
 R1, R2, R3 = b"1" * 5000 + b"\n", b"2" * 3000 + b"\n", b"3" * 700 + b"\n"
-fails = 0
-def bad(msg):
-    global fails
-    fails += 1
-    print("FAIL " + msg, flush=True)
-def expect_eio(what, fn, *args):
-    try:
-        fn(*args)
-    except OSError as e:
-        if e.errno != errno.EIO:
-            bad("%s: %s, expected EIO" % (what, e))
-        return
-    bad("%s succeeded, expected EIO" % what)
 h = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 k = os.open(log, os.O_WRONLY | os.O_APPEND)
 os.write(h, R1)
 os.fsync(h)
 os.write(h, R2)
-open(os.path.join(work, "ready"), "w").close()
-t0 = time.time()
-while not os.path.exists(os.path.join(work, "go")):
-    if time.time() - t0 > 60:
-        sys.exit("no go after 60 s")
-    time.sleep(0.05)
+ready_then_wait(work)
 expect_eio("append through H after the crash", os.write, h, R3)
 expect_eio("fsync of H", os.fsync, h)
 expect_eio("close of H", os.close, h)
@@ -60,7 +43,7 @@ if data != R1 + R3:
         % (len(data), data[:8], data[-8:], len(R1 + R3)))
 else:
     print("ok: H's lost append is EIO, K's append follows R1, no gap", flush=True)
-sys.exit(1 if fails else 0)
+done()
 PYEOF
 
 run_crash() {   # run_crash MODE

@@ -25,7 +25,8 @@ PY=python3
 [ -x /usr/bin/python3 ] && PY=/usr/bin/python3   # starts in 0.2 s; a pyenv shim takes seconds
 
 cat > "$WORK/crash_helper.py" <<'EOF'
-import errno, os, sys, time
+import os, sys, time
+from crash_check import bad, done, expect_eio, ready_then_wait
 
 mnt, work = sys.argv[1], sys.argv[2]
 MiB = 1 << 20
@@ -33,28 +34,11 @@ p = open(os.path.join(work, "p.bin"), "rb").read()      # 20 MiB for "lost"
 q = open(os.path.join(work, "q.bin"), "rb").read()      # 2 MiB for "kept"
 r = open(os.path.join(work, "r.bin"), "rb").read()      # 2 MiB for "shared"
 sfx = open(os.path.join(work, "s.bin"), "rb").read()    # 64 KiB appended to "lost"
-fails = 0
-
-def bad(msg):
-    global fails
-    fails += 1
-    print("FAIL " + msg, flush=True)
 
 def write_all(fd, data):
     off = 0
     while off < len(data):
         off += os.write(fd, data[off:])
-
-def expect_eio(what, fn, *args):
-    try:
-        fn(*args)
-    except OSError as e:
-        if e.errno != errno.EIO:
-            bad("%s: %s, expected EIO" % (what, e))
-        else:
-            print("ok %s: EIO" % what, flush=True)
-        return
-    bad("%s succeeded, expected EIO" % what)
 
 def expect_ok(what, fn, *args):
     try:
@@ -99,13 +83,7 @@ d = os.open(path("shared"), os.O_RDONLY)
 os.fsync(d)
 lap("D fsynced")
 
-open(os.path.join(work, "ready"), "w").close()
-t0 = time.time()
-while not os.path.exists(os.path.join(work, "go")):
-    if time.time() - t0 > 60:
-        bad("no go after 60 s")
-        sys.exit(1)
-    time.sleep(0.05)
+ready_then_wait(work)
 
 g = os.open(path("lost"), os.O_WRONLY | os.O_APPEND)
 expect_ok("append through G", write_all, g, sfx)
@@ -127,7 +105,7 @@ expect_ok("close of E", os.close, e)
 f = os.open(path("lost"), os.O_RDONLY)
 check_prefix("read of lost through a new descriptor", read_all(f))
 os.close(f)
-sys.exit(1 if fails else 0)
+done()
 EOF
 
 head -c $((20 << 20)) /dev/urandom > "$WORK/p.bin"
