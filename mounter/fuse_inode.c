@@ -14,6 +14,13 @@
  * this fresh table never saw, so a forget may name an inode it does not know,
  * or more references than it counted.  There the count just drops to zero.
  *
+ * Each entry also says whether the kernel may have put pages of the inode in
+ * its page cache since the entry was made: a readable open, or a write through
+ * the page cache (mnt_inode_mark_cached).  An entry lives exactly as long as
+ * the kernel's inode holds references, and the kernel drops an inode's pages
+ * when it forgets it, so a direct write to an inode without that mark has no
+ * cached page to invalidate (mnt_write).
+ *
  * Table: MNT_SHARDS shards, each a chained hash table with its own mutex, so
  * concurrent lookups of different inodes rarely contend.  An entry exists only
  * while its count is non-zero.
@@ -38,6 +45,7 @@
 struct mnt_inode {
     uint64_t          ino;
     uint64_t          count;   /* kernel references; > 0 */
+    int               cached;  /* the page cache may hold pages (mnt_inode_mark_cached) */
     struct mnt_inode *next;    /* bucket chain */
 };
 
@@ -134,6 +142,7 @@ void mnt_inode_ref(uint64_t ino, uint64_t n)
     pp = find_slot(s, ino, h);
     e->ino = ino;
     e->count = n;
+    e->cached = 0;
     e->next = *pp;
     *pp = e;
     s->n++;
@@ -178,6 +187,30 @@ uint64_t mnt_inode_count(uint64_t ino)
     pthread_mutex_lock(&s->lock);
     struct mnt_inode **pp = find_slot(s, ino, h);
     uint64_t c = (pp && *pp) ? (*pp)->count : 0;
+    pthread_mutex_unlock(&s->lock);
+    return c;
+}
+
+void mnt_inode_mark_cached(uint64_t ino)
+{
+    uint64_t h;
+    struct mnt_shard *s = shard_of(ino, &h);
+    pthread_mutex_lock(&s->lock);
+    struct mnt_inode **pp = find_slot(s, ino, h);
+    if (pp && *pp)
+        (*pp)->cached = 1;
+    pthread_mutex_unlock(&s->lock);
+}
+
+int mnt_inode_may_cache(uint64_t ino)
+{
+    uint64_t h;
+    struct mnt_shard *s = shard_of(ino, &h);
+    if (tolerant)
+        return 1;
+    pthread_mutex_lock(&s->lock);
+    struct mnt_inode **pp = find_slot(s, ino, h);
+    int c = !(pp && *pp) || (*pp)->cached;
     pthread_mutex_unlock(&s->lock);
     return c;
 }

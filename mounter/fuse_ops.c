@@ -489,6 +489,15 @@ static int direct_append(int flags)
     return (flags & O_ACCMODE) == O_WRONLY && (flags & O_APPEND);
 }
 
+/* A description through which the kernel may read pages into its page cache
+ * (reads, read-ahead, mmap) as soon as the open is replied to.  A write-only
+ * one without O_APPEND puts pages there only with its writes, which mnt_write
+ * sees first (mnt_inode_mark_cached). */
+static int cache_reader(int flags)
+{
+    return (flags & O_ACCMODE) != O_WRONLY;
+}
+
 static void mnt_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     struct mnt_state *m = mnt(req);
@@ -510,6 +519,8 @@ static void mnt_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         return;
     }
     fi->keep_cache = keep ? 1 : 0;
+    if (cache_reader(fi->flags))
+        mnt_inode_mark_cached(ino);
     if (fuse_reply_open(req, fi) != 0)    /* interrupted: no release will come */
         keg_fs_release(m->fs, mnt_handle_remove(fi->fh, 0));
 }
@@ -540,6 +551,8 @@ static void mnt_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode
     fi->keep_cache = 0;
     fill_entry(m, &a, &e);
     mnt_inode_ref(a.ino, 1);
+    if (cache_reader(fi->flags))
+        mnt_inode_mark_cached(a.ino);
     if (fuse_reply_create(req, &e, fi) != 0) {
         mnt_inode_unref(a.ino, 1);
         keg_fs_release(m->fs, mnt_handle_remove(fi->fh, 0));
@@ -590,6 +603,9 @@ static void mnt_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t si
     struct keg_fh *fh = NULL;
     MNT_DBG("write(ino=%" PRIu64 ", size=%zu, off=%lld)", (uint64_t)ino, size, (long long)off);
     int direct = mnt_handle_direct(fi->fh) && !fi->writepage;
+    int killed = 0;     /* the mode changed behind the kernel's cached one */
+    if (!direct)
+        mnt_inode_mark_cached(ino);     /* its pages are in the page cache already */
     int rc = mnt_handle_write_begin(fi->fh, ino, &fh, &t);   /* marks the handle dirty */
     if (rc == 0 && direct && fuse_req_ctx(req)->uid != 0 && keg_fs_fh_privs(fh)) {
         /* the kernel drops S_ISUID/S_ISGID before a write through its page
@@ -597,6 +613,7 @@ static void mnt_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t si
         struct keg_ctx c;
         mnt_ctx(req, &c, 1);
         rc = keg_fs_kill_priv(mnt(req)->fs, &c, fh);
+        killed = 1;
     }
     if (rc < 0) {
         mnt_handle_write_end(&t);
@@ -614,8 +631,16 @@ static void mnt_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t si
      * does not go through the page cache, and the kernel does not drop pages
      * that buffered readers fetched meanwhile (nor after an asynchronous
      * one): drop them before write() returns.  This request holds no page
-     * lock of the file (a buffered one would). */
-    if (n > 0 && ((fi->flags & O_DIRECT) || direct) && !fi->writepage)
+     * lock of the file (a buffered one would).  Not when the kernel cannot
+     * hold a page of the inode (mnt_inode_may_cache: a log file only ever
+     * opened write-only, then appended to): the invalidation drops the
+     * attributes too, which cost the next open a GETATTR.  Asked after the
+     * write: a reader whose open, or a buffered write whose request, came
+     * before it has marked the inode by then, and one that comes later sees
+     * this write.  The kernel updates the size and times of a direct write
+     * itself; a mode we changed (killed) it must read again. */
+    if (n > 0 && ((fi->flags & O_DIRECT) || direct) && !fi->writepage &&
+        (killed || mnt_inode_may_cache(ino)))
         mnt_inval_range(ino, append ? 0 : (uint64_t)off, append ? 0 : (uint64_t)n);
     if (n < 0)
         fuse_reply_err(req, (int)-n);

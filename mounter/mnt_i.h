@@ -286,6 +286,17 @@ void     mnt_inode_ref(uint64_t ino, uint64_t n);
 /* Returns the count left. */
 uint64_t mnt_inode_unref(uint64_t ino, uint64_t n);
 uint64_t mnt_inode_count(uint64_t ino);
+/* The kernel's page cache may hold pages of ino from now until the kernel
+ * forgets the inode: a readable description of it is being opened (call after
+ * the reference of the reply that hands the kernel the inode was counted and
+ * before the open is replied to), or a write came through the page cache. */
+void     mnt_inode_mark_cached(uint64_t ino);
+/* 0 only when the kernel cannot hold a page of ino: since the kernel got the
+ * inode, it was neither opened readable nor written through the page cache
+ * (only written with direct I/O, e.g. a write-only O_APPEND log).  1 for an inode
+ * not counted here, and always in a restarted worker (mnt_inode_tolerate_unknown),
+ * which never saw the opens of the one before. */
+int      mnt_inode_may_cache(uint64_t ino);
 /* Number of inodes with a non-zero count. */
 uint64_t mnt_inode_live(void);
 /* Drop every count (after the session ended).  Not thread-safe against ref/unref. */
