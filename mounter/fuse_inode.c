@@ -119,6 +119,13 @@ static struct mnt_inode **find_slot(struct mnt_shard *s, uint64_t ino, uint64_t 
     return pp;
 }
 
+/* The entry of ino, or NULL.  LOCKS: s->lock held. */
+static struct mnt_inode *find_ent(struct mnt_shard *s, uint64_t ino, uint64_t h)
+{
+    struct mnt_inode **pp = find_slot(s, ino, h);
+    return pp ? *pp : NULL;
+}
+
 void mnt_inode_ref(uint64_t ino, uint64_t n)
 {
     uint64_t h;
@@ -185,8 +192,8 @@ uint64_t mnt_inode_count(uint64_t ino)
     uint64_t h;
     struct mnt_shard *s = shard_of(ino, &h);
     pthread_mutex_lock(&s->lock);
-    struct mnt_inode **pp = find_slot(s, ino, h);
-    uint64_t c = (pp && *pp) ? (*pp)->count : 0;
+    struct mnt_inode *e = find_ent(s, ino, h);
+    uint64_t c = e ? e->count : 0;
     pthread_mutex_unlock(&s->lock);
     return c;
 }
@@ -196,9 +203,9 @@ void mnt_inode_mark_cached(uint64_t ino)
     uint64_t h;
     struct mnt_shard *s = shard_of(ino, &h);
     pthread_mutex_lock(&s->lock);
-    struct mnt_inode **pp = find_slot(s, ino, h);
-    if (pp && *pp)
-        (*pp)->cached = 1;
+    struct mnt_inode *e = find_ent(s, ino, h);
+    if (e)
+        e->cached = 1;
     pthread_mutex_unlock(&s->lock);
 }
 
@@ -209,8 +216,8 @@ int mnt_inode_may_cache(uint64_t ino)
     if (tolerant)
         return 1;
     pthread_mutex_lock(&s->lock);
-    struct mnt_inode **pp = find_slot(s, ino, h);
-    int c = !(pp && *pp) || (*pp)->cached;
+    struct mnt_inode *e = find_ent(s, ino, h);
+    int c = !e || e->cached;
     pthread_mutex_unlock(&s->lock);
     return c;
 }

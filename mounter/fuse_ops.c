@@ -604,7 +604,7 @@ static void mnt_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t si
     MNT_DBG("write(ino=%" PRIu64 ", size=%zu, off=%lld)", (uint64_t)ino, size, (long long)off);
     int direct = mnt_handle_direct(fi->fh) && !fi->writepage;
     int killed = 0;     /* the mode changed behind the kernel's cached one */
-    if (!direct)
+    if (!direct && !cache_reader(fi->flags))
         mnt_inode_mark_cached(ino);     /* its pages are in the page cache already */
     int rc = mnt_handle_write_begin(fi->fh, ino, &fh, &t);   /* marks the handle dirty */
     if (rc == 0 && direct && fuse_req_ctx(req)->uid != 0 && keg_fs_fh_privs(fh)) {

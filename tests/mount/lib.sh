@@ -199,6 +199,14 @@ strace_calls() {
     "$WORK/strace")
 }
 
+# fuse_ops SOCK OP: how many FUSE requests of kind OP the mounter served, from its metrics
+# (mounted with --metrics unix:SOCK); 0 when there is no such sample
+fuse_ops() {
+  curl -sf --max-time 5 --unix-socket "$1" http://localhost/metrics |
+    awk -v op="op=\"$2\"" '$1 ~ /^kegfs_fuse_ops_total\{/ && index($1, op) {print $2; f=1}
+                            END {if (!f) print 0}'
+}
+
 # crash_worker_during MODE HELPER ARGS...: runs `python3 HELPER ARGS...` in the background,
 # with crash_check.py (what the helpers share) on its PYTHONPATH;
 # when it creates $WORK/ready, kills the supervisor's worker with SIGKILL, waits for the new

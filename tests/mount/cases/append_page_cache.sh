@@ -18,14 +18,11 @@
 need_kegfs
 need_cmd curl
 
-PORT=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+SOCK=$WORK/metrics.sock
 mt_umount
-mt_mount --metrics "127.0.0.1:$PORT"
-URL="http://127.0.0.1:$PORT/metrics"
-wait_for 10 curl -sf -o /dev/null "$URL" || fail "no metrics endpoint at $URL"
-getattrs() {
-  curl -sf "$URL" | awk '$1 ~ /^kegfs_fuse_ops_total\{/ && $1 ~ /op="getattr"/ {print $2}'
-}
+mt_mount --metrics "unix:$SOCK"
+wait_for 10 test -S "$SOCK" || fail "no metrics socket at $SOCK"
+getattrs() { fuse_ops "$SOCK" getattr; }
 # appends FILE N WORD: N appends of "WORD %05d\n", each by a new write-only O_APPEND
 # descriptor (created if missing); prints the GETATTR requests they caused
 appends() {

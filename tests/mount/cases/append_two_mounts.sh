@@ -136,10 +136,7 @@ os.close(a)
 PYEOF
 # one FUSE write request per write() through a write-only O_APPEND descriptor, and a
 # reader's descriptor on the same mount sees each record as soon as write() returned
-writes() {
-  curl -sf --max-time 5 --unix-socket "$SOCK" http://localhost/metrics |
-    awk '$1 ~ /^kegfs_fuse_ops_total\{/ && $1 ~ /op="write"/ {print $2; f=1} END {if (!f) print 0}'
-}
+writes() { fuse_ops "$SOCK" write; }
 w0=$(writes)
 "$PY" - "$A/direct" <<'PYEOF' || fail "appends through a write-only descriptor"
 import mmap, os, sys
