@@ -86,6 +86,7 @@
 #include "keg/retry.h"
 
 #define WB_ROOM_TRIES     4         /* cache evictions for one put that found the disk full */
+#define WB_ROOM_WAITS     64        /* uploads it waits for when the cache has nothing left */
 #define WB_SLOTS          16
 #define WB_RATE_SLOTS     8
 #define WB_RATE_WINDOW    5         /* seconds averaged by rate_bps */
@@ -820,6 +821,33 @@ static int wb_reserve(struct wb *wb, const char *key, size_t len)
     return 0;
 }
 
+/* Staging found the disk full and the cache below had nothing to drop: makes
+ * the staged objects due at once and waits until one of them is uploaded (its
+ * file goes to the cache or away), for as long as a put waits for room in
+ * wb_reserve.  Returns 1 when one was, 0 when none is queued or uploading, or
+ * none finished in time.  LOCKS: takes wb->mu. */
+static int wb_await_upload(struct wb *wb)
+{
+    int64_t deadline = keg_mono_ns() + (int64_t)(wb->park_ms + 1000) * 1000000LL;
+    uint64_t seen;
+    struct timespec ts;
+    int done = 0;
+
+    pthread_mutex_lock(&wb->mu);
+    seen = wb->uploaded_objects;
+    while (!done && (wb->ready.next != &wb->ready || wb->uploading) &&
+           keg_mono_ns() < deadline) {
+        wb->waiting_puts++;
+        pthread_cond_broadcast(&wb->work_cv);
+        wb_deadline(&ts, KEG_MIN(deadline, keg_mono_ns() + 1000000000LL));
+        pthread_cond_timedwait(&wb->done_cv, &wb->mu, &ts);
+        wb->waiting_puts--;
+        done = wb->uploaded_objects != seen;
+    }
+    pthread_mutex_unlock(&wb->mu);
+    return done;
+}
+
 static int wb_put(struct keg_obj *o, const char *key, const void *buf, size_t len)
 {
     struct wb *wb = o->priv;
@@ -849,14 +877,20 @@ static int wb_put(struct keg_obj *o, const char *key, const void *buf, size_t le
     rc = wb_stage_file(wb, key, name, buf, len);
     /* Staging comes before caching: drop clean cached blocks (twice the room
      * this object needs: the next puts come soon) and try again.  Puts of
-     * other threads may take the room first: again, while blocks are freed. */
-    for (int tries = 0; rc == -ENOSPC && tries < WB_ROOM_TRIES; tries++) {
+     * other threads may take the room first: again, while blocks are freed.
+     * When the cache has nothing left, the disk is full of staged objects
+     * (a burst staged faster than the uploads): wait for one to be uploaded,
+     * which hands its file to the cache, and drop that. */
+    for (int tries = 0, waits = 0; rc == -ENOSPC && tries < WB_ROOM_TRIES;) {
         uint64_t need = 2 * (KEGC_HDR + strlen(key) + (uint64_t)len);
         uint64_t freed = keg_cache_ssd_make_room(o->inner, need);
-        if (!freed)
+        if (freed) {
+            tries++;
+            KEG_DEBUG("staging %s: disk full, %llu bytes of cached blocks dropped", key,
+                      (unsigned long long)freed);
+        } else if (waits++ >= WB_ROOM_WAITS || !wb_await_upload(wb)) {
             break;
-        KEG_DEBUG("staging %s: disk full, %llu bytes of cached blocks dropped", key,
-                  (unsigned long long)freed);
+        }
         rc = wb_stage_file(wb, key, name, buf, len);
     }
 

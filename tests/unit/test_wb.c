@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -67,6 +68,8 @@ static int fx_teardown(void **state)
 {
     struct fx *fx = *state;
     char cmd[160];
+    snprintf(cmd, sizeof(cmd), "%s/disk", fx->root);
+    (void)umount2(cmd, MNT_DETACH);     /* test_disk_full_waits_for_upload's, if it failed */
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", fx->root);
     assert_int_equal(system(cmd), 0);
     free(fx);
@@ -1276,6 +1279,58 @@ static void test_upload_workers_share_backlog(void **state)
     keg_obj_close(o);
 }
 
+/* Staging comes first on a small disk: a burst that fills the disk with staged
+ * objects before any is uploaded (a long upload delay, slow uploads, an empty
+ * cache below) waits for uploads to make room instead of writing through.  On
+ * a 4 MiB tmpfs, 16 puts of 512 KiB: every one is staged, none bypasses. */
+static void test_disk_full_waits_for_upload(void **state)
+{
+    struct fx *fx = *state;
+    char disk[96], vol[112];
+    struct keg_cache_ssd_conf cc = {.budget = 1 << 30};
+    struct keg_wb_conf wc = {.workers = 1, .upload_delay_ms = 60000};
+    struct keg_obj_conf oc = {.bucket = fx->store};
+    struct keg_obj *o = NULL;
+    struct keg_wb_stats st;
+    const uint64_t n = 16;
+    const uint32_t blen = 512 << 10;
+    uint64_t remaining = 1;
+
+    snprintf(disk, sizeof(disk), "%s/disk", fx->root);
+    assert_int_equal(mkdir(disk, 0700), 0);
+    if (mount("kegfs-test-wb", disk, "tmpfs", 0, "size=4m") < 0) {
+        fprintf(stderr, "SKIP: cannot mount a tmpfs at %s: %s\n", disk, strerror(errno));
+        skip();
+    }
+    snprintf(vol, sizeof(vol), "%s/vol1", disk);
+    cc.dir = wc.dir = vol;
+    cap_log[0] = '\0';
+    keg_log_set_sink(cap_sink, NULL);
+    keg_log_set_level(LOG_INFO);
+    assert_int_equal(keg_obj_open("file", &oc, NULL, &o), 0);
+    assert_int_equal(keg_obj_open("counting", NULL, o, &o), 0);
+    assert_int_equal(keg_cache_ssd_create(&cc, o, &o), 0);
+    assert_int_equal(keg_wb_create(&wc, o, &o), 0);
+    atomic_store(&cnt_put_delay_ms, 100);
+    for (uint64_t id = 1; id <= n; id++)
+        put_block(o, id, blen);
+    st = wbst(o);
+    /* every put was staged: either still there or uploaded by the workers */
+    assert_int_equal(st.staged_objects + st.uploaded_objects, n);
+    assert_true(st.uploaded_objects > 0);
+    assert_int_equal(cap_count("uploading it directly"), 0);
+    atomic_store(&cnt_put_delay_ms, 0);
+    assert_int_equal(keg_wb_drain(o, 20000, &remaining), 0);
+    assert_int_equal(remaining, 0);
+    assert_int_equal(atomic_load(&cnt_of(o)->puts), n);
+    for (uint64_t id = 1; id <= n; id++)
+        assert_true(has_block(o, id, blen));
+    keg_log_set_level(getenv("KEG_TEST_LOG") ? LOG_DEBUG : LOG_CRIT);
+    keg_log_set_sink(NULL, NULL);
+    keg_obj_close(o);
+    assert_int_equal(umount(disk), 0);
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
@@ -1285,6 +1340,7 @@ int main(void)
         T(test_upload_hold),
         T(test_upload_workers_share_backlog),
         T(test_cache_adopts_staged_file),
+        T(test_disk_full_waits_for_upload),
         T(test_cache_adopts_unsynced),
         T(test_deleted_staging_file_spared),
         T(test_crash_recovery),
