@@ -750,6 +750,47 @@ static void test_corrupt_staged_quarantined(void **state)
     keg_obj_close(o);
 }
 
+/* Reads of staged objects: a whole-object get (read straight into the
+ * caller's buffer) and a range both return the put's bytes without asking
+ * the store; a staged file with a flipped byte is never served, by either
+ * (-EIO when the store does not have the object either). */
+static void test_get_staged_verified(void **state)
+{
+    struct fx *fx = *state;
+    struct keg_obj *o = open_wb(fx, "mem", (struct keg_wb_conf){.workers = 1,
+                                                                 .upload_delay_ms = 60000});
+    uint8_t a[KEG_BLOCK_HDR + 3000], b[KEG_BLOCK_HDR + 3000], got[KEG_BLOCK_HDR + 3100];
+    char ka[128], kb[128], name[KEGC_NAME_MAX + 1], path[400];
+    size_t la = make_block(31, 3000, a, sizeof(a), ka, sizeof(ka));
+    size_t lb = make_block(32, 3000, b, sizeof(b), kb, sizeof(kb));
+    int fd;
+
+    assert_int_equal(keg_obj_put(o, ka, a, la), 0);
+    assert_int_equal(keg_obj_put(o, kb, b, lb), 0);
+    memset(got, 0, sizeof(got));
+    assert_int_equal(keg_obj_get(o, ka, 0, got, sizeof(got)), (ssize_t)la);
+    assert_memory_equal(got, a, la);
+    assert_int_equal(keg_obj_get(o, ka, 0, got, la), (ssize_t)la);      /* exactly its size */
+    assert_memory_equal(got, a, la);
+    assert_int_equal(keg_obj_get(o, ka, 100, got, 50), 50);             /* a range */
+    assert_memory_equal(got, a + 100, 50);
+    assert_int_equal(keg_obj_get(o, ka, 0, got, 10), 10);               /* a head */
+    assert_memory_equal(got, a, 10);
+    assert_int_equal(atomic_load(&cnt_of(o)->gets), 0);
+    assert_int_equal(atomic_load(&cnt_of(o)->puts), 0);
+
+    /* flip one byte of b's staged file, in the object's bytes */
+    assert_int_equal(kegc_escape(kb, name), 0);
+    snprintf(path, sizeof(path), "%s/%s", fx->slot, name);
+    fd = open(path, O_RDWR);
+    assert_true(fd >= 0);
+    assert_int_equal(pwrite(fd, "\xff", 1, (off_t)(KEGC_HDR + strlen(kb) + 2000)), 1);
+    close(fd);
+    assert_int_equal(keg_obj_get(o, kb, 0, got, sizeof(got)), -EIO);
+    assert_int_equal(keg_obj_get(o, kb, 1990, got, 20), -EIO);
+    keg_obj_close(o);
+}
+
 /* Stack assembly: zero conf = plain store; writeback needs a cache dir;
  * the order is writeback -> cache_ssd -> retry -> faulty -> store. */
 static void test_stack_order(void **state)
@@ -1355,6 +1396,7 @@ int main(void)
         T(test_del_keys_batch),
         T(test_sync_bookkeeping),
         T(test_corrupt_staged_quarantined),
+        T(test_get_staged_verified),
         T(test_stack_order),
         T(test_list_merges_staged),
         T(test_stress_model),
