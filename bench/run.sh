@@ -256,6 +256,7 @@ if [ $need_s3 = 1 ]; then
     tail -5 "$D/s3-start.log" >&2
     echo "run.sh: the S3 gateway did not start; dropping the S3 targets" >&2
     for t in s3wb s3 rclone s3fs; do drop_target $t; done
+    need_s3=0
   fi
 fi
 BUCKET=${KEG_TEST_S3_BUCKET:-}    # KegFS takes the URL http://HOST:PORT/NAME
