@@ -43,6 +43,7 @@
 #include "keg/meta.h"
 #include "keg/retry.h"
 #include "keg/url.h"
+#include "meta_sqlite_vfs_i.h"
 #define KEG_LOG_TAG "meta_sqlite"
 #include "keg/log.h"
 
@@ -248,7 +249,7 @@ static int sq_conn_open(struct sq_priv *p, int create, struct sq_conn **out)
     if (!c)
         return -ENOMEM;
     sq_secure_files(p, create);
-    rc = sqlite3_open_v2(p->path, &c->db, flags, NULL);
+    rc = sqlite3_open_v2(p->path, &c->db, flags, sq_vfs_name());
     if (rc != SQLITE_OK) {
         if (rc == SQLITE_CANTOPEN && !create) {
             KEG_DEBUG("%s: no such database (not formatted)", p->path);
