@@ -790,6 +790,7 @@ void keg_fs_free(struct keg_fs *fs)
         }
         fs->itab[h] = NULL;
     }
+    fs->iall = NULL;
     fs_seen_free(fs);
     fs_xattr_forget_fs(fs);
     keg_obj_close(fs->obj);

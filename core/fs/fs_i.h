@@ -138,6 +138,7 @@ struct fs_wslice {
  *    local commit/truncate/copy and on every open (close-to-open). */
 struct fs_inode {
     struct fs_inode *hnext;     /* protected by fs->itab_mu */
+    struct fs_inode *anext, *aprev;     /* fs->iall list; protected by fs->itab_mu */
     uint64_t         ino;       /* immutable */
     uint32_t         refs;      /* protected by fs->itab_mu */
 
@@ -363,8 +364,9 @@ struct keg_fs {
     uint64_t          ino_next, ino_end;
     uint64_t          sl_next, sl_end;
 
-    pthread_mutex_t   itab_mu;      /* protects itab, hnext, refs, seen */
+    pthread_mutex_t   itab_mu;      /* protects itab, iall, hnext, anext, refs, seen */
     struct fs_inode  *itab[FS_ITAB_BUCKETS];
+    struct fs_inode  *iall;         /* every inode of itab, for walks that would visit each bucket */
     struct fs_seen   *seen[FS_SEEN_BUCKETS];
     size_t            nseen;
 

@@ -88,6 +88,10 @@ struct fs_inode *fs_inode_get(struct keg_fs *fs, uint64_t ino)
         ip->refs = 1;
         ip->hnext = fs->itab[h];
         fs->itab[h] = ip;
+        ip->anext = fs->iall;
+        if (ip->anext)
+            ip->anext->aprev = ip;
+        fs->iall = ip;
     }
     pthread_mutex_unlock(&fs->itab_mu);
     if (nip) {
@@ -108,6 +112,12 @@ void fs_inode_put(struct keg_fs *fs, struct fs_inode *ip)
         while (*pp != ip)
             pp = &(*pp)->hnext;
         *pp = ip->hnext;
+        if (ip->aprev)
+            ip->aprev->anext = ip->anext;
+        else
+            fs->iall = ip->anext;
+        if (ip->anext)
+            ip->anext->aprev = ip->aprev;
         last = 1;
     }
     pthread_mutex_unlock(&fs->itab_mu);
@@ -120,12 +130,10 @@ uint32_t fs_inode_list(void *arg, uint64_t *inos, uint32_t max)
     struct keg_fs *fs = arg;
     uint32_t cnt = 0;
     pthread_mutex_lock(&fs->itab_mu);
-    for (size_t h = 0; h < FS_ITAB_BUCKETS; h++) {
-        for (struct fs_inode *ip = fs->itab[h]; ip; ip = ip->hnext) {
-            if (cnt < max)
-                inos[cnt] = ip->ino;
-            cnt++;
-        }
+    for (struct fs_inode *ip = fs->iall; ip; ip = ip->anext) {
+        if (cnt < max)
+            inos[cnt] = ip->ino;
+        cnt++;
     }
     pthread_mutex_unlock(&fs->itab_mu);
     return cnt;
@@ -139,21 +147,19 @@ int fs_inode_all(struct keg_fs *fs, struct fs_inode ***out, size_t *n)
     int rc = 0;
 
     pthread_mutex_lock(&fs->itab_mu);
-    for (size_t h = 0; h < FS_ITAB_BUCKETS; h++) {
-        for (struct fs_inode *ip = fs->itab[h]; ip; ip = ip->hnext) {
-            if (cnt == cap) {
-                size_t ncap = cap ? cap * 2 : 16;
-                struct fs_inode **nv = keg_realloc(v, ncap * sizeof(*nv));
-                if (!nv) {
-                    rc = -ENOMEM;
-                    goto out;
-                }
-                v = nv;
-                cap = ncap;
+    for (struct fs_inode *ip = fs->iall; ip; ip = ip->anext) {
+        if (cnt == cap) {
+            size_t ncap = cap ? cap * 2 : 16;
+            struct fs_inode **nv = keg_realloc(v, ncap * sizeof(*nv));
+            if (!nv) {
+                rc = -ENOMEM;
+                goto out;
             }
-            ip->refs++;
-            v[cnt++] = ip;
+            v = nv;
+            cap = ncap;
         }
+        ip->refs++;
+        v[cnt++] = ip;
     }
 out:
     pthread_mutex_unlock(&fs->itab_mu);
