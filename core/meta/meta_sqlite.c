@@ -15,7 +15,9 @@
  * transaction and gives it back, so threads read concurrently (WAL mode); write transactions of one instance
  * are serialised by p->wlock first so that they queue on a mutex instead of
  * polling SQLite's file lock.  Each connection caches its prepared statements
- * keyed by the address of the (static) SQL text.
+ * keyed by the address of the (static) SQL text.  Connections open through
+ * the kegfs-wal VFS (meta_sqlite_vfs.c), which writes a commit's WAL frames
+ * with one write.
  *
  * The database file is created only by format_init: every other path opens
  * with SQLITE_OPEN_READWRITE, so status/info on a missing file report
