@@ -446,12 +446,33 @@ int keg_meta_read_chunk(struct keg_meta *m, uint64_t ino, uint32_t indx, struct 
     return mc_status(m, KEG_META_OP_READ_CHUNK, t0, rc);
 }
 
+/* The slice list write_slices accepts (keg_meta_ops.write_slices): ranges
+ * inside their chunk and their slice, appends last and at pos 0. */
+static int mc_slices_valid(size_t n, const struct keg_chunk_slice *cs)
+{
+    int appends = 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct keg_slice *s = &cs[i].s;
+        if (cs[i].indx == KEG_INDX_APPEND)
+            appends = 1;
+        else if (appends)
+            return 0;
+        if ((uint64_t)s->pos + s->len > KEG_CHUNK_SIZE || s->len == 0 ||
+            (s->id && (uint64_t)s->off + s->len > s->size) ||
+            (cs[i].indx == KEG_INDX_APPEND && s->pos != 0))
+            return 0;
+    }
+    return 1;
+}
+
 int keg_meta_write_slices(struct keg_meta *m, uint64_t ino, size_t n,
                           const struct keg_chunk_slice *cs, uint64_t min_size, unsigned flags,
                           uint32_t *nslices, struct keg_attr *out)
 {
     if (!m->ops->write_slices)
         return -ENOSYS;
+    if (!mc_slices_valid(n, cs))
+        return -EINVAL;
     uint64_t t0 = mc_begin();
     int rc = m->ops->write_slices(m, ino, n, cs, min_size, flags, nslices, out);
     KEG_ASSERT(rc < 0 || !out || out->ino == ino);

@@ -1618,16 +1618,9 @@ static int mr_write_slices(struct keg_meta *m, uint64_t ino, size_t n,
     struct mr_args a = {0};
     struct keg_attr tmp;
     redisReply *r;
-    int appends = 0;
+    /* the slice list is checked by keg_meta_write_slices; ids must fit Lua's numbers */
     for (size_t i = 0; i < n; i++) {
-        const struct keg_slice *s = &cs[i].s;
-        if (cs[i].indx == KEG_INDX_APPEND)
-            appends = 1;
-        else if (appends)
-            return -EINVAL;     /* appends come last */
-        if ((uint64_t)s->pos + s->len > KEG_CHUNK_SIZE || s->len == 0 ||
-            (s->id && (uint64_t)s->off + s->len > s->size) || s->id >= MR_ID_MAX ||
-            (cs[i].indx == KEG_INDX_APPEND && s->pos != 0))
+        if (cs[i].s.id >= MR_ID_MAX)
             return -EINVAL;
     }
     if (min_size >= MR_ID_MAX)

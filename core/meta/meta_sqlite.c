@@ -2341,19 +2341,8 @@ static int sq_write_slices(struct keg_meta *m, uint64_t ino, size_t n,
                            const struct keg_chunk_slice *cs, uint64_t min_size, unsigned flags,
                            uint32_t *nslices, struct keg_attr *out)
 {
+    /* the slice list is checked by keg_meta_write_slices */
     struct sq_data_arg a = {.ino = ino, .n = n, .cs = cs, .size = min_size, .flags = flags};
-    int appends = 0;
-    for (size_t i = 0; i < n; i++) {
-        const struct keg_slice *s = &cs[i].s;
-        if (cs[i].indx == KEG_INDX_APPEND)
-            appends = 1;
-        else if (appends)
-            return -EINVAL;     /* appends come last */
-        if ((uint64_t)s->pos + s->len > KEG_CHUNK_SIZE || s->len == 0 ||
-            (s->id && (uint64_t)s->off + s->len > s->size) ||
-            (cs[i].indx == KEG_INDX_APPEND && s->pos != 0))
-            return -EINVAL;
-    }
     int rc = sq_txn(m, SQ_WRITE, sq_write_slices_fn, &a);
     if (rc == 0) {
         if (nslices)

@@ -320,7 +320,8 @@ struct keg_meta_ops {
      * no longer exists.  *nslices (may be NULL) = longest resulting list, to
      * trigger compaction.  -EISDIR, -EPERM for non-regular files.
      * Appends: entries with indx == KEG_INDX_APPEND (pos 0, len <= KEG_CHUNK_SIZE)
-     * must follow all others (else -EINVAL).  Inside the same atomic op, after
+     * must follow all others (else -EINVAL: keg_meta_write_slices checks the
+     * list before the engine sees it).  Inside the same atomic op, after
      * the other entries are added and size = max(size, min_size), each is
      * placed at the file's end as it is then -- split at chunk boundaries into
      * references of consecutive ranges of its slice -- and the size grows by
