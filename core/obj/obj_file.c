@@ -54,7 +54,14 @@
 
 #define FILE_TMP_PREFIX ".tmp."
 #define FILE_SPARE_DIR  FILE_TMP_PREFIX "spare"   /* under the root: the pools */
-#define FILE_SPARE_MAX  1024    /* spare files per open store (each 1 byte) */
+/* Spare files per open store (each one byte: 16 MiB of disk at most).  The
+ * deleter drains the engine's deletion queue about once a second under a
+ * steady stream of deletions (core/fs/fs.c), so the pool must hold a
+ * second's worth of them: a small-file rewrite loop makes about 2,000 here.
+ * With 1,024 the pool overflowed at every drain (the rest unlinked) and ran
+ * dry before the next (the puts created files): a third of the puts of
+ * `smallfile -w randmod` allocated an inode. */
+#define FILE_SPARE_MAX  4096
 /* A put of at least this many bytes starts its disk write at once (without
  * waiting for it): the fsync() of sync_keys, or the kernel's flush, then
  * finds most of a large sequential write on disk already. */

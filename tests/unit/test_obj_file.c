@@ -399,6 +399,61 @@ static void test_spare_files(void **state)
     assert_int_equal(keg_obj_open("file", &conf, NULL, &fx->o), 0);
 }
 
+/* The pool takes a burst of deletions as the deleter makes them (a second's
+ * worth at a time under steady small-file churn: about 2,000 blocks here), and
+ * the puts that follow allocate no inode; past FILE_SPARE_MAX (4,096) it
+ * unlinks. */
+#define BURST     3000
+#define POOL_MAX  4096
+static void test_spare_burst(void **state)
+{
+    struct ffx *fx = *state;
+    unsigned char obj[4096];
+    struct keg_block_id bid;
+    char key[128];
+    static ino_t before[BURST];
+    size_t len;
+    int fresh = 0;
+
+    for (int i = 0; i < BURST; i++) {
+        len = make_block(10000 + (uint64_t)i, 'p', &bid, key, sizeof(key), obj, sizeof(obj));
+        assert_int_equal(keg_obj_put(fx->o, key, obj, len), 0);
+        before[i] = ino_of(fx->dir, key);
+    }
+    for (int i = 0; i < BURST; i++) {
+        keg_block_key(key, sizeof(key), "vol", 10000 + (uint64_t)i, 0, 3000);
+        assert_int_equal(keg_obj_del(fx->o, key), 0);
+    }
+    assert_int_equal(count_spares(fx->dir, NULL), BURST);
+    for (int i = 0; i < BURST; i++) {
+        ino_t now;
+        int found = 0;
+        len = make_block(20000 + (uint64_t)i, 'q', &bid, key, sizeof(key), obj, sizeof(obj));
+        assert_int_equal(keg_obj_put(fx->o, key, obj, len), 0);
+        now = ino_of(fx->dir, key);
+        for (int k = 0; k < BURST && !found; k++)
+            found = before[k] == now;
+        /* a former block's inode, except the first put into each of the three
+         * new key directories (vol/chunks/0/20 .. 22), which makes it */
+        if (!found)
+            fresh++;
+    }
+    assert_int_equal(fresh, 3);
+    assert_int_equal(count_spares(fx->dir, NULL), 3);
+
+    /* more deletions than the pool holds: the rest are unlinked */
+    for (int i = BURST; i < POOL_MAX + 10; i++) {
+        len = make_block(20000 + (uint64_t)i, 'r', &bid, key, sizeof(key), obj, sizeof(obj));
+        assert_int_equal(keg_obj_put(fx->o, key, obj, len), 0);
+    }
+    for (int i = 0; i < POOL_MAX + 10; i++) {
+        keg_block_key(key, sizeof(key), "vol", 20000 + (uint64_t)i, 0, 3000);
+        assert_int_equal(keg_obj_del(fx->o, key), 0);
+        assert_int_equal(keg_obj_head(fx->o, key, &(uint64_t){0}), -ENOENT);
+    }
+    assert_int_equal(count_spares(fx->dir, NULL), POOL_MAX);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -410,6 +465,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_sync_keys_chain_once, setup, teardown),
         cmocka_unit_test(test_enospc),
         cmocka_unit_test_setup_teardown(test_spare_files, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_spare_burst, setup, teardown),
     };
     keg_log_set_level(LOG_CRIT);
     return cmocka_run_group_tests_name("obj_file", tests, NULL, NULL);
