@@ -1068,6 +1068,44 @@ static void test_spare_files(void **state)
     keg_obj_close(o);
 }
 
+/* A burst of deletions (the deleter retires about a second's worth at once:
+ * some 2,000 blocks of small rewrites) is pooled whole, up to CS_SPARE_MAX
+ * (4,096) files, and the stores that follow take those files. */
+static void test_spare_burst(void **state)
+{
+    struct fx *fx = *state;
+    const uint32_t blen = 100;
+    const unsigned burst = 3000, max = 4096;
+    uint8_t enc[KEG_BLOCK_HDR + 100];
+    char key[128];
+    struct keg_ssd_spare *sp;
+    struct keg_obj *o = open_cache(fx, "mem", 1ULL << 30);
+
+    sp = keg_cache_ssd_spare(o);
+    assert_non_null(sp);
+    for (uint64_t id = 1; id <= max + 10; id++)
+        put_block(o, id, blen);
+    for (uint64_t id = 1; id <= burst; id++) {
+        make_block(id, blen, enc, sizeof(enc), key, sizeof(key));
+        assert_int_equal(keg_obj_del(o, key), 0);
+    }
+    assert_int_equal(keg_ssd_spare_count(sp), burst);
+    for (uint64_t id = 1; id <= burst; id++)
+        put_block(o, 100000 + id, blen);
+    assert_int_equal(keg_ssd_spare_count(sp), 0);      /* every store took a spare */
+    check_block(o, 100000 + burst, blen);
+    for (uint64_t id = burst + 1; id <= max + 10; id++) {
+        make_block(id, blen, enc, sizeof(enc), key, sizeof(key));
+        assert_int_equal(keg_obj_del(o, key), 0);
+    }
+    for (uint64_t id = 1; id <= burst; id++) {
+        make_block(100000 + id, blen, enc, sizeof(enc), key, sizeof(key));
+        assert_int_equal(keg_obj_del(o, key), 0);
+    }
+    assert_int_equal(keg_ssd_spare_count(sp), max);    /* the rest were unlinked */
+    keg_obj_close(o);
+}
+
 /* The pool alone: bounded, larger files unlinked, take fails on an empty pool,
  * a taken file is opened for writing and fits the new length, a file with a
  * second link is not pooled. */
@@ -1143,6 +1181,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_make_room, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_spare_files, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_spare_pool_bounds, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_spare_burst, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_single_flight, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_passthrough_and_del, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_open_cleans_up, fx_setup, fx_teardown),
