@@ -81,11 +81,7 @@
  * outside the budget.  Files of any size: a whole-block file costs the same
  * inode allocation as a small one (measured: 8 % of the mounter's CPU in a
  * sequential write on ext4 without a journal), and emptying it frees its
- * blocks as an unlink would.  As many as the deleter's drain of about a second
- * of small-file rewrites retires at once (core/obj/obj_file.c, FILE_SPARE_MAX):
- * with 1,024, 4,000 randmod and 4,000 append operations with writeback made
- * 4,202 staging files by creating them and unlinked 3,123 retired ones. */
-#define CS_SPARE_MAX      4096
+ * blocks as an unlink would.  At most KEG_SSD_SPARE_MAX of them. */
 #define CS_SPARE_FILE_MAX CS_FILE_MAX
 
 /* Free space the cache leaves on its file system: a tenth of it, at least
@@ -972,7 +968,7 @@ int keg_cache_ssd_create(const struct keg_cache_ssd_conf *conf, struct keg_obj *
     }
     {
         char *sdir = keg_asprintf("%s/spare", conf->dir);
-        rc = sdir ? keg_ssd_spare_open(sdir, CS_SPARE_MAX, CS_SPARE_FILE_MAX, &cs->spare)
+        rc = sdir ? keg_ssd_spare_open(sdir, KEG_SSD_SPARE_MAX, CS_SPARE_FILE_MAX, &cs->spare)
                   : -ENOMEM;
         if (rc < 0)     /* only an optimisation: go on without */
             KEG_WARN("cache directory %s: no pool of spare files: %s", sdir ? sdir : conf->dir,

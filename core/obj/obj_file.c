@@ -19,7 +19,7 @@
  *
  * Spare files.  Deleting a block object (a key of keg_block_key_parse, a
  * regular file with one link) moves its file into a pool of spare files
- * under <root>/.tmp.spare (core/ssdf: at most FILE_SPARE_MAX, cut to one
+ * under <root>/.tmp.spare (core/ssdf: at most KEG_SSD_SPARE_MAX, cut to one
  * byte, removed at close or by the next process after a crash), and a put
  * rewrites a spare instead of creating a file.  On ext4 without a journal,
  * creating a file skips every inode freed in the last seconds (minutes while
@@ -54,14 +54,6 @@
 
 #define FILE_TMP_PREFIX ".tmp."
 #define FILE_SPARE_DIR  FILE_TMP_PREFIX "spare"   /* under the root: the pools */
-/* Spare files per open store (each one byte: 16 MiB of disk at most).  The
- * deleter drains the engine's deletion queue about once a second under a
- * steady stream of deletions (core/fs/fs.c), so the pool must hold a
- * second's worth of them: a small-file rewrite loop makes about 2,000 here.
- * With 1,024 the pool overflowed at every drain (the rest unlinked) and ran
- * dry before the next (the puts created files): a third of the puts of
- * `smallfile -w randmod` allocated an inode. */
-#define FILE_SPARE_MAX  4096
 /* A put of at least this many bytes starts its disk write at once (without
  * waiting for it): the fsync() of sync_keys, or the kernel's flush, then
  * finds most of a large sequential write on disk already. */
@@ -416,7 +408,7 @@ static struct keg_ssd_spare *file_spare(struct file_store *fs)
     pthread_mutex_lock(&fs->dmu);
     if (!fs->spare_tried) {
         char *dir = file_path(fs, FILE_SPARE_DIR);
-        int rc = dir ? keg_ssd_spare_open(dir, FILE_SPARE_MAX, UINT64_MAX, &sp) : -ENOMEM;
+        int rc = dir ? keg_ssd_spare_open(dir, KEG_SSD_SPARE_MAX, UINT64_MAX, &sp) : -ENOMEM;
         if (rc < 0)
             KEG_INFO("no spare files under %s: %s (objects are created and unlinked)",
                      fs->root, strerror(-rc));

@@ -93,6 +93,17 @@ ssize_t keg_ssd_copy_range(const uint8_t *obj, uint64_t olen, uint64_t off, void
  * run outside it. */
 struct keg_ssd_spare;
 
+/* The size of the pools the file object store and the cache directory open
+ * (one byte each: 16 MiB of disk at most).  Under a steady stream of
+ * deletions the deleter drains the engine's deletion queue about once a
+ * second (core/fs/fs.c), so a pool must hold a second's worth: a small-file
+ * rewrite loop makes about 2,000 here.  With 1,024 the pools overflowed at
+ * every drain (the rest unlinked) and ran dry before the next (new files
+ * created): over 4,000 randmod and 4,000 append operations, 4,384 object puts
+ * (4,202 staging files with writeback) created a file and 2,454 (3,123)
+ * retired files were unlinked. */
+#define KEG_SSD_SPARE_MAX 4096
+
 /* Opens a pool of at most max files, taking files of at most max_file bytes
  * (larger ones are unlinked: their blocks cost more than their inode), under
  * parent (created), removing the pools of dead processes there.

@@ -1069,13 +1069,13 @@ static void test_spare_files(void **state)
 }
 
 /* A burst of deletions (the deleter retires about a second's worth at once:
- * some 2,000 blocks of small rewrites) is pooled whole, up to CS_SPARE_MAX
+ * some 2,000 blocks of small rewrites) is pooled whole, up to KEG_SSD_SPARE_MAX
  * (4,096) files, and the stores that follow take those files. */
 static void test_spare_burst(void **state)
 {
     struct fx *fx = *state;
     const uint32_t blen = 100;
-    const unsigned burst = 3000, max = 4096;
+    const unsigned burst = 3000, max = KEG_SSD_SPARE_MAX;
     uint8_t enc[KEG_BLOCK_HDR + 100];
     char key[128];
     struct keg_ssd_spare *sp;

@@ -20,6 +20,7 @@
 
 #include "keg/log.h"
 #include "keg/obj.h"
+#include "ssdf/ssd_file.h"
 
 struct ffx {
     char dir[64];
@@ -401,10 +402,10 @@ static void test_spare_files(void **state)
 
 /* The pool takes a burst of deletions as the deleter makes them (a second's
  * worth at a time under steady small-file churn: about 2,000 blocks here), and
- * the puts that follow allocate no inode; past FILE_SPARE_MAX (4,096) it
+ * the puts that follow allocate no inode; past KEG_SSD_SPARE_MAX (4,096) it
  * unlinks. */
 #define BURST     3000
-#define POOL_MAX  4096
+#define POOL_MAX  KEG_SSD_SPARE_MAX
 static void test_spare_burst(void **state)
 {
     struct ffx *fx = *state;
