@@ -189,6 +189,7 @@ int keg_stack_open(const struct keg_format *f, const struct keg_stack_conf *sc,
         if (rc == 0 && sc->writeback) {
             wc.dir = dir;
             wc.workers = sc->upload_workers;
+            wc.idle_workers = sc->idle_upload_workers;
             wc.max_staging = sc->max_staging;
             wc.drain_ms = sc->drain_ms;
             wc.upload_delay_ms = sc->upload_delay_ms;

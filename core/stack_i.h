@@ -49,6 +49,11 @@ extern const struct keg_obj_ops keg_cache_ssd_ops;
  * disk full: staging comes before caching.  Returns the bytes freed (0 if o is
  * not a cache layer).  LOCKS: takes the cache's lock. */
 uint64_t keg_cache_ssd_make_room(struct keg_obj *o, uint64_t need);
+/* Tells the cache layer o that delta more (or, negative, fewer) bytes of other
+ * files on its disk are about to go: writeback's staged objects while they are
+ * uploaded, each adopted by the cache or removed next.  Its limit counts them
+ * as free space.  No-op if o is not a cache layer.  LOCKS: takes the cache's lock. */
+void keg_cache_ssd_leaving(struct keg_obj *o, int64_t delta);
 /* The cache layer's pool of spare files (core/ssdf/ssd_file.h), NULL if o
  * is not a cache layer or has none.  BORROWED: lives as long as o. */
 struct keg_ssd_spare *keg_cache_ssd_spare(struct keg_obj *o);
@@ -60,6 +65,10 @@ struct keg_ssd_spare *keg_cache_ssd_spare(struct keg_obj *o);
 struct keg_wb_conf {
     const char *dir;          /* <cache_dir>/<volume uuid or name>; staging/<slot>/ below it */
     unsigned    workers;      /* upload threads (0: 4) */
+    unsigned    idle_workers; /* upload threads once no new object was put for the upload
+                               * delay (and at least 0.25 s): what a burst of writes left
+                               * staged drains on this many (0, or less than workers:
+                               * workers) */
     uint64_t    max_staging;  /* staged object bytes before put blocks (0: 1 GiB) */
     unsigned    drain_ms;     /* close() waits this long for uploads (0: 30000) */
     unsigned    retries;      /* failed uploads of an object in a row before each further

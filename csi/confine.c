@@ -153,8 +153,8 @@ int csi_confine_dir(const char *root, const char *path, int create, mode_t mode,
 /* kegfs tuning options a StorageClass or PV may set (value: [A-Za-z0-9._-]). */
 static const char *const confine_tuning[] = {
     "attr-cache", "entry-cache", "dir-entry-cache", "buffer-size", "mem-cache-size",
-    "cache-size", "writeback", "upload-workers", "max-staging", "drain-timeout",
-    "upload-delay", "session-timeout", "heartbeat", "missing-block-wait",
+    "cache-size", "writeback", "upload-workers", "idle-upload-workers", "max-staging",
+    "drain-timeout", "upload-delay", "session-timeout", "heartbeat", "missing-block-wait",
     "s3-concurrency", "s3-retry-deadline", "read-ahead", "read-only", NULL,
 };
 
@@ -209,8 +209,8 @@ int csi_confine_mount_flag(struct csi_ctx *ctx, const char *flag, size_t idx,
                     "mount flag %zu (%.*s) is not allowed; allowed: the generic flags (ro, rw, "
                     "noatime, relatime, nodev, nosuid, noexec, ...), cache-dir=DIR below %s, and "
                     "the tuning options attr-cache, entry-cache, dir-entry-cache, buffer-size, "
-                    "mem-cache-size, cache-size, writeback, upload-workers, max-staging, "
-                    "drain-timeout, upload-delay, session-timeout, heartbeat, "
+                    "mem-cache-size, cache-size, writeback, upload-workers, idle-upload-workers, "
+                    "max-staging, drain-timeout, upload-delay, session-timeout, heartbeat, "
                     "missing-block-wait, s3-concurrency, s3-retry-deadline, read-ahead, read-only",
                     idx, (int)len, flag, ctx->cache_root ? ctx->cache_root : "--cache-root");
 }

@@ -77,10 +77,16 @@
  * own times (docs/benchmarks.md, "What bounds the rest"). */
 #define MNT_UPLOAD_DELAY_DEFAULT 0.25
 
+/* --idle-upload-workers when not given: once writes pause, what a burst left
+ * staged goes up on 12 connections instead of 4 (a small-object store such as
+ * Ceph's gateway takes more puts a second the more run at once), and 4 of the
+ * S3 client's default 16 stay for reads and deletions (docs/benchmarks.md). */
+#define MNT_IDLE_UPLOAD_WORKERS_DEFAULT 12
+
 enum {
     OPT_ATTR_CACHE = 0x3001, OPT_ENTRY_CACHE, OPT_DIR_ENTRY_CACHE, OPT_READ_ONLY, OPT_BUFFER_SIZE,
     OPT_CACHE_SIZE, OPT_CONFIG, OPT_BACKGROUND, OPT_FUSE_OPTS, OPT_NO_ALLOW_OTHER,
-    OPT_MEM_CACHE_SIZE, OPT_CACHE_DIR, OPT_WRITEBACK, OPT_UPLOAD_WORKERS, OPT_MAX_STAGING,
+    OPT_MEM_CACHE_SIZE, OPT_CACHE_DIR, OPT_WRITEBACK, OPT_UPLOAD_WORKERS, OPT_IDLE_UPLOAD_WORKERS, OPT_MAX_STAGING,
     OPT_DRAIN_TIMEOUT, OPT_SESSION_TIMEOUT, OPT_HEARTBEAT, OPT_NO_SUPERVISOR, OPT_MISSING_WAIT,
     OPT_INSECURE, OPT_CA_FILE, OPT_S3_CONCURRENCY, OPT_S3_RETRY_DEADLINE, OPT_UPLOAD_DELAY,
     OPT_META_PASSWORD_FILE,
@@ -100,6 +106,7 @@ struct mount_opts {
     uint64_t cache_size;       /* SSD cache budget, bytes (0: stack default) */
     int      writeback;
     uint64_t upload_workers;   /* 0: stack default */
+    uint64_t idle_upload_workers; /* 0: MNT_IDLE_UPLOAD_WORKERS_DEFAULT */
     uint64_t max_staging;      /* bytes, 0: stack default */
     double   drain_timeout;    /* seconds the unmount waits for staged uploads */
     double   upload_delay;     /* seconds a new staged object waits before upload;
@@ -146,6 +153,7 @@ static const struct option longopts[] = {
     {"cache-size", required_argument, NULL, OPT_CACHE_SIZE},
     {"writeback", optional_argument, NULL, OPT_WRITEBACK},
     {"upload-workers", required_argument, NULL, OPT_UPLOAD_WORKERS},
+    {"idle-upload-workers", required_argument, NULL, OPT_IDLE_UPLOAD_WORKERS},
     {"max-staging", required_argument, NULL, OPT_MAX_STAGING},
     {"drain-timeout", required_argument, NULL, OPT_DRAIN_TIMEOUT},
     {"upload-delay", required_argument, NULL, OPT_UPLOAD_DELAY},
@@ -201,6 +209,8 @@ static void usage(FILE *out)
         "      --writeback          stage written blocks in --cache-dir, upload them in the\n"
         "                           background (close returns before the upload)\n"
         "      --upload-workers N   writeback upload threads (default 4)\n"
+        "      --idle-upload-workers N  upload threads once writes pause for the upload\n"
+        "                           delay (default 12, at least --upload-workers)\n"
         "      --max-staging SIZE   staged bytes before writes wait (default 1G)\n"
         "      --upload-delay SEC   upload a staged block no sooner than SEC after it was\n"
         "                           written (default 0.25), and during a burst of writes up to\n"
@@ -305,6 +315,7 @@ static const struct opt_rule opt_rules[] = {
     RULE(OPT_BUFFER_SIZE, OK_COUNT, buffer_mib, RANGE(16, 1u << 20)),
     RULE(OPT_MEM_CACHE_SIZE, OK_COUNT, mem_cache_mib, OPT_ANY),
     RULE(OPT_UPLOAD_WORKERS, OK_COUNT, upload_workers, RANGE(1, 256)),
+    RULE(OPT_IDLE_UPLOAD_WORKERS, OK_COUNT, idle_upload_workers, RANGE(1, 256)),
     RULE(OPT_S3_CONCURRENCY, OK_COUNT, s3_concurrency, RANGE(1, 1024)),
     RULE(OPT_CACHE_SIZE, OK_SIZE, cache_size, RANGE(1, DBL_MAX)),
     RULE(OPT_MAX_STAGING, OK_SIZE, max_staging, RANGE(1, DBL_MAX)),
@@ -961,6 +972,7 @@ static int check_cache_opts(struct mount_opts *o)
         const char *need = o->writeback ? "--writeback" : o->cache_size ? "--cache-size" :
                            o->max_staging ? "--max-staging" :
                            o->upload_workers ? "--upload-workers" :
+                           o->idle_upload_workers ? "--idle-upload-workers" :
                            o->upload_delay > 0 ? "--upload-delay" : NULL;
         if (need) {
             mnt_error("%s needs --cache-dir", need);
@@ -968,9 +980,11 @@ static int check_cache_opts(struct mount_opts *o)
         }
         return 0;
     }
-    if (!o->writeback && (o->max_staging || o->upload_workers || o->upload_delay > 0)) {
+    if (!o->writeback && (o->max_staging || o->upload_workers || o->idle_upload_workers ||
+                          o->upload_delay > 0)) {
         mnt_error("%s needs --writeback", o->max_staging ? "--max-staging" :
-                  o->upload_workers ? "--upload-workers" : "--upload-delay");
+                  o->upload_workers ? "--upload-workers" :
+                  o->idle_upload_workers ? "--idle-upload-workers" : "--upload-delay");
         return 2;
     }
     return abspath_opt("--cache-dir", &o->cache_dir);
@@ -1220,6 +1234,8 @@ static int run_session(struct mount_opts *o, const char *url, const char *abs_mp
     sc.cache_size = o->cache_size;
     sc.writeback = o->writeback;
     sc.upload_workers = (unsigned)o->upload_workers;
+    sc.idle_upload_workers = (unsigned)(o->idle_upload_workers ? o->idle_upload_workers
+                                                               : MNT_IDLE_UPLOAD_WORKERS_DEFAULT);
     sc.max_staging = o->max_staging;
     sc.drain_ms = drain_ms(o);
     sc.upload_delay_ms = (unsigned)((o->upload_delay < 0 ? MNT_UPLOAD_DELAY_DEFAULT

@@ -120,6 +120,9 @@ struct cache_ssd {
     size_t           nents;       /* protected by mu */
     struct cs_ent    lru;         /* sentinel; protected by mu */
     uint64_t         bytes;       /* protected by mu */
+    uint64_t         leaving;     /* bytes of other files on this disk about to go (the
+                                   * staged objects being uploaded, keg_cache_ssd_leaving);
+                                   * protected by mu */
     struct cs_fill  *fills;       /* protected by mu */
     struct keg_cache_ssd_stats st; /* protected by mu */
     struct keg_ssd_spare *spare;  /* emptied files for reuse (own lock) */
@@ -249,7 +252,9 @@ static struct cs_ent *cs_evict_locked(struct cache_ssd *cs)
 }
 
 /* Recomputes cs->limit: the budget, or less so that CS_KEEP_FREE of the file
- * system stays free (the cache's own files count as free: they can go).
+ * system stays free (the cache's own files count as free: they can go, and so
+ * do the staged objects being uploaded, which are adopted or removed next: a
+ * backlog uploaded at once must not make every adoption look like a full disk).
  * Returns the new limit.  LOCKS: takes cs->mu. */
 static uint64_t cs_limit_now(struct cache_ssd *cs)
 {
@@ -261,7 +266,7 @@ static uint64_t cs_limit_now(struct cache_ssd *cs)
         uint64_t total = (uint64_t)sv.f_blocks * sv.f_frsize;
         uint64_t avail = (uint64_t)sv.f_bavail * sv.f_frsize;
         uint64_t keep = KEG_MIN(KEG_MAX(total / 10, CS_KEEP_FREE_MIN), CS_KEEP_FREE_MAX);
-        uint64_t room = cs->bytes + avail;      /* what the cache could hold at most */
+        uint64_t room = cs->bytes + avail + cs->leaving; /* what it could hold at most */
         lim = KEG_MIN(lim, room > keep ? room - keep : 0);
     }
     cs->limit = lim;
@@ -1021,6 +1026,16 @@ uint64_t keg_cache_ssd_make_room(struct keg_obj *o, uint64_t need)
     pthread_mutex_unlock(&cs->mu);
     cs_drop_victims(cs, victims);
     return freed;
+}
+
+void keg_cache_ssd_leaving(struct keg_obj *o, int64_t delta)
+{
+    if (!o || o->ops != &keg_cache_ssd_ops)
+        return;
+    struct cache_ssd *cs = o->priv;
+    pthread_mutex_lock(&cs->mu);
+    cs->leaving = (uint64_t)((int64_t)cs->leaving + delta);
+    pthread_mutex_unlock(&cs->mu);
 }
 
 struct keg_ssd_spare *keg_cache_ssd_spare(struct keg_obj *o)

@@ -91,6 +91,9 @@
 #define WB_RATE_SLOTS     8
 #define WB_RATE_WINDOW    5         /* seconds averaged by rate_bps */
 #define WB_HOLD_MAX_NS (4 * 1000000000LL) /* longest extra hold in a burst of puts */
+#define WB_QUIET_MIN_NS  250000000LL  /* no new object for this long (or the upload delay,
+                                       * if longer): the idle workers join the uploads */
+#define WB_IDLE_BUF_KEEP (1u << 20)   /* an idle worker frees a larger read buffer */
 #define WB_DIRECT_WRITE (1u << 20) /* staged objects this large are written with O_DIRECT */
 #define WB_DIO_BUFS     2          /* aligned buffers for those (ssd_file.c) */
 #define WB_BYPASS_WARN_NS (30 * 1000000000LL) /* one "staging failed" or "upload failed"
@@ -130,13 +133,18 @@ struct wb {
     struct keg_ssd_spare *spare;   /* spare files of the cache below (BORROWED), or NULL */
     struct keg_ssd_dio *dio;       /* buffers for direct writes of large objects, or NULL */
     int             dio_noted;     /* logged that direct I/O is refused; atomic access */
-    unsigned        nworkers;
-    pthread_t      *threads;
+    unsigned        nworkers;      /* workers that upload at any time */
+    unsigned        nidle;         /* all workers: nworkers and those that upload only
+                                    * while the mount is quiet (wb_quiet_at) */
+    pthread_t      *threads;       /* [nidle] */
     unsigned        nthreads;      /* started */
     struct keg_obj *o;
 
     pthread_mutex_t mu;
     pthread_cond_t  work_cv;       /* workers: work queued, or stop (monotonic clock) */
+    pthread_cond_t  quiet_cv;      /* the same for the idle workers (monotonic clock) */
+    unsigned        idle_asleep;   /* idle workers waiting with nothing queued; mu */
+    unsigned        next_worker;   /* numbers the workers as they start; mu */
     pthread_cond_t  done_cv;       /* an upload finished / room freed (monotonic clock) */
     struct wb_ent **ht;            /* protected by mu */
     size_t          nbuckets;
@@ -378,12 +386,20 @@ static uint64_t wb_rate(struct wb *wb)
     return sum / WB_RATE_WINDOW;
 }
 
+/* Wakes every worker, the idle ones too (stop, hurry, puts waiting for room).
+ * LOCKS: caller holds wb->mu. */
+static void wb_wake_all(struct wb *wb)
+{
+    pthread_cond_broadcast(&wb->work_cv);
+    pthread_cond_broadcast(&wb->quiet_cv);
+}
+
 /* Makes every PARKED entry due now (drain, close).  LOCKS: caller holds wb->mu. */
 static void wb_kick_parked(struct wb *wb)
 {
     for (struct wb_ent *e = wb->parked.next; e != &wb->parked; e = e->next)
         e->retry_at = 0;
-    pthread_cond_broadcast(&wb->work_cv);
+    wb_wake_all(wb);
 }
 
 /*---------------------------------------------------------------------------
@@ -642,11 +658,26 @@ static int64_t wb_due(const struct wb *wb, const struct wb_ent *e)
     return KEG_MAX(e->due, KEG_MIN(quiet, hold));
 }
 
+/* When the mount is quiet: no new object was put for the upload delay, and
+ * at least WB_QUIET_MIN_NS.  From then on the idle workers upload too, so the
+ * backlog a burst left drains on more connections, while during the burst
+ * the uploads and the store's work for them keep to nworkers and leave the
+ * CPUs to the writes (docs/internals/WRITEBACK.md).  LOCKS: caller holds wb->mu. */
+static int64_t wb_quiet_at(const struct wb *wb)
+{
+    return wb->last_put_ns + KEG_MAX(wb->delay_ns, WB_QUIET_MIN_NS);
+}
+
 /* Picks the next entry to upload (making due parked entries QUEUED first),
- * or NULL after waiting when there is none.  LOCKS: caller holds wb->mu. */
-static struct wb_ent *wb_pick(struct wb *wb)
+ * or NULL after waiting when there is none.  An idle worker (idle) takes one
+ * only once the mount is quiet, or when uploads are urgent (drain, close, puts
+ * waiting for room), and waits on its own condition variable, so that it
+ * never takes the wake-up of a put meant for the others.
+ * LOCKS: caller holds wb->mu. */
+static struct wb_ent *wb_pick(struct wb *wb, int idle)
 {
     int64_t now = keg_mono_ns(), next = INT64_MAX;
+    pthread_cond_t *cv = idle ? &wb->quiet_cv : &wb->work_cv;
     struct timespec ts;
 
     for (struct wb_ent *e = wb->parked.next; e != &wb->parked;) {
@@ -665,8 +696,10 @@ static struct wb_ent *wb_pick(struct wb *wb)
         struct wb_ent *e = wb->ready.next;
         /* FIFO by first put, so the head is due first.  Puts waiting for
          * room, drains and close do not wait for the delay. */
-        int64_t go = wb_due(wb, e);
-        if (go <= now || wb->hurry || wb->waiting_puts) {
+        int urgent = wb->hurry || wb->waiting_puts;
+        int64_t calm = idle ? wb_quiet_at(wb) : 0;
+        int64_t go = KEG_MAX(wb_due(wb, e), calm);
+        if (go <= now || urgent) {
             list_del(e);
             e->state = WB_UPLOADING;
             e->local_only = 0;
@@ -676,17 +709,19 @@ static struct wb_ent *wb_pick(struct wb *wb)
              * while the next entry may go too, so that a backlog is uploaded
              * by every worker, not by the one that was awake. */
             if (wb->ready.next != &wb->ready &&
-                (wb->hurry || wb->waiting_puts || wb_due(wb, wb->ready.next) <= now))
-                pthread_cond_signal(&wb->work_cv);
+                (urgent || KEG_MAX(wb_due(wb, wb->ready.next), calm) <= now))
+                pthread_cond_signal(cv);
             return e;
         }
         next = KEG_MIN(next, go);
     }
     if (next == INT64_MAX) {
-        pthread_cond_wait(&wb->work_cv, &wb->mu);
+        wb->idle_asleep += idle;
+        pthread_cond_wait(cv, &wb->mu);
+        wb->idle_asleep -= idle;
     } else {
         wb_deadline(&ts, next);
-        pthread_cond_timedwait(&wb->work_cv, &wb->mu, &ts);
+        pthread_cond_timedwait(cv, &wb->mu, &ts);
     }
     return NULL;
 }
@@ -719,11 +754,13 @@ static void *wb_worker(void *arg)
 {
     struct wb *wb = arg;
     struct wb_buf wbuf = {NULL, 0};
+    int idle;
 
     keg_thread_name("keg-wb-upload");
     pthread_mutex_lock(&wb->mu);
+    idle = wb->next_worker++ >= wb->nworkers;
     while (!wb->stop) {
-        struct wb_ent *e = wb_pick(wb);
+        struct wb_ent *e = wb_pick(wb, idle);
         unsigned gen;
         uint64_t size;
         int may_take, taken, rc;
@@ -736,8 +773,17 @@ static void *wb_worker(void *arg)
          * store that is not durable by itself has been synced: no hand-over. */
         may_take = wb->inner_durable || !e->synced;
         pthread_mutex_unlock(&wb->mu);
-        /* e stays valid: an UPLOADING entry is freed only here. */
+        /* e stays valid: an UPLOADING entry is freed only here.  Its file is
+         * about to leave the disk (adopted by the cache below, or removed): the
+         * cache counts it as free, so that many uploads ending at once do not
+         * each find the disk full of the others' files. */
+        keg_cache_ssd_leaving(wb->o->inner, (int64_t)size);
         rc = wb_upload(wb, e, gen, size, &wbuf, may_take, &taken);
+        if (idle && wbuf.cap > WB_IDLE_BUF_KEEP) {
+            /* the idle workers keep no block-sized buffer between drains */
+            keg_free(wbuf.p);
+            wbuf = (struct wb_buf){NULL, 0};
+        }
         if (rc == 0 && !wb->inner_durable) {
             int synced;
             pthread_mutex_lock(&wb->mu);
@@ -779,6 +825,10 @@ static void *wb_worker(void *arg)
             wb_park(wb, e, rc);
         }
         pthread_cond_broadcast(&wb->done_cv);
+        /* outside wb->mu: the two layers' locks are never nested */
+        pthread_mutex_unlock(&wb->mu);
+        keg_cache_ssd_leaving(wb->o->inner, -(int64_t)size);
+        pthread_mutex_lock(&wb->mu);
     }
     pthread_mutex_unlock(&wb->mu);
     keg_free(wbuf.p);
@@ -811,7 +861,7 @@ static int wb_reserve(struct wb *wb, const char *key, size_t len)
             return -EIO;
         }
         wb->waiting_puts++;
-        pthread_cond_broadcast(&wb->work_cv);      /* delayed objects may go now */
+        wb_wake_all(wb);                           /* delayed objects may go now */
         wb_deadline(&ts, KEG_MIN(deadline, keg_mono_ns() + 1000000000LL));
         pthread_cond_timedwait(&wb->done_cv, &wb->mu, &ts);
         wb->waiting_puts--;
@@ -838,7 +888,7 @@ static int wb_await_upload(struct wb *wb)
     while (!done && (wb->ready.next != &wb->ready || wb->uploading) &&
            keg_mono_ns() < deadline) {
         wb->waiting_puts++;
-        pthread_cond_broadcast(&wb->work_cv);
+        wb_wake_all(wb);
         wb_deadline(&ts, KEG_MIN(deadline, keg_mono_ns() + 1000000000LL));
         pthread_cond_timedwait(&wb->done_cv, &wb->mu, &ts);
         wb->waiting_puts--;
@@ -954,6 +1004,8 @@ static int wb_put(struct keg_obj *o, const char *key, const void *buf, size_t le
     }
     if (wake)
         pthread_cond_signal(&wb->work_cv);
+    if (wb->idle_asleep)
+        pthread_cond_signal(&wb->quiet_cv);   /* it waits for the quiet from now on */
     pthread_mutex_unlock(&wb->mu);
     keg_metrics_observe(&wb->stage_lat, (uint64_t)(keg_mono_ns() - t0));
     return 0;
@@ -1347,7 +1399,7 @@ static void wb_wait_idle(struct wb *wb, int64_t deadline)
     wb_deadline(&ts, deadline);
     wb_kick_parked(wb);
     wb->hurry++;                    /* queued objects go now, whatever their delay */
-    pthread_cond_broadcast(&wb->work_cv);
+    wb_wake_all(wb);
     while ((wb->ready.next != &wb->ready || wb->uploading || wb->reserving ||
             wb_parked_transient(wb)) &&
            keg_mono_ns() < deadline)
@@ -1597,7 +1649,7 @@ static void wb_stop_workers(struct wb *wb)
 {
     pthread_mutex_lock(&wb->mu);
     wb->stop = 1;
-    pthread_cond_broadcast(&wb->work_cv);
+    wb_wake_all(wb);
     pthread_mutex_unlock(&wb->mu);
     for (unsigned i = 0; i < wb->nthreads; i++)
         pthread_join(wb->threads[i], NULL);
@@ -1624,6 +1676,7 @@ static void wb_close(struct keg_obj *o)
                  (unsigned long long)wb->nparked, wb->dir);
     wb_free_all(wb);
     pthread_cond_destroy(&wb->work_cv);
+    pthread_cond_destroy(&wb->quiet_cv);
     pthread_cond_destroy(&wb->done_cv);
     pthread_mutex_destroy(&wb->mu);
     keg_free(wb);
@@ -1670,6 +1723,7 @@ int keg_wb_create(const struct keg_wb_conf *conf, struct keg_obj *inner, struct 
     wb->dirfd = wb->lockfd = -1;
     wb->o = o;
     wb->nworkers = conf->workers ? conf->workers : 4;
+    wb->nidle = KEG_MAX(wb->nworkers, conf->idle_workers);
     wb->max_staging = conf->max_staging ? conf->max_staging : (1ULL << 30);
     wb->drain_ms = conf->drain_ms ? conf->drain_ms : 30000;
     wb->retries = conf->retries ? conf->retries : 6;
@@ -1684,7 +1738,7 @@ int keg_wb_create(const struct keg_wb_conf *conf, struct keg_obj *inner, struct 
                                             KEG_BLOCK_SIZE_MAX + 4096, &wb->dio);
     wb->nbuckets = 256;
     wb->ht = keg_calloc(wb->nbuckets, sizeof(*wb->ht));
-    wb->threads = keg_calloc(wb->nworkers, sizeof(*wb->threads));
+    wb->threads = keg_calloc(wb->nidle, sizeof(*wb->threads));
     wb->ready.next = wb->ready.prev = &wb->ready;
     wb->parked.next = wb->parked.prev = &wb->parked;
     if (!wb->ht || !wb->threads) {
@@ -1720,12 +1774,13 @@ int keg_wb_create(const struct keg_wb_conf *conf, struct keg_obj *inner, struct 
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&wb->work_cv, &ca);
+    pthread_cond_init(&wb->quiet_cv, &ca);
     pthread_cond_init(&wb->done_cv, &ca);
     pthread_condattr_destroy(&ca);
     o->ops = &keg_wb_ops;
     o->inner = inner;
     o->priv = wb;
-    for (unsigned i = 0; i < wb->nworkers; i++) {
+    for (unsigned i = 0; i < wb->nidle; i++) {
         rc = -pthread_create(&wb->threads[i], NULL, wb_worker, wb);
         if (rc < 0) {
             KEG_ERR("cannot start upload worker %u: %s", i, strerror(-rc));
@@ -1733,8 +1788,9 @@ int keg_wb_create(const struct keg_wb_conf *conf, struct keg_obj *inner, struct 
         }
         wb->nthreads++;
     }
-    KEG_INFO("writeback on: staging in %s, %u upload workers, at most %llu bytes staged",
-             wb->dir, wb->nworkers, (unsigned long long)wb->max_staging);
+    KEG_INFO("writeback on: staging in %s, %u upload workers (%u once writes pause), at "
+             "most %llu bytes staged", wb->dir, wb->nworkers, wb->nidle,
+             (unsigned long long)wb->max_staging);
     keg_free(base);
     *out = o;
     return 0;
@@ -1742,6 +1798,7 @@ int keg_wb_create(const struct keg_wb_conf *conf, struct keg_obj *inner, struct 
 fail4:
     wb_stop_workers(wb);
     pthread_cond_destroy(&wb->work_cv);
+    pthread_cond_destroy(&wb->quiet_cv);
     pthread_cond_destroy(&wb->done_cv);
     pthread_mutex_destroy(&wb->mu);
 fail3:

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -726,6 +727,49 @@ static void test_make_room(void **state)
     keg_obj_close(o);
 }
 
+/* The staged objects being uploaded (keg_cache_ssd_leaving) count as free
+ * space: on a 40 MiB disk whose free space is short of the 32 MiB the cache
+ * leaves free, a block is not cached, unless the files filling the disk are
+ * about to go; once they are no longer counted, the cache yields again.
+ * Needs a tmpfs (root). */
+static void test_leaving_counts_as_free(void **state)
+{
+    struct fx *fx = *state;
+    struct keg_cache_ssd_stats st;
+    char disk[80], filler[128];
+    struct keg_obj *o;
+    int fd;
+
+    snprintf(disk, sizeof(disk), "%.64s/disk", fx->root);
+    assert_int_equal(mkdir(disk, 0700), 0);
+    if (mount("kegfs-test-cs", disk, "tmpfs", 0, "size=40m") < 0) {
+        fprintf(stderr, "SKIP: cannot mount a tmpfs at %s: %s\n", disk, strerror(errno));
+        skip();
+    }
+    snprintf(fx->cache, sizeof(fx->cache), "%.80s/cache", disk);
+    o = open_cache(fx, "file", 1 << 30);
+    snprintf(filler, sizeof(filler), "%s/staged", disk);   /* 30 MiB of "staged" files */
+    fd = open(filler, O_WRONLY | O_CREAT, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(posix_fallocate(fd, 0, 30 << 20), 0);
+    close(fd);
+    put_block(o, 1, 100000);
+    assert_int_equal(keg_cache_ssd_stats(o, &st), 0);
+    assert_int_equal(st.objects, 0);                        /* 10 MiB free: not cached */
+    keg_cache_ssd_leaving(o, 30 << 20);
+    put_block(o, 2, 100000);
+    assert_int_equal(keg_cache_ssd_stats(o, &st), 0);
+    assert_int_equal(st.objects, 1);                        /* they are about to go */
+    keg_cache_ssd_leaving(o, -(30 << 20));
+    put_block(o, 3, 100000);
+    assert_int_equal(keg_cache_ssd_stats(o, &st), 0);
+    assert_int_equal(st.objects, 0);                        /* they stay: the cache yields */
+    keg_cache_ssd_leaving(o->inner, 1);                     /* not a cache layer: no-op */
+    check_block(o, 2, 100000);
+    keg_obj_close(o);
+    assert_int_equal(umount2(disk, MNT_DETACH), 0);
+}
+
 struct sf_arg {
     struct keg_obj    *o;
     pthread_barrier_t *bar;
@@ -1179,6 +1223,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_foreign_block_not_cached, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_eviction_budget, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_make_room, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_leaving_counts_as_free, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_spare_files, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_spare_pool_bounds, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_spare_burst, fx_setup, fx_teardown),

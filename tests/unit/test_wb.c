@@ -1320,6 +1320,57 @@ static void test_upload_workers_share_backlog(void **state)
     keg_obj_close(o);
 }
 
+/* The idle workers: during a burst of new objects the uploads keep to
+ * `workers`; once no new object came for the quiet time (the upload delay,
+ * here 300 ms) the idle workers take the backlog the burst left too.  A burst
+ * of 2.5 s, a new object every 10 ms, while each upload takes 50 ms. */
+static void test_idle_workers_join_when_quiet(void **state)
+{
+    struct fx *fx = *state;
+    struct keg_obj *o = open_wb(fx, "mem", (struct keg_wb_conf){.workers = 2,
+                                                                 .idle_workers = 6,
+                                                                 .upload_delay_ms = 300});
+    uint64_t n = 0, during;
+
+    atomic_store(&cnt_put_delay_ms, 50);
+    for (int64_t end = keg_mono_ns() + 2500000000LL; keg_mono_ns() < end;) {
+        put_block(o, ++n, 3000);
+        ms_sleep(10);
+    }
+    during = atomic_load(&cnt_of(o)->puts);
+    assert_true(during > 0);                                    /* the hold ended */
+    assert_int_equal(atomic_load(&cnt_of(o)->puts_max), 2);     /* and only 2 went */
+    assert_true(wbst(o).staged_objects >= 12);                  /* a backlog is left */
+    for (int i = 0; i < 200 && wbst(o).staged_objects > 0; i++)
+        ms_sleep(50);
+    assert_int_equal(wbst(o).staged_objects, 0);
+    assert_int_equal(atomic_load(&cnt_of(o)->puts), n);
+    assert_int_equal(atomic_load(&cnt_of(o)->puts_max), 6);
+    atomic_store(&cnt_put_delay_ms, 0);
+    keg_obj_close(o);
+}
+
+/* A drain does not wait for the quiet time: the idle workers upload at once. */
+static void test_idle_workers_drain(void **state)
+{
+    struct fx *fx = *state;
+    struct keg_obj *o = open_wb(fx, "mem", (struct keg_wb_conf){.workers = 1,
+                                                                 .idle_workers = 4,
+                                                                 .upload_delay_ms = 60000});
+    uint64_t remaining = 1;
+
+    atomic_store(&cnt_put_delay_ms, 100);
+    for (uint64_t id = 1; id <= 12; id++)
+        put_block(o, id, 3000);
+    assert_int_equal(atomic_load(&cnt_of(o)->puts), 0);        /* the delay holds them */
+    assert_int_equal(keg_wb_drain(o, 20000, &remaining), 0);
+    assert_int_equal(remaining, 0);
+    assert_int_equal(atomic_load(&cnt_of(o)->puts), 12);
+    assert_int_equal(atomic_load(&cnt_of(o)->puts_max), 4);
+    atomic_store(&cnt_put_delay_ms, 0);
+    keg_obj_close(o);
+}
+
 /* Staging comes first on a small disk: a burst that fills the disk with staged
  * objects before any is uploaded (a long upload delay, slow uploads, an empty
  * cache below) waits for uploads to make room instead of writing through.  On
@@ -1380,6 +1431,8 @@ int main(void)
         T(test_upload_delay),
         T(test_upload_hold),
         T(test_upload_workers_share_backlog),
+        T(test_idle_workers_join_when_quiet),
+        T(test_idle_workers_drain),
         T(test_cache_adopts_staged_file),
         T(test_disk_full_waits_for_upload),
         T(test_cache_adopts_unsynced),

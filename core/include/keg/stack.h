@@ -25,6 +25,8 @@ struct keg_stack_conf {
     int         writeback;        /* stage puts under cache_dir, upload in the background
                                      (needs cache_dir) */
     unsigned    upload_workers;   /* writeback upload threads (0: 4) */
+    unsigned    idle_upload_workers; /* writeback upload threads once writes pause for the
+                                     upload delay (0, or fewer than upload_workers: those) */
     uint64_t    max_staging;      /* writeback: staged bytes before puts block (0: 1 GiB) */
     unsigned    drain_ms;         /* writeback: close waits this long for uploads (0: 30000) */
     unsigned    upload_delay_ms;  /* writeback: upload a new object no sooner (0: at once) */

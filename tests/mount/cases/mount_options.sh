@@ -35,7 +35,7 @@ mt_umount
 # is never above a day.
 mkdir -p "$WORK/cache"
 KEG_FAULTY="delay=1500" mt_mount --buffer-size 64 --writeback --cache-dir "$WORK/cache" \
-  --upload-workers 1
+  --upload-workers 1 --idle-upload-workers 1
 st=$("$KEGFS" stats "$MNT" 2>&1) || fail "kegfs stats: $st"
 echo "$st" | grep -Eq '^ *memory: +budget 64 MiB; read cache .*; write buffers ' \
   || fail "kegfs stats does not show the 64 MiB budget: $st"

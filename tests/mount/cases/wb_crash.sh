@@ -35,7 +35,8 @@ mount2() {   # mount2 LOG [ARGS...]
   m2_mounted || fail "$M2 not mounted"
 }
 
-KEG_FAULTY="delay=300" mount2 "$LOG2" --writeback --cache-dir "$CACHE" --upload-workers 1
+KEG_FAULTY="delay=300" mount2 "$LOG2" --writeback --cache-dir "$CACHE" --upload-workers 1 \
+  --idle-upload-workers 1
 
 # sources: sizes across the 4 MiB block size
 sizes=(1 4096 100000 1048576 4194304 4194305 6000000 12345)
