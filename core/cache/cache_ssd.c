@@ -309,21 +309,39 @@ static void cs_drop_victims(struct cache_ssd *cs, struct cs_ent *v)
     }
 }
 
-/* A spare file moved to the temp name tmp ("...XXXXXX", whose X's are
- * replaced by a unique suffix) and opened for writing, or -1 (none, or it
- * could not be moved: the caller creates a file as usual). */
-static int cs_spare_tmp(struct cache_ssd *cs, char *tmp)
+/* Writes the cache file image (fsize bytes) of key into a spare file where it
+ * lies in the pool and moves it to path with one rename.  Returns 0, or -EAGAIN
+ * when there is no spare or it failed (the caller writes a new file). */
+static int cs_store_spare(struct cache_ssd *cs, const char *key, const char *path,
+                          const uint8_t *obj, size_t len, uint64_t fsize)
 {
-    int fd = keg_ssd_spare_tmp(cs->spare, AT_FDCWD, tmp);
-    if (fd == -ENOENT && keg_ssd_spare_count(cs->spare)) {
-        char *slash = strrchr(tmp, '/');        /* a new <hh> directory */
-        *slash = '\0';
-        fd = keg_ssd_mkdirs(tmp);
-        *slash = '/';
-        if (fd == 0)
-            fd = keg_ssd_spare_tmp(cs->spare, AT_FDCWD, tmp);
+    uint64_t id;
+    int fd = keg_ssd_spare_claim(cs->spare, &id), rc;
+
+    if (fd < 0)
+        return -EAGAIN;
+    rc = keg_ssd_file_write(fd, KEGC_KIND_CACHE, key, obj, len);
+    if (rc == 0)
+        rc = keg_ssd_file_fit(fd, fsize);
+    if (close(fd) < 0 && rc == 0)
+        rc = -errno;
+    if (rc < 0) {
+        keg_ssd_spare_drop(cs->spare, id);
+        return -EAGAIN;
     }
-    return fd < 0 ? -1 : fd;
+    rc = keg_ssd_spare_place(cs->spare, id, AT_FDCWD, path, 0);
+    if (rc == -ENOENT) {                        /* a new <hh> directory */
+        char *dir = keg_strdup(path), *slash = dir ? strrchr(dir, '/') : NULL;
+        if (slash) {
+            *slash = '\0';
+            if (keg_ssd_mkdirs(dir) == 0)
+                rc = keg_ssd_spare_place(cs->spare, id, AT_FDCWD, path, 0);
+        }
+        keg_free(dir);
+        if (rc == -ENOENT)
+            keg_ssd_spare_drop(cs->spare, id);
+    }
+    return rc == 0 ? 0 : -EAGAIN;
 }
 
 /* Writes the cache file of key (temp + rename; no fsync) and indexes it.
@@ -351,9 +369,9 @@ static void cs_store(struct cache_ssd *cs, struct cs_fill *f, const char *key, c
         rc = -ENOMEM;
         goto out;
     }
-    fd = cs_spare_tmp(cs, tmp);
-    if (fd < 0)
-        fd = mkostemp(tmp, O_CLOEXEC);
+    if (cs_store_spare(cs, key, path, obj, len, fsize) == 0)
+        goto stored;
+    fd = mkostemp(tmp, O_CLOEXEC);
     if (fd < 0 && errno == ENOENT) {
         char *slash = strrchr(tmp, '/');
         *slash = '\0';
@@ -369,11 +387,10 @@ static void cs_store(struct cache_ssd *cs, struct cs_fill *f, const char *key, c
         goto out;
     }
     rc = keg_ssd_file_write(fd, KEGC_KIND_CACHE, key, obj, len);
-    if (rc == 0)
-        rc = keg_ssd_file_fit(fd, fsize);
     rc = keg_ssd_file_publish(AT_FDCWD, fd, tmp, path, rc);
     if (rc < 0)
         goto out;
+stored:
     pthread_mutex_lock(&cs->mu);
     if (f && f->cancelled) {
         pthread_mutex_unlock(&cs->mu);

@@ -21,7 +21,8 @@
  * regular file with one link) moves its file into a pool of spare files
  * under <root>/.tmp.spare (core/ssdf: at most KEG_SSD_SPARE_MAX, cut to one
  * byte, removed at close or by the next process after a crash), and a put
- * rewrites a spare instead of creating a file.  On ext4 without a journal,
+ * rewrites a spare where it lies in the pool and renames it to its key (no
+ * temp name: one rename) instead of creating a file.  On ext4 without a journal,
  * creating a file skips every inode freed in the last seconds (minutes while
  * their inode table block is dirty), so a store that deletes as fast as it
  * writes -- compaction behind small rewrites -- spent more time allocating
@@ -309,6 +310,50 @@ static int file_write_all(int fd, const void *buf, size_t len)
     return 0;
 }
 
+/* Starts the disk write of a large put (a hint: errors come from the fsync),
+ * or with fs->fsync makes it durable.  Returns 0 or -errno. */
+static int file_put_flush(const struct file_store *fs, int fd, size_t len)
+{
+    if (fs->fsync)
+        return fsync(fd) < 0 ? file_errno_rc(errno) : 0;
+    if (len >= FILE_EARLY_WRITE)
+        (void)sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+    return 0;
+}
+
+/* put through a spare file: written where it lies in the pool and moved to
+ * path with one rename (with excl, a link), no temp name in between.
+ * Returns 0, -EEXIST (excl: path exists) or -EAGAIN: no spare, or it failed,
+ * and the caller creates a file instead. */
+static int file_put_spare(struct file_store *fs, char *path, const void *buf, size_t len,
+                          int excl)
+{
+    uint64_t id;
+    int fd = keg_ssd_spare_claim(fs->spare, &id), rc;
+
+    if (fd < 0)
+        return -EAGAIN;
+    rc = file_write_all(fd, buf, len);
+    if (rc == 0)
+        rc = keg_ssd_file_fit(fd, len);     /* a spare holds one byte */
+    if (rc == 0)
+        rc = file_put_flush(fs, fd, len);
+    if (close(fd) < 0 && rc == 0)
+        rc = file_errno_rc(errno);
+    if (rc < 0) {
+        keg_ssd_spare_drop(fs->spare, id);
+        return -EAGAIN;
+    }
+    rc = keg_ssd_spare_place(fs->spare, id, AT_FDCWD, path, excl);
+    if (rc == -ENOENT) {                    /* a new key directory */
+        if (file_mkdirs(fs, path) == 0)
+            rc = keg_ssd_spare_place(fs->spare, id, AT_FDCWD, path, excl);
+        if (rc == -ENOENT)
+            keg_ssd_spare_drop(fs->spare, id);
+    }
+    return rc == 0 || rc == -EEXIST ? rc : -EAGAIN;
+}
+
 /* put, or with excl put_new: the temp file is link()ed to the key, which
  * fails with EEXIST if the key exists, instead of rename()d over it. */
 static int file_store_put(struct keg_obj *o, const char *key, const void *buf, size_t len,
@@ -316,7 +361,7 @@ static int file_store_put(struct keg_obj *o, const char *key, const void *buf, s
 {
     struct file_store *fs = o->priv;
     char *path = NULL, *tmp = NULL, *slash;
-    int fd = -1, reused, rc;
+    int fd = -1, rc;
 
     if (!file_valid_key(key))
         return -EINVAL;
@@ -325,16 +370,18 @@ static int file_store_put(struct keg_obj *o, const char *key, const void *buf, s
         rc = -ENOMEM;
         goto out;
     }
+    rc = fs->spare ? file_put_spare(fs, path, buf, len, excl) : -EAGAIN;
+    if (rc == -EEXIST)
+        goto out;
+    if (rc == 0)
+        goto placed;
     slash = strrchr(path, '/');
     tmp = keg_asprintf("%.*s/" FILE_TMP_PREFIX "%s.XXXXXX", (int)(slash - path), path, slash + 1);
     if (!tmp) {
         rc = -ENOMEM;
         goto out;
     }
-    fd = fs->spare ? keg_ssd_spare_tmp(fs->spare, AT_FDCWD, tmp) : -ENOENT;
-    reused = fd >= 0;
-    if (!reused)
-        fd = mkostemp(tmp, O_CLOEXEC);
+    fd = mkostemp(tmp, O_CLOEXEC);
     if (fd < 0 && errno == ENOENT) {
         rc = file_mkdirs(fs, path);
         if (rc < 0)
@@ -348,13 +395,8 @@ static int file_store_put(struct keg_obj *o, const char *key, const void *buf, s
         goto fail_log;
     }
     rc = file_write_all(fd, buf, len);
-    if (rc == 0 && reused)
-        rc = keg_ssd_file_fit(fd, len);     /* a spare holds one byte */
-    if (rc == 0 && fs->fsync && fsync(fd) < 0)
-        rc = file_errno_rc(errno);
-    else if (rc == 0 && len >= FILE_EARLY_WRITE)
-        (void)sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);   /* a hint: errors come
-                                                                   * from the fsync */
+    if (rc == 0)
+        rc = file_put_flush(fs, fd, len);
     if (close(fd) < 0 && rc == 0)
         rc = file_errno_rc(errno);
     fd = -1;
@@ -371,6 +413,7 @@ static int file_store_put(struct keg_obj *o, const char *key, const void *buf, s
         unlink(tmp);
         goto fail_log;
     }
+placed:
     if (fs->fsync) {
         rc = file_fsync_parent(path);
         if (rc < 0)

@@ -565,11 +565,10 @@ int keg_ssd_spare_retire(struct keg_ssd_spare *sp, int dirfd, const char *path, 
     return unlinkat(dirfd, path, 0) == 0 ? 0 : -errno;
 }
 
-int keg_ssd_spare_take(struct keg_ssd_spare *sp, int dirfd, const char *dst)
+int keg_ssd_spare_claim(struct keg_ssd_spare *sp, uint64_t *id)
 {
-    struct spare_file f;
     char name[24];
-    int fd, moved, keep, err;
+    int fd;
 
     if (!sp)
         return -ENOENT;
@@ -578,44 +577,49 @@ int keg_ssd_spare_take(struct keg_ssd_spare *sp, int dirfd, const char *dst)
         pthread_mutex_unlock(&sp->mu);
         return -ENOENT;
     }
-    f = sp->files[--sp->n];
-    sp->busy++;                 /* its slot stays reserved until it is moved */
+    *id = sp->files[--sp->n].id;
+    sp->busy++;                 /* its slot stays reserved until it is placed or dropped */
     pthread_mutex_unlock(&sp->mu);
-    snprintf(name, sizeof(name), "%llu", (unsigned long long)f.id);
-    moved = renameat2(sp->dirfd, name, dirfd, dst, RENAME_NOREPLACE) == 0;
-    err = errno;
-    /* not moved but still there (dst's directory does not exist yet): keep it */
-    keep = !moved && faccessat(sp->dirfd, name, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
-    pthread_mutex_lock(&sp->mu);
-    sp->busy--;
-    if (keep)
-        sp->files[sp->n++] = f;
-    pthread_mutex_unlock(&sp->mu);
-    if (!moved)
-        return keep ? -err : -EIO;
-    fd = openat(dirfd, dst, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+    snprintf(name, sizeof(name), "%llu", (unsigned long long)*id);
+    fd = openat(sp->dirfd, name, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) {
-        err = errno;
-        unlinkat(dirfd, dst, 0);
+        int err = errno;
+        keg_ssd_spare_drop(sp, *id);
         return err == ENOENT ? -EIO : -err;
     }
     return fd;
 }
 
-int keg_ssd_spare_tmp(struct keg_ssd_spare *sp, int dirfd, char *tmp)
+int keg_ssd_spare_place(struct keg_ssd_spare *sp, uint64_t id, int dirfd, const char *dst,
+                        int excl)
 {
-    static _Atomic unsigned long seq;
-    char sfx[7];
-    int fd;
+    char name[24];
+    int rc = 0;
 
-    if (!keg_ssd_spare_count(sp))
-        return -ENOENT;
-    snprintf(sfx, sizeof(sfx), "s%05lu", (unsigned long)(++seq % 100000));
-    memcpy(tmp + strlen(tmp) - 6, sfx, 6);
-    fd = keg_ssd_spare_take(sp, dirfd, tmp);
-    if (fd < 0)
-        memcpy(tmp + strlen(tmp) - 6, "XXXXXX", 6);
-    return fd;
+    snprintf(name, sizeof(name), "%llu", (unsigned long long)id);
+    if (excl ? linkat(sp->dirfd, name, dirfd, dst, 0) < 0
+             : renameat(sp->dirfd, name, dirfd, dst) < 0)
+        rc = -errno;
+    /* dst's directory does not exist, but the file does: the claim stands */
+    if (rc == -ENOENT && faccessat(sp->dirfd, name, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
+        return rc;
+    if (excl || rc < 0)
+        unlinkat(sp->dirfd, name, 0);
+    pthread_mutex_lock(&sp->mu);
+    sp->busy--;
+    pthread_mutex_unlock(&sp->mu);
+    return rc == -ENOENT ? -EIO : rc;
+}
+
+void keg_ssd_spare_drop(struct keg_ssd_spare *sp, uint64_t id)
+{
+    char name[24];
+
+    snprintf(name, sizeof(name), "%llu", (unsigned long long)id);
+    unlinkat(sp->dirfd, name, 0);
+    pthread_mutex_lock(&sp->mu);
+    sp->busy--;
+    pthread_mutex_unlock(&sp->mu);
 }
 
 unsigned keg_ssd_spare_count(struct keg_ssd_spare *sp)

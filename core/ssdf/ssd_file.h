@@ -119,17 +119,24 @@ void keg_ssd_spare_close(struct keg_ssd_spare *sp);
  * open sees it shrink (or, once reused, change), as the format's CRCs catch.
  * Returns 0, or -errno of the unlink (-ENOENT: there was no file). */
 int  keg_ssd_spare_retire(struct keg_ssd_spare *sp, int dirfd, const char *path, uint64_t size);
-/* Moves a pooled file to dst (relative to dirfd; dst must not exist) and
- * opens it for writing at offset 0.  The caller writes the new image and
- * calls keg_ssd_file_fit() before closing.  Returns an fd, -ENOENT (pool
- * empty or NULL) or -errno. */
-int  keg_ssd_spare_take(struct keg_ssd_spare *sp, int dirfd, const char *dst);
-/* keg_ssd_spare_take() to the temp name tmp (relative to dirfd), whose last six
- * characters "XXXXXX" are replaced by a suffix unique in this process; on failure
- * they are "XXXXXX" again.  Returns an fd, -ENOENT (no spare, or tmp's directory
- * does not exist), -EEXIST (tmp exists: another process's) or -errno: the caller
- * then creates a file as usual. */
-int  keg_ssd_spare_tmp(struct keg_ssd_spare *sp, int dirfd, char *tmp);
+/* Claims a pooled file to write where it lies, in the pool: returns an fd open
+ * for writing at offset 0 and sets *id, or -ENOENT (pool empty or NULL) or
+ * -errno.  The caller writes the new image, calls keg_ssd_file_fit(), closes
+ * the fd and then moves the file under its name with keg_ssd_spare_place(), or
+ * gives it up with keg_ssd_spare_drop().  Until then it counts against the
+ * pool's bound; a crash leaves it in the pool's directory, which the next
+ * keg_ssd_spare_open() on the same parent removes, never half written under a
+ * cache, staging or object name.  One rename moves it there: no temp name. */
+int  keg_ssd_spare_claim(struct keg_ssd_spare *sp, uint64_t *id);
+/* Moves the claimed file id to dst (relative to dirfd): renamed over dst, or
+ * with excl linked to it (-EEXIST if dst exists) and its pool name removed.
+ * Returns 0 or -errno.  After -ENOENT (dst's directory does not exist) the
+ * claim stands: the caller may create the directory and place it again, or
+ * drop it; after any other error the file is gone. */
+int  keg_ssd_spare_place(struct keg_ssd_spare *sp, uint64_t id, int dirfd, const char *dst,
+                         int excl);
+/* Removes a claimed file that will not be placed (its write failed). */
+void keg_ssd_spare_drop(struct keg_ssd_spare *sp, uint64_t id);
 /* Cuts a reused file to the len bytes just written (no-op if it is not longer).
  * Returns 0 or -errno. */
 int  keg_ssd_file_fit(int fd, uint64_t len);

@@ -406,36 +406,13 @@ static void wb_kick_parked(struct wb *wb)
  * Staging files
  *-------------------------------------------------------------------------*/
 
-/* Writes the staging file of key: temp file + rename, no fsync.
- * BORROWS: everything.  Returns 0 or -errno. */
-static int wb_stage_file(struct wb *wb, const char *key, const char *name, const void *obj,
-                         size_t len)
+/* Writes the image of a staged object into fd (open for writing at offset 0;
+ * a reused spare is cut to the image).  Returns 0 or -errno (-ENOSPC for a
+ * full disk or quota). */
+static int wb_write_image(struct wb *wb, int fd, const char *key, const void *obj, size_t len)
 {
-    char tmp[KEGC_NAME_MAX + 32];
-    int fd, rc;
+    int rc;
 
-    snprintf(tmp, sizeof(tmp), KEGC_TMP_PREFIX "%s.XXXXXX", name);
-    /* mkostempat does not exist: make the name relative to the slot by hand.
-     * A spare file of the cache below is reused when there is one. */
-    fd = -1;
-    for (int attempt = 0;; attempt++) {
-        static const char az[] = "abcdefghijklmnopqrstuvwxyz0123456789";
-        uint64_t r = (uint64_t)keg_mono_ns() ^ ((uint64_t)(uintptr_t)&tmp << 7) ^
-                     ((uint64_t)attempt * 0x9e3779b97f4a7c15ull);
-        char *x = tmp + strlen(tmp) - 6;
-        for (int i = 0; i < 6; i++, r /= 36)
-            x[i] = az[r % 36];
-        if (attempt == 0 && wb->spare) {
-            fd = keg_ssd_spare_take(wb->spare, wb->dirfd, tmp);
-            if (fd >= 0)
-                break;
-        }
-        fd = openat(wb->dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-        if (fd >= 0 || errno != EEXIST || attempt > 100)
-            break;
-    }
-    if (fd < 0)
-        return errno == EDQUOT ? -ENOSPC : -errno;
     /* A large object goes to the disk now, with O_DIRECT: no page cache pages
      * to fill (the slow part of a large write here), and a later fsync() finds
      * little left to write.  Small ones go through the page cache: most are
@@ -456,8 +433,49 @@ static int wb_stage_file(struct wb *wb, const char *key, const char *name, const
         if (rc == 0 && len >= WB_DIRECT_WRITE)
             (void)sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
     }
-    if (rc == -EDQUOT)
-        rc = -ENOSPC;
+    return rc == -EDQUOT ? -ENOSPC : rc;
+}
+
+/* Writes the staging file of key, no fsync: a spare file of the cache below,
+ * written where it lies in its pool and renamed to name, when there is one;
+ * else a temp file renamed to name.  BORROWS: everything.  Returns 0 or -errno. */
+static int wb_stage_file(struct wb *wb, const char *key, const char *name, const void *obj,
+                         size_t len)
+{
+    char tmp[KEGC_NAME_MAX + 32];
+    uint64_t id;
+    int fd, rc;
+
+    fd = wb->spare ? keg_ssd_spare_claim(wb->spare, &id) : -ENOENT;
+    if (fd >= 0) {
+        rc = wb_write_image(wb, fd, key, obj, len);
+        if (close(fd) < 0 && rc == 0)
+            rc = -errno;
+        if (rc < 0) {
+            keg_ssd_spare_drop(wb->spare, id);
+            return rc;
+        }
+        rc = keg_ssd_spare_place(wb->spare, id, wb->dirfd, name, 0);
+        if (rc == -ENOENT)                      /* the slot directory is gone */
+            keg_ssd_spare_drop(wb->spare, id);
+        return rc;
+    }
+    snprintf(tmp, sizeof(tmp), KEGC_TMP_PREFIX "%s.XXXXXX", name);
+    /* mkostempat does not exist: make the name relative to the slot by hand. */
+    for (int attempt = 0;; attempt++) {
+        static const char az[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+        uint64_t r = (uint64_t)keg_mono_ns() ^ ((uint64_t)(uintptr_t)&tmp << 7) ^
+                     ((uint64_t)attempt * 0x9e3779b97f4a7c15ull);
+        char *x = tmp + strlen(tmp) - 6;
+        for (int i = 0; i < 6; i++, r /= 36)
+            x[i] = az[r % 36];
+        fd = openat(wb->dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (fd >= 0 || errno != EEXIST || attempt > 100)
+            break;
+    }
+    if (fd < 0)
+        return errno == EDQUOT ? -ENOSPC : -errno;
+    rc = wb_write_image(wb, fd, key, obj, len);
     return keg_ssd_file_publish(wb->dirfd, fd, tmp, name, rc);
 }
 

@@ -1150,20 +1150,23 @@ static void test_spare_burst(void **state)
     keg_obj_close(o);
 }
 
-/* The pool alone: bounded, larger files unlinked, take fails on an empty pool,
- * a taken file is opened for writing and fits the new length, a file with a
- * second link is not pooled. */
+/* The pool alone: bounded, larger files unlinked, claim fails on an empty pool,
+ * a claimed file is opened for writing where it lies and fits the new length,
+ * place renames it over its name (or links it, failing on an existing name),
+ * a claim placed into a missing directory stands, a dropped one is gone, and a
+ * file with a second link is not pooled. */
 static void test_spare_pool_bounds(void **state)
 {
     struct fx *fx = *state;
     char dir[160], f[200], g[200];
     struct keg_ssd_spare *sp = NULL;
     struct stat st;
+    uint64_t id, id2;
     int fd;
 
     snprintf(dir, sizeof(dir), "%s/p", fx->root);
     assert_int_equal(keg_ssd_spare_open(dir, 2, 100, &sp), 0);
-    assert_int_equal(keg_ssd_spare_take(sp, AT_FDCWD, "/nonexistent/x"), -ENOENT);
+    assert_int_equal(keg_ssd_spare_claim(sp, &id), -ENOENT);
     for (int i = 0; i < 4; i++) {
         snprintf(f, sizeof(f), "%s/f%d", fx->root, i);
         fd = open(f, O_WRONLY | O_CREAT, 0600);
@@ -1176,16 +1179,66 @@ static void test_spare_pool_bounds(void **state)
     assert_int_equal(keg_ssd_spare_count(sp), 2);          /* f0 too big, f3 over max */
     assert_int_equal(keg_ssd_spare_retire(sp, AT_FDCWD, f, 10), -ENOENT);
     snprintf(g, sizeof(g), "%s/g", fx->root);
-    fd = keg_ssd_spare_take(sp, AT_FDCWD, g);
+    assert_int_equal(mknod(g, S_IFREG | 0600, 0), 0);       /* an old object to replace */
+    fd = keg_ssd_spare_claim(sp, &id);
     assert_true(fd >= 0);
+    assert_int_equal(keg_ssd_spare_count(sp), 1);
     assert_int_equal(fstat(fd, &st), 0);
     assert_int_equal(st.st_size, 1);                       /* cut when pooled */
     assert_int_equal(write(fd, "abcdef", 6), 6);
     assert_int_equal(keg_ssd_file_fit(fd, 4), 0);
-    assert_int_equal(fstat(fd, &st), 0);
-    assert_int_equal(st.st_size, 4);
     close(fd);
+    /* a directory that does not exist: the claim stands */
+    assert_int_equal(keg_ssd_spare_place(sp, id, AT_FDCWD, "/nonexistent/x", 0), -ENOENT);
+    assert_int_equal(keg_ssd_spare_place(sp, id, AT_FDCWD, g, 0), 0);   /* over g */
+    assert_int_equal(stat(g, &st), 0);
+    assert_int_equal(st.st_size, 4);
+    /* with excl the name must be new; a refused link leaves nothing behind */
+    fd = keg_ssd_spare_claim(sp, &id2);
+    assert_true(fd >= 0);
+    close(fd);
+    assert_int_equal(keg_ssd_spare_count(sp), 0);
+    assert_int_equal(keg_ssd_spare_place(sp, id2, AT_FDCWD, g, 1), -EEXIST);
+    assert_int_equal(stat(g, &st), 0);
+    assert_int_equal(st.st_size, 4);                       /* g unchanged */
+    /* both claims are over: the pool takes two files again, then drop */
+    for (int i = 0; i < 2; i++) {
+        snprintf(f, sizeof(f), "%s/again%d", fx->root, i);
+        fd = open(f, O_WRONLY | O_CREAT, 0600);
+        assert_true(fd >= 0);
+        close(fd);
+        assert_int_equal(keg_ssd_spare_retire(sp, AT_FDCWD, f, 0), 0);
+    }
+    assert_int_equal(keg_ssd_spare_count(sp), 2);
+    fd = keg_ssd_spare_claim(sp, &id);
+    assert_true(fd >= 0);
+    close(fd);
+    keg_ssd_spare_drop(sp, id);
     assert_int_equal(keg_ssd_spare_count(sp), 1);
+    {
+        /* the pool's directory holds exactly the pooled file: placed, refused
+         * and dropped claims left no file behind */
+        char pooldir[480];
+        DIR *d;
+        struct dirent *de;
+        int files = 0, pools = 0;
+        d = opendir(dir);
+        assert_non_null(d);
+        while ((de = readdir(d)) != NULL) {
+            if (de->d_name[0] == '.')
+                continue;
+            pools++;
+            snprintf(pooldir, sizeof(pooldir), "%s/%s", dir, de->d_name);
+        }
+        closedir(d);
+        assert_int_equal(pools, 1);
+        d = opendir(pooldir);
+        assert_non_null(d);
+        while ((de = readdir(d)) != NULL)
+            files += de->d_name[0] != '.';
+        closedir(d);
+        assert_int_equal(files, 1);
+    }
 
     /* a file with a second link is unlinked, not pooled: that name keeps its bytes */
     char h[200];
