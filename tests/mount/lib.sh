@@ -111,6 +111,18 @@ mt_mount() {   # mt_mount [EXTRA ARGS]
 }
 
 # expect_fail REGEX CMD...: CMD must exit non-zero and print a line matching REGEX.
+flip_byte() {   # flip_byte FILE OFFSET: changes the byte at OFFSET (xor 0x40), so the file
+  # always differs afterwards (setting a fixed value leaves random data unchanged 1 time
+  # in 256); prints "OLD -> NEW"
+  local old new
+  old=$(dd if="$1" bs=1 skip="$2" count=1 status=none | od -An -tu1 | tr -d ' ')
+  [ -n "$old" ] || fail "flip_byte: $1 has no byte at $2"
+  new=$(( old ^ 0x40 ))
+  printf "$(printf '\\%03o' $new)" | dd of="$1" bs=1 seek="$2" conv=notrunc status=none \
+    || fail "flip_byte: cannot write $1"
+  echo "$old -> $new"
+}
+
 expect_fail() {
   local re=$1 out rc
   shift

@@ -25,11 +25,9 @@ obj="$WORK/block.obj"
 obj_get "$key" "$obj" || fail "cannot fetch $key from the store"
 size=$(stat -c %s "$obj")
 off=$((size / 2))
-old=$(dd if="$obj" bs=1 skip=$off count=1 status=none | od -An -tu1 | tr -d ' ')
-new=$(( old ^ 0x40 ))
-printf "$(printf '\\%03o' $new)" | dd of="$obj" bs=1 seek=$off conv=notrunc status=none
+flipped=$(flip_byte "$obj" $off)
 obj_put "$key" "$obj" || fail "cannot store the damaged $key"
-note "flipped byte $off of $key ($size bytes): $old -> $new"
+note "flipped byte $off of $key ($size bytes): $flipped"
 
 : > "$WORK/cat.err"
 mt_mount

@@ -68,7 +68,7 @@ obj_del "$bobj" || fail "cannot delete $bobj"
 aobj=$(awk '$2 <= 408576 { print $1; exit }' "$WORK/objs1")
 [ -n "$aobj" ] || fail "no block of a"
 obj_get "$aobj" "$WORK/a.obj" || fail "cannot fetch $aobj"
-printf '\x55' | dd of="$WORK/a.obj" bs=1 seek=5000 conv=notrunc status=none
+flip_byte "$WORK/a.obj" 5000 > /dev/null
 obj_put "$aobj" "$WORK/a.obj" || fail "cannot store the damaged $aobj"
 "$KEGFS" fsck "$META" > "$WORK/fsck1.out" 2>&1 && fail "fsck exit 0 with a missing block"
 grep -q "^missing: .*$(basename "$bobj")" "$WORK/fsck1.out" || fail "fsck does not name the missing block: $(cat "$WORK/fsck1.out")"
