@@ -309,39 +309,32 @@ static void cs_drop_victims(struct cache_ssd *cs, struct cs_ent *v)
     }
 }
 
-/* Writes the cache file image (fsize bytes) of key into a spare file where it
- * lies in the pool and moves it to path with one rename.  Returns 0, or -EAGAIN
- * when there is no spare or it failed (the caller writes a new file). */
-static int cs_store_spare(struct cache_ssd *cs, const char *key, const char *path,
-                          const uint8_t *obj, size_t len, uint64_t fsize)
-{
-    uint64_t id;
-    int fd = keg_ssd_spare_claim(cs->spare, &id), rc;
+/* A cache file written through a spare file (keg_ssd_spare_put). */
+struct cs_spare_put {
+    const char    *key, *path;
+    const uint8_t *obj;
+    size_t         len;
+    uint64_t       fsize;
+};
 
-    if (fd < 0)
-        return -EAGAIN;
-    rc = keg_ssd_file_write(fd, KEGC_KIND_CACHE, key, obj, len);
-    if (rc == 0)
-        rc = keg_ssd_file_fit(fd, fsize);
-    if (close(fd) < 0 && rc == 0)
-        rc = -errno;
-    if (rc < 0) {
-        keg_ssd_spare_drop(cs->spare, id);
-        return -EAGAIN;
+static int cs_spare_fill(void *arg, int fd)
+{
+    struct cs_spare_put *p = arg;
+    int rc = keg_ssd_file_write(fd, KEGC_KIND_CACHE, p->key, p->obj, p->len);
+    return rc == 0 ? keg_ssd_file_fit(fd, p->fsize) : rc;
+}
+
+static int cs_spare_mkparent(void *arg)         /* a new <hh> directory */
+{
+    struct cs_spare_put *p = arg;
+    char *dir = keg_strdup(p->path), *slash = dir ? strrchr(dir, '/') : NULL;
+    int rc = -ENOMEM;
+    if (slash) {
+        *slash = '\0';
+        rc = keg_ssd_mkdirs(dir);
     }
-    rc = keg_ssd_spare_place(cs->spare, id, AT_FDCWD, path, 0);
-    if (rc == -ENOENT) {                        /* a new <hh> directory */
-        char *dir = keg_strdup(path), *slash = dir ? strrchr(dir, '/') : NULL;
-        if (slash) {
-            *slash = '\0';
-            if (keg_ssd_mkdirs(dir) == 0)
-                rc = keg_ssd_spare_place(cs->spare, id, AT_FDCWD, path, 0);
-        }
-        keg_free(dir);
-        if (rc == -ENOENT)
-            keg_ssd_spare_drop(cs->spare, id);
-    }
-    return rc == 0 ? 0 : -EAGAIN;
+    keg_free(dir);
+    return rc;
 }
 
 /* Writes the cache file of key (temp + rename; no fsync) and indexes it.
@@ -369,8 +362,12 @@ static void cs_store(struct cache_ssd *cs, struct cs_fill *f, const char *key, c
         rc = -ENOMEM;
         goto out;
     }
-    if (cs_store_spare(cs, key, path, obj, len, fsize) == 0)
-        goto stored;
+    {
+        struct cs_spare_put sp = {key, path, obj, len, fsize};
+        if (keg_ssd_spare_put(cs->spare, AT_FDCWD, path, 0, cs_spare_fill, cs_spare_mkparent,
+                              &sp) == 0)
+            goto stored;        /* a spare file, written and renamed to path */
+    }
     fd = mkostemp(tmp, O_CLOEXEC);
     if (fd < 0 && errno == ENOENT) {
         char *slash = strrchr(tmp, '/');

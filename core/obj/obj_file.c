@@ -321,37 +321,27 @@ static int file_put_flush(const struct file_store *fs, int fd, size_t len)
     return 0;
 }
 
-/* put through a spare file: written where it lies in the pool and moved to
- * path with one rename (with excl, a link), no temp name in between.
- * Returns 0, -EEXIST (excl: path exists) or -EAGAIN: no spare, or it failed,
- * and the caller creates a file instead. */
-static int file_put_spare(struct file_store *fs, char *path, const void *buf, size_t len,
-                          int excl)
-{
-    uint64_t id;
-    int fd = keg_ssd_spare_claim(fs->spare, &id), rc;
+/* A put through a spare file (keg_ssd_spare_put): what it writes, and where. */
+struct file_spare_put {
+    struct file_store *fs;
+    char              *path;
+    const void        *buf;
+    size_t             len;
+};
 
-    if (fd < 0)
-        return -EAGAIN;
-    rc = file_write_all(fd, buf, len);
+static int file_spare_fill(void *arg, int fd)
+{
+    struct file_spare_put *p = arg;
+    int rc = file_write_all(fd, p->buf, p->len);
     if (rc == 0)
-        rc = keg_ssd_file_fit(fd, len);     /* a spare holds one byte */
-    if (rc == 0)
-        rc = file_put_flush(fs, fd, len);
-    if (close(fd) < 0 && rc == 0)
-        rc = file_errno_rc(errno);
-    if (rc < 0) {
-        keg_ssd_spare_drop(fs->spare, id);
-        return -EAGAIN;
-    }
-    rc = keg_ssd_spare_place(fs->spare, id, AT_FDCWD, path, excl);
-    if (rc == -ENOENT) {                    /* a new key directory */
-        if (file_mkdirs(fs, path) == 0)
-            rc = keg_ssd_spare_place(fs->spare, id, AT_FDCWD, path, excl);
-        if (rc == -ENOENT)
-            keg_ssd_spare_drop(fs->spare, id);
-    }
-    return rc == 0 || rc == -EEXIST ? rc : -EAGAIN;
+        rc = keg_ssd_file_fit(fd, p->len);  /* a spare holds one byte */
+    return rc == 0 ? file_put_flush(p->fs, fd, p->len) : rc;
+}
+
+static int file_spare_mkparent(void *arg)
+{
+    struct file_spare_put *p = arg;
+    return file_mkdirs(p->fs, p->path);     /* a new key directory */
 }
 
 /* put, or with excl put_new: the temp file is link()ed to the key, which
@@ -370,7 +360,14 @@ static int file_store_put(struct keg_obj *o, const char *key, const void *buf, s
         rc = -ENOMEM;
         goto out;
     }
-    rc = fs->spare ? file_put_spare(fs, path, buf, len, excl) : -EAGAIN;
+    /* through a spare file (one rename, no temp name) when there is one; a
+     * spare that fails falls back to a new file */
+    {
+        struct file_spare_put sp = {fs, path, buf, len};
+        rc = fs->spare ? keg_ssd_spare_put(fs->spare, AT_FDCWD, path, excl, file_spare_fill,
+                                           file_spare_mkparent, &sp)
+                       : -ENOENT;
+    }
     if (rc == -EEXIST)
         goto out;
     if (rc == 0)

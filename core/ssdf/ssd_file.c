@@ -622,6 +622,29 @@ void keg_ssd_spare_drop(struct keg_ssd_spare *sp, uint64_t id)
     pthread_mutex_unlock(&sp->mu);
 }
 
+int keg_ssd_spare_put(struct keg_ssd_spare *sp, int dirfd, const char *dst, int excl,
+                      int (*fill)(void *arg, int fd), int (*mkparent)(void *arg), void *arg)
+{
+    uint64_t id;
+    int fd = keg_ssd_spare_claim(sp, &id), rc;
+
+    if (fd < 0)
+        return -ENOENT;                         /* none to use */
+    rc = fill(arg, fd);
+    if (close(fd) < 0 && rc == 0)
+        rc = -errno;
+    if (rc < 0) {
+        keg_ssd_spare_drop(sp, id);
+        return rc;
+    }
+    rc = keg_ssd_spare_place(sp, id, dirfd, dst, excl);
+    if (rc == -ENOENT && mkparent && mkparent(arg) == 0)
+        rc = keg_ssd_spare_place(sp, id, dirfd, dst, excl);
+    if (rc == -ENOENT)                          /* the claim stood: give it up */
+        keg_ssd_spare_drop(sp, id);
+    return rc;
+}
+
 unsigned keg_ssd_spare_count(struct keg_ssd_spare *sp)
 {
     unsigned n;

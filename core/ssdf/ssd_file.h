@@ -137,6 +137,15 @@ int  keg_ssd_spare_place(struct keg_ssd_spare *sp, uint64_t id, int dirfd, const
                          int excl);
 /* Removes a claimed file that will not be placed (its write failed). */
 void keg_ssd_spare_drop(struct keg_ssd_spare *sp, uint64_t id);
+/* The whole of the above for one new file dst (relative to dirfd): claims a
+ * spare, fill(arg, fd) writes it (and cuts it to length; the fd is closed
+ * here), and places it (excl: linked).  When dst's directory does not exist,
+ * mkparent(arg) makes it and the place is tried once more (NULL: not).
+ * Returns 0, -ENOENT (no spare to use, or dst's directory still missing), -EEXIST
+ * (excl) or fill's or the place's -errno; on any error the spare is gone and
+ * the caller may write a new file instead. */
+int  keg_ssd_spare_put(struct keg_ssd_spare *sp, int dirfd, const char *dst, int excl,
+                       int (*fill)(void *arg, int fd), int (*mkparent)(void *arg), void *arg);
 /* Cuts a reused file to the len bytes just written (no-op if it is not longer).
  * Returns 0 or -errno. */
 int  keg_ssd_file_fit(int fd, uint64_t len);

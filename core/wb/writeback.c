@@ -436,30 +436,34 @@ static int wb_write_image(struct wb *wb, int fd, const char *key, const void *ob
     return rc == -EDQUOT ? -ENOSPC : rc;
 }
 
+/* A staging file written through a spare file (keg_ssd_spare_put). */
+struct wb_image {
+    struct wb  *wb;
+    const char *key;
+    const void *obj;
+    size_t      len;
+};
+
+static int wb_image_fill(void *arg, int fd)
+{
+    struct wb_image *im = arg;
+    return wb_write_image(im->wb, fd, im->key, im->obj, im->len);
+}
+
 /* Writes the staging file of key, no fsync: a spare file of the cache below,
  * written where it lies in its pool and renamed to name, when there is one;
  * else a temp file renamed to name.  BORROWS: everything.  Returns 0 or -errno. */
 static int wb_stage_file(struct wb *wb, const char *key, const char *name, const void *obj,
                          size_t len)
 {
+    struct wb_image im = {wb, key, obj, len};
     char tmp[KEGC_NAME_MAX + 32];
-    uint64_t id;
     int fd, rc;
 
-    fd = wb->spare ? keg_ssd_spare_claim(wb->spare, &id) : -ENOENT;
-    if (fd >= 0) {
-        rc = wb_write_image(wb, fd, key, obj, len);
-        if (close(fd) < 0 && rc == 0)
-            rc = -errno;
-        if (rc < 0) {
-            keg_ssd_spare_drop(wb->spare, id);
-            return rc;
-        }
-        rc = keg_ssd_spare_place(wb->spare, id, wb->dirfd, name, 0);
-        if (rc == -ENOENT)                      /* the slot directory is gone */
-            keg_ssd_spare_drop(wb->spare, id);
+    rc = wb->spare ? keg_ssd_spare_put(wb->spare, wb->dirfd, name, 0, wb_image_fill, NULL, &im)
+                   : -ENOENT;
+    if (rc != -ENOENT)          /* written through a spare, or failed writing it */
         return rc;
-    }
     snprintf(tmp, sizeof(tmp), KEGC_TMP_PREFIX "%s.XXXXXX", name);
     /* mkostempat does not exist: make the name relative to the slot by hand. */
     for (int attempt = 0;; attempt++) {
