@@ -25,12 +25,17 @@
  * -wal/-shm are mode 0600: the database holds the object store's secret key
  * (sq_secure_files).
  *
+ * Checkpoints of the WAL run in a thread of their own, not inside the commit
+ * that crossed SQLite's threshold ("checkpoints" below).
+ *
  * LOCKS: p->lock protects the idle list; p->wlock is taken around every write
- * transaction (never while holding p->lock).
+ * transaction (never while holding p->lock); p->ckpt_lock protects the
+ * checkpointer's state and is taken inside p->wlock by the WAL hook.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <sqlite3.h>
 #include <stdarg.h>
@@ -57,6 +62,10 @@
 #define SQ_SLOTS          256         /* prepared-statement cache slots per connection */
 #define SQ_MAX_LINKS      65000
 #define SQ_MAX_CONNS      16          /* connections per instance (each has its own cache) */
+#define SQ_CKPT_PAGES     1000        /* WAL pages after a commit that call for a checkpoint */
+#define SQ_CKPT_HARD      16000       /* ...that make the committing thread do it itself */
+#define SQ_CKPT_TAIL      64          /* pages a checkpoint may copy with the writers held */
+#define SQ_CKPT_LAPS      8           /* checkpoints without them, at most, before that one */
 
 #define I(x) ((int64_t)(x))
 
@@ -82,6 +91,14 @@ struct sq_priv {
     uint64_t        sid;        /* session id or 0; atomic access */
     int             secured;    /* file modes checked (sq_secure_files); atomic access */
     int             inited;
+    /* the checkpointer (sq_ckpt_main): started by the first WAL that needs it */
+    pthread_mutex_t ckpt_lock;  /* protects the ckpt_* fields below */
+    pthread_cond_t  ckpt_cv;    /* ckpt_want or ckpt_stop was set */
+    pthread_t       ckpt_thread;
+    int             ckpt_started;   /* ckpt_thread runs (joined by sq_close) */
+    int             ckpt_failed;    /* it could not start: commits checkpoint themselves */
+    int             ckpt_want;      /* a commit left SQ_CKPT_PAGES or more in the WAL */
+    int             ckpt_stop;
 };
 
 #define P(m) ((struct sq_priv *)(m)->priv)
@@ -240,6 +257,8 @@ static void sq_migrate_alloc(struct sq_conn *c)
         KEG_DEBUG("adding inode.alloc: %s", sqlite3_errmsg(c->db));
 }
 
+static int sq_wal_hook(void *arg, sqlite3 *db, const char *name, int pages);
+
 /* OWNERSHIP: *out is returned with sq_conn_put(). */
 static int sq_conn_open(struct sq_priv *p, int create, struct sq_conn **out)
 {
@@ -279,6 +298,7 @@ static int sq_conn_open(struct sq_priv *p, int create, struct sq_conn **out)
         goto fail;
     }
     sq_migrate_alloc(c);
+    sqlite3_wal_hook(c->db, sq_wal_hook, p);   /* replaces SQLite's auto-checkpoint */
     *out = c;
     return 0;
 fail:
@@ -321,6 +341,138 @@ static void sq_conn_put(struct sq_priv *p, struct sq_conn *c)
     p->idle = c;
     pthread_cond_signal(&p->freed);
     pthread_mutex_unlock(&p->lock);
+}
+
+/*----- checkpoints -----
+ *
+ * In WAL mode a commit appends pages to the log, and a checkpoint copies them
+ * back into the database file (with synchronous=NORMAL, one fsync of the log
+ * before and one of the database after: the only ones this engine makes
+ * outside sq_sync).  SQLite's own auto-checkpoint runs it inside the commit
+ * that left 1000 pages or more in the log, that is in the FUSE request of
+ * whichever op made that commit, every few hundred transactions, while the
+ * other writers of the instance wait on p->wlock.  Instead every connection's
+ * WAL hook (sq_wal_hook) hands it to one thread per instance, started by the
+ * first log that needs it, which runs a PASSIVE checkpoint on a connection of
+ * its own: readers and writers go on meanwhile (SQLite's WAL design).  The
+ * log is restarted from its beginning by the first commit after a complete
+ * checkpoint, so the pages committed during that checkpoint are copied by
+ * further ones, the last with the instance's writers held (sq_ckpt_round).
+ * If that thread cannot start, or lags so far that the log holds
+ * SQ_CKPT_HARD pages, the committing thread checkpoints itself, as SQLite
+ * would (under p->wlock, which the caller of the commit holds).  A checkpoint
+ * that fails (a full disk) loses nothing: the commits are in the log, which
+ * goes on growing until one succeeds.
+ *
+ * LOCKS: ckpt_lock is taken inside p->wlock (the hook runs in a commit), and
+ * the checkpointer takes p->wlock without holding ckpt_lock.
+ */
+
+/* A PASSIVE checkpoint of db: as much as no reader still needs.  *logged:
+ * the pages in the log when it started, *copied: how many of them are in the
+ * database file now (both 0 when another checkpoint was running). */
+static int sq_checkpoint(sqlite3 *db, const char *who, int *logged, int *copied)
+{
+    int rc = sqlite3_wal_checkpoint_v2(db, NULL, SQLITE_CHECKPOINT_PASSIVE, logged, copied);
+    if (rc == SQLITE_OK) {
+        KEG_DEBUG("%s checkpoint: %d of %d WAL pages copied", who, *copied, *logged);
+        return 0;
+    }
+    *logged = *copied = 0;
+    if ((rc & 0xff) == SQLITE_BUSY)
+        return 0;       /* another connection or process is checkpointing */
+    return rc;
+}
+
+/* The checkpointer's round.  Commits go on during a checkpoint, and the log
+ * is restarted only by a commit that finds every page copied: so laps copy
+ * what came during the lap before, while that shrinks and is more than
+ * SQ_CKPT_TAIL pages, and a last one copies the rest with this instance's
+ * writers held (when commits come faster than a lap copies them, that is
+ * the third lap: the writers then wait about as long as in SQLite's own). */
+static int sq_ckpt_round(struct sq_priv *p, sqlite3 *db)
+{
+    int logged, copied, before = -1, fresh_before = INT_MAX;
+    for (int lap = 0; lap < SQ_CKPT_LAPS; lap++) {
+        int rc = sq_checkpoint(db, "background", &logged, &copied);
+        if (rc)
+            return rc;
+        if (before >= 0) {
+            int fresh = logged - before;    /* committed during the lap before */
+            if (fresh <= SQ_CKPT_TAIL || fresh >= fresh_before)
+                break;                      /* (< 0: the log was restarted) */
+            fresh_before = fresh;
+        }
+        before = logged;
+    }
+    pthread_mutex_lock(&p->wlock);
+    int rc = sq_checkpoint(db, "last", &logged, &copied);
+    pthread_mutex_unlock(&p->wlock);
+    return rc;
+}
+
+static void *sq_ckpt_main(void *arg)
+{
+    struct sq_priv *p = arg;
+    struct sq_conn *c = NULL;
+    int failing = 0;
+    keg_thread_name("keg-sqlite-ckpt");
+    pthread_mutex_lock(&p->ckpt_lock);
+    for (;;) {
+        while (!p->ckpt_want && !p->ckpt_stop)
+            pthread_cond_wait(&p->ckpt_cv, &p->ckpt_lock);
+        if (p->ckpt_stop)
+            break;
+        pthread_mutex_unlock(&p->ckpt_lock);
+        int rc = c ? 0 : sq_conn_open(p, 0, &c);
+        if (rc == 0)
+            rc = sq_ckpt_round(p, c->db);
+        if (rc != 0 && !failing)
+            KEG_WARN("cannot checkpoint the WAL of %s: %s (the commits stay in the log)",
+                     p->path, c ? sqlite3_errmsg(c->db) : strerror(-rc));
+        else if (rc == 0 && failing)
+            KEG_INFO("checkpoints of %s work again", p->path);
+        failing = rc != 0;
+        pthread_mutex_lock(&p->ckpt_lock);
+        /* requests that came during this checkpoint are answered by it; a
+         * commit that still leaves SQ_CKPT_PAGES asks again */
+        p->ckpt_want = 0;
+    }
+    pthread_mutex_unlock(&p->ckpt_lock);
+    sq_conn_free(c);
+    return NULL;
+}
+
+/* sqlite3_wal_hook: called after each commit with the pages now in the log. */
+static int sq_wal_hook(void *arg, sqlite3 *db, const char *name, int pages)
+{
+    struct sq_priv *p = arg;
+    KEG_UNUSED(name);
+    if (pages < SQ_CKPT_PAGES)
+        return SQLITE_OK;
+    int self = pages >= SQ_CKPT_HARD;
+    pthread_mutex_lock(&p->ckpt_lock);
+    if (!p->ckpt_started && !p->ckpt_failed) {
+        int rc = pthread_create(&p->ckpt_thread, NULL, sq_ckpt_main, p);
+        if (rc == 0) {
+            p->ckpt_started = 1;
+        } else {
+            p->ckpt_failed = 1;
+            KEG_WARN("cannot start the checkpoint thread: %s; commits checkpoint the WAL "
+                     "themselves", strerror(rc));
+        }
+    }
+    if (p->ckpt_started && !p->ckpt_want) {
+        p->ckpt_want = 1;
+        pthread_cond_signal(&p->ckpt_cv);
+    }
+    if (!p->ckpt_started)
+        self = 1;
+    pthread_mutex_unlock(&p->ckpt_lock);
+    int logged, copied;
+    if (self && sq_checkpoint(db, "inline", &logged, &copied) != 0)
+        KEG_DEBUG("inline checkpoint of %s: %s", p->path, sqlite3_errmsg(db));
+    return SQLITE_OK;   /* the commit happened either way */
 }
 
 /* A cached, reset statement for sql (a static string), or NULL (logged). */
@@ -1002,6 +1154,8 @@ static int sq_open(struct keg_meta *m, const char *url)
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->freed, NULL);
     pthread_mutex_init(&p->wlock, NULL);
+    pthread_mutex_init(&p->ckpt_lock, NULL);
+    pthread_cond_init(&p->ckpt_cv, NULL);
     p->inited = 1;
     rc = 0;
 out:
@@ -1018,6 +1172,13 @@ static void sq_close(struct keg_meta *m)
     struct sq_priv *p = P(m);
     if (!p->inited)
         return;
+    pthread_mutex_lock(&p->ckpt_lock);
+    p->ckpt_stop = 1;
+    pthread_cond_signal(&p->ckpt_cv);
+    int started = p->ckpt_started;
+    pthread_mutex_unlock(&p->ckpt_lock);
+    if (started)
+        pthread_join(p->ckpt_thread, NULL);
     while (p->idle) {
         struct sq_conn *c = p->idle;
         p->idle = c->next;
@@ -1028,6 +1189,9 @@ static void sq_close(struct keg_meta *m)
     pthread_mutex_destroy(&p->lock);
     pthread_cond_destroy(&p->freed);
     pthread_mutex_destroy(&p->wlock);
+    pthread_mutex_destroy(&p->ckpt_lock);
+    pthread_cond_destroy(&p->ckpt_cv);
+    p->ckpt_started = p->ckpt_failed = p->ckpt_want = p->ckpt_stop = 0;
     keg_free(p->path);
     p->path = NULL;
     p->inited = 0;
