@@ -309,9 +309,21 @@ static void cs_drop_victims(struct cache_ssd *cs, struct cs_ent *v)
     }
 }
 
+/* Makes the directory path is in (a new <hh> directory); path is cut at its
+ * last '/' meanwhile and restored.  Returns 0 or -errno. */
+static int cs_mkparent(char *path)
+{
+    char *slash = strrchr(path, '/');
+    *slash = '\0';
+    int rc = keg_ssd_mkdirs(path);
+    *slash = '/';
+    return rc;
+}
+
 /* A cache file written through a spare file (keg_ssd_spare_put). */
 struct cs_spare_put {
-    const char    *key, *path;
+    const char    *key;
+    char          *path;
     const uint8_t *obj;
     size_t         len;
     uint64_t       fsize;
@@ -324,17 +336,10 @@ static int cs_spare_fill(void *arg, int fd)
     return rc == 0 ? keg_ssd_file_fit(fd, p->fsize) : rc;
 }
 
-static int cs_spare_mkparent(void *arg)         /* a new <hh> directory */
+static int cs_spare_mkparent(void *arg)
 {
     struct cs_spare_put *p = arg;
-    char *dir = keg_strdup(p->path), *slash = dir ? strrchr(dir, '/') : NULL;
-    int rc = -ENOMEM;
-    if (slash) {
-        *slash = '\0';
-        rc = keg_ssd_mkdirs(dir);
-    }
-    keg_free(dir);
-    return rc;
+    return cs_mkparent(p->path);
 }
 
 /* Writes the cache file of key (temp + rename; no fsync) and indexes it.
@@ -370,10 +375,7 @@ static void cs_store(struct cache_ssd *cs, struct cs_fill *f, const char *key, c
     }
     fd = mkostemp(tmp, O_CLOEXEC);
     if (fd < 0 && errno == ENOENT) {
-        char *slash = strrchr(tmp, '/');
-        *slash = '\0';
-        rc = keg_ssd_mkdirs(tmp);
-        *slash = '/';
+        rc = cs_mkparent(tmp);
         if (rc < 0)
             goto out;
         memcpy(tmp + strlen(tmp) - 6, "XXXXXX", 6);
@@ -685,10 +687,7 @@ static int cs_adopt(struct cache_ssd *cs, const char *key, const char *name, uin
     }
     rc = take(arg, tmp);
     if (rc == -ENOENT) {
-        char *slash = strrchr(tmp, '/');
-        *slash = '\0';
-        rc = keg_ssd_mkdirs(tmp);
-        *slash = '/';
+        rc = cs_mkparent(tmp);
         if (rc == 0)
             rc = take(arg, tmp);
     }

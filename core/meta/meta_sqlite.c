@@ -1191,7 +1191,6 @@ static void sq_close(struct keg_meta *m)
     pthread_mutex_destroy(&p->wlock);
     pthread_mutex_destroy(&p->ckpt_lock);
     pthread_cond_destroy(&p->ckpt_cv);
-    p->ckpt_started = p->ckpt_failed = p->ckpt_want = p->ckpt_stop = 0;
     keg_free(p->path);
     p->path = NULL;
     p->inited = 0;

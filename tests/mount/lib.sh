@@ -110,7 +110,6 @@ mt_mount() {   # mt_mount [EXTRA ARGS]
   is_mounted || fail "$MNT is not mounted after kegfs mount -d returned"
 }
 
-# expect_fail REGEX CMD...: CMD must exit non-zero and print a line matching REGEX.
 flip_byte() {   # flip_byte FILE OFFSET: changes the byte at OFFSET (xor 0x40), so the file
   # always differs afterwards (setting a fixed value leaves random data unchanged 1 time
   # in 256); prints "OLD -> NEW"
@@ -123,6 +122,7 @@ flip_byte() {   # flip_byte FILE OFFSET: changes the byte at OFFSET (xor 0x40), 
   echo "$old -> $new"
 }
 
+# expect_fail REGEX CMD...: CMD must exit non-zero and print a line matching REGEX.
 expect_fail() {
   local re=$1 out rc
   shift
