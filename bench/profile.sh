@@ -24,7 +24,14 @@
 # handler's time runs from its entry to its reply and so includes the reply's write to
 # /dev/fuse (and, on a small VM, the wake-up of the waiting
 # application it causes); the difference between the wall time and the sum of the
-# handlers is the kernel, the transport and the application's own system calls.
+# handlers is the kernel, the transport and the application's own system calls.  Last,
+# the CPU time per operation on both file systems: the application's (its rusage: the
+# sum is exact, the split into user and system the kernel's estimate) and the file
+# system process's while the workload ran, by thread name (from each thread's
+# schedstat; KegFS's FUSE handlers run in threads named kegfs, its background work in
+# keg-*), and with --target s3wb that of the Redis and Ceph daemons started here
+# meanwhile.  On a machine with few CPUs their sum bounds the rate: the handler times
+# above include waiting for a CPU, the CPU times do not.
 # Needs root and /dev/fuse.  Exit 0, or 1 when a step failed.
 set -uo pipefail
 
@@ -108,21 +115,74 @@ else
 fi
 
 scrape() { curl -sf "http://127.0.0.1:$PORT/metrics" > "$1"; }
+# cpu_snap OUT PID...: one line per thread of the PIDs: "tid comm ns", ns = the CPU time
+# the thread has run (the first field of its schedstat)
+cpu_snap() {
+  local out=$1 p t; shift
+  : > "$out"
+  for p in "$@"; do
+    for t in /proc/"$p"/task/*; do
+      read -r ns _ < "$t/schedstat" 2>/dev/null || continue
+      echo "${t##*/} $(tr ' ' _ < "$t/comm" 2>/dev/null) $ns" >> "$out"
+    done
+  done
+}
+# srv_snap OUT: one line per server process started here (Redis, the Ceph daemons):
+# "pid comm ns", ns = the CPU time of all its threads
+srv_snap() {
+  local out=$1 f p t ns sum
+  : > "$out"
+  for f in "$D/redis/redis.pid" "$D"/s3/pids/*; do
+    [ -f "$f" ] && read -r p < "$f" && [ -d "/proc/$p" ] || continue
+    sum=0
+    for t in /proc/"$p"/task/*; do
+      read -r ns _ < "$t/schedstat" 2>/dev/null && sum=$((sum + ns))
+    done
+    echo "$p $(tr ' ' _ < "/proc/$p/comm") $sum" >> "$out"
+  done
+}
+# the mounter's processes (the supervisor and its worker): comm kegfs, our mountpoint
+keg_pids() {
+  local p
+  for p in /proc/[0-9]*; do
+    [ "$(cat "$p/comm" 2>/dev/null)" = kegfs ] && grep -qaF -- "$D/keg-mnt" "$p/cmdline" 2>/dev/null &&
+      echo "${p#/proc/}"
+  done
+}
+# run_sf OUT CPUFILE DIR: bench/smallfile on DIR, its output in OUT and its own CPU
+# seconds (user system, its rusage) in CPUFILE
+run_sf() {
+  python3 -c '
+import resource, subprocess, sys
+t = resource.getrusage(resource.RUSAGE_CHILDREN)    # (a launcher may have had children)
+with open(sys.argv[1], "w") as out:
+    rc = subprocess.call(sys.argv[3:], stdout=out)
+u = resource.getrusage(resource.RUSAGE_CHILDREN)
+open(sys.argv[2], "w").write("%f %f\n" % (u.ru_utime - t.ru_utime, u.ru_stime - t.ru_stime))
+sys.exit(rc)' "$1" "$2" "$SF" -n "$N" -w "$w" "$3"
+}
 rc=0
 echo "KegFS $NAME vs passthrough_hp, bench/smallfile -n $N, $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
 for w in ${WL//,/ }; do
   mkdir -p "$D/keg-mnt/$w" "$D/pthp-mnt/$w"
   scrape "$D/before" || { echo "profile.sh: no metrics on 127.0.0.1:$PORT" >&2; exit 1; }
-  "$SF" -n "$N" -w "$w" "$D/keg-mnt/$w" > "$D/keg.out" || rc=1
+  kp=$(keg_pids)
+  cpu_snap "$D/keg.cpu0" $kp
+  srv_snap "$D/srv.cpu0"
+  run_sf "$D/keg.out" "$D/keg.app" "$D/keg-mnt/$w" || rc=1
+  cpu_snap "$D/keg.cpu1" $kp
+  srv_snap "$D/srv.cpu1"
   scrape "$D/after" || rc=1
   pt=""
   if [ -n "$PTHP_PID" ]; then
-    "$SF" -n "$N" -w "$w" "$D/pthp-mnt/$w" > "$D/pthp.out" || rc=1
+    cpu_snap "$D/pthp.cpu0" "$PTHP_PID"
+    run_sf "$D/pthp.out" "$D/pthp.app" "$D/pthp-mnt/$w" || rc=1
+    cpu_snap "$D/pthp.cpu1" "$PTHP_PID"
     pt=$D/pthp.out
   fi
-  python3 - "$w" "$N" "$D/before" "$D/after" "$D/keg.out" "$pt" "$TARGET" <<'EOF'
+  python3 - "$w" "$N" "$D/before" "$D/after" "$D/keg.out" "$pt" "$TARGET" "$D" <<'EOF'
 import re, sys
-w, n, fa, fb, keg, pt, target = sys.argv[1], int(sys.argv[2]), *sys.argv[3:]
+w, n, fa, fb, keg, pt, target, d = sys.argv[1], int(sys.argv[2]), *sys.argv[3:]
 # with writeback the object store's requests are the upload workers' (after the
 # operation), not part of any handler
 
@@ -171,6 +231,48 @@ print("  handlers %.0f µs per op (%s inside them); the rest (kernel, transport,
       for k in inside), kmean - tot.get("FUSE", 0)))
 if "uploads" in tot:
     print("  uploads (upload workers, in the background): %.0f µs of requests per op" % tot["uploads"])
+
+# CPU time per operation: the application's (user + system, its rusage) and the
+# file system process's, by thread name
+def app_cpu(f):
+    try:
+        u, s = (float(x) for x in open(f).read().split()[:2])
+    except (OSError, ValueError):
+        return None
+    return u / n * 1e6, s / n * 1e6
+
+def daemon_cpu(f0, f1):
+    def rd(f):
+        try:
+            return {t: (c, int(ns)) for t, c, ns in (l.split() for l in open(f) if l.strip())}
+        except (OSError, ValueError):
+            return {}
+    a, b = rd(f0), rd(f1)
+    by = {}
+    for t, (c, ns) in b.items():
+        by[c] = by.get(c, 0) + ns - a.get(t, (c, 0))[1]
+    return {c: v / n / 1e3 for c, v in by.items() if v > 0}
+
+def cpu_line(who, app, dmn):
+    parts = []
+    if app:
+        parts.append("application %.0f (user %.0f, system %.0f)" % (app[0] + app[1], *app))
+    if dmn:
+        tot = sum(dmn.values())
+        top = sorted(dmn.items(), key=lambda x: -x[1])
+        parts.append("%s %.0f (%s)" % ("mounter" if who == "KegFS" else "daemon", tot,
+                     ", ".join("%s %.0f" % (c, v) for c, v in top if v >= 1)))
+    if parts:
+        print("  CPU µs per op, %s: %s" % (who, "; ".join(parts)))
+
+cpu_line("KegFS", app_cpu(d + "/keg.app"), daemon_cpu(d + "/keg.cpu0", d + "/keg.cpu1"))
+srv = daemon_cpu(d + "/srv.cpu0", d + "/srv.cpu1")     # (keyed by pid, named by comm)
+if srv:
+    print("  CPU µs per op, KegFS's servers meanwhile: %s" % ", ".join(
+        "%s %.0f" % (c, v) for c, v in sorted(srv.items(), key=lambda x: -x[1])))
+if pt:
+    cpu_line("passthrough_hp", app_cpu(d + "/pthp.app"),
+             daemon_cpu(d + "/pthp.cpu0", d + "/pthp.cpu1"))
 EOF
 done
 exit $rc

@@ -2,7 +2,8 @@
 # smoke.sh -- keeps the benchmark tools working: `bench/run.sh --quick` on the local targets
 # (disk, keg_passthrough, KegFS SQLite + file) must run every workload and write the whole
 # report (raw figures, JSON, Markdown, the charts, the machine), and `bench/profile.sh` must
-# break a create and a randmod down into FUSE, metadata and object-store requests.
+# break a create and a randmod down into FUSE, metadata and object-store requests and
+# give their CPU time per operation.
 # It checks that the tools work, not how fast anything is: the goals are the full run's.
 #
 #   bench/smoke.sh BUILD_DIR
@@ -95,6 +96,11 @@ for w in create randmod; do
       on && $1 == "metadata" && $2 == "write_slices" {b = 1}
       on && $1 == "object" && $3 == "put" {c = 1}
       END {exit !(a && b && c)}' "$T/profile.out"
+  check "profile.sh gives $w's CPU per operation: the mounter's FUSE handlers, passthrough_hp" \
+    awk -v w="$w" '$1 == w":" {on = 1; next} /^[a-z]+:/ {on = 0}
+      on && /CPU µs per op, KegFS: application [0-9]+ .*mounter [0-9]+ \(.*kegfs [0-9]+/ {a = 1}
+      on && /CPU µs per op, passthrough_hp: application [0-9]+ .*daemon [0-9]+/ {b = 1}
+      END {exit !(a && b)}' "$T/profile.out"
 done
 
 echo "smoke: $pass passed, $fail failed"
