@@ -147,6 +147,7 @@ int keg_stack_open(const struct keg_format *f, const struct keg_stack_conf *sc,
         conf.concurrency = sc->concurrency;
         conf.retry_deadline_ms = sc->retry_deadline_ms;
     }
+    conf.spare_fill = 1;        /* the file store's pool, for a stream of new blocks */
 
     rc = keg_obj_open(storage, &conf, NULL, &bottom);
     if (rc < 0) {
@@ -185,6 +186,7 @@ int keg_stack_open(const struct keg_format *f, const struct keg_stack_conf *sc,
         (void)keg_block_vol_uuid(f->uuid, vol.vol);
         vol.v1_ok = f->block_version < KEG_BLOCK_VERSION;
         cc.vol = &vol;
+        cc.spare_fill = 1;
         rc = keg_cache_ssd_create(&cc, top, &top);      /* TAKES top */
         if (rc == 0 && sc->writeback) {
             wc.dir = dir;

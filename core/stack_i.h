@@ -21,6 +21,8 @@ struct keg_cache_ssd_conf {
     const struct keg_block_id *vol; /* the volume's part of block identities (vol, v1_ok):
                                        a fetched block of another identity is not cached;
                                        NULL: blocks are checked without identity */
+    int         spare_fill;   /* keep the pool of spare files stocked for a stream of new
+                                 cache and staging files (core/ssdf/ssd_file.h) */
 };
 
 struct keg_cache_ssd_stats {

@@ -991,6 +991,8 @@ int keg_cache_ssd_create(const struct keg_cache_ssd_conf *conf, struct keg_obj *
         if (rc < 0)     /* only an optimisation: go on without */
             KEG_WARN("cache directory %s: no pool of spare files: %s", sdir ? sdir : conf->dir,
                      strerror(-rc));
+        else if (conf->spare_fill)
+            keg_ssd_spare_autofill(cs->spare);
         keg_free(sdir);
     }
     pthread_mutex_init(&cs->mu, NULL);

@@ -32,7 +32,11 @@
  * every reader verifies them and reads the key again, which is then gone
  * (core/fs/read.c, gc.c).  Any other object is unlinked, as is a block with
  * more than one link (an operator's hard-linked copy must not change).
- * Every spare operation that fails falls back to create or unlink.
+ * Every spare operation that fails falls back to create or unlink.  With
+ * conf->spare_fill (a mount's stack) the pool opens at the first put and its
+ * filler keeps it stocked with new empty files while puts outrun deletions
+ * (core/ssdf/ssd_file.h), so a stream of new objects allocates its inodes
+ * off the writers' path; without it the pool opens at the first delete.
  */
 #define _GNU_SOURCE 1
 #include <dirent.h>
@@ -70,6 +74,7 @@ struct file_store {
     int   rootfd;    /* O_DIRECTORY fd of root, for syncfs */
     size_t lead;     /* bytes before the key in a path from file_path() */
     int   fsync;
+    int   spare_fill;               /* conf->spare_fill */
     pthread_mutex_t dmu;            /* guards dset, dn, spare_tried */
     char  *dset[FILE_DSET_SLOTS];   /* absolute paths, NULL = free */
     size_t dn;
@@ -184,6 +189,7 @@ static int file_open(struct keg_obj *o, const struct keg_obj_conf *conf)
     }
     fs->lead = strcmp(fs->root, "/") == 0 ? 1 : n + 1;
     fs->fsync = conf->fsync;
+    fs->spare_fill = conf->spare_fill;
     return 0;
 }
 
@@ -321,6 +327,8 @@ static int file_put_flush(const struct file_store *fs, int fd, size_t len)
     return 0;
 }
 
+static struct keg_ssd_spare *file_spare(struct file_store *fs);
+
 /* A put through a spare file (keg_ssd_spare_put): what it writes, and where. */
 struct file_spare_put {
     struct file_store *fs;
@@ -364,7 +372,8 @@ static int file_store_put(struct keg_obj *o, const char *key, const void *buf, s
      * spare that fails falls back to a new file */
     {
         struct file_spare_put sp = {fs, path, buf, len};
-        rc = fs->spare ? keg_ssd_spare_put(fs->spare, AT_FDCWD, path, excl, file_spare_fill,
+        rc = (fs->spare_fill ? file_spare(fs) : fs->spare)
+                 ? keg_ssd_spare_put(fs->spare, AT_FDCWD, path, excl, file_spare_fill,
                                            file_spare_mkparent, &sp)
                        : -ENOENT;
     }
@@ -452,6 +461,8 @@ static struct keg_ssd_spare *file_spare(struct file_store *fs)
         if (rc < 0)
             KEG_INFO("no spare files under %s: %s (objects are created and unlinked)",
                      fs->root, strerror(-rc));
+        else if (fs->spare_fill)
+            keg_ssd_spare_autofill(sp);
         keg_free(dir);
         fs->spare = sp;
         fs->spare_tried = 1;

@@ -17,6 +17,7 @@
 
 #include "ssd_format.h"
 #include "ssd_file.h"
+#include "keg/keg.h"
 #include "keg/mem.h"
 
 int keg_ssd_mkdirs(const char *path)
@@ -363,6 +364,16 @@ ssize_t keg_ssd_copy_range(const uint8_t *obj, uint64_t olen, uint64_t off, void
 
 #define SPARE_NEW_SUFFIX ".new"     /* a pool directory not locked yet */
 #define SPARE_STALE_NEW_S 60        /* an unlocked ".new" older than this is a leftover */
+/* The filler (spare_fill_main): started once SPARE_FILL_MISSES claims found
+ * the pool empty; woken when a claim leaves fewer than SPARE_FILL_LOW files;
+ * makes new empty files until the pool holds SPARE_FILL_HIGH. */
+#define SPARE_FILL_MISSES 64
+#define SPARE_FILL_LOW    64
+#define SPARE_FILL_HIGH   256
+/* ...but not while deletions feed the pool: for this long after a file was
+ * retired into it, the filler makes nothing (the deleter's next round brings
+ * spares; new files would only push retired ones out of a full pool). */
+#define SPARE_FILL_QUIET_NS (3LL * 1000000000)
 
 struct spare_file {
     uint64_t id;                    /* file name: the id in decimal */
@@ -378,7 +389,16 @@ struct keg_ssd_spare {
     unsigned          n;            /* protected by mu */
     unsigned          busy;         /* retires between reserve and push; protected by mu */
     uint64_t          next;         /* protected by mu */
+    /* the filler; all protected by mu */
+    int               fill_ok;      /* keg_ssd_spare_autofill() was called */
+    unsigned          misses;       /* claims that found the pool empty, until it starts */
+    int64_t           last_retire;  /* spare_now() of the last file retired into the pool */
+    int               fill_state;   /* SPARE_FILL_OFF, _RUNNING, _STOP, _FAILED */
+    pthread_t         filler;
+    pthread_cond_t    fill_cv;      /* wakes the filler: the pool is low, or stop */
 };
+
+enum { SPARE_FILL_OFF, SPARE_FILL_RUNNING, SPARE_FILL_STOP, SPARE_FILL_FAILED };
 
 /* A stream over the directory open as fd (which stays open), or NULL.
  * OWNERSHIP: caller closedir()s it. */
@@ -443,6 +463,79 @@ static void spare_sweep(int pfd)
     closedir(d);
 }
 
+static int64_t spare_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* 1 while deletions feed the pool (see SPARE_FILL_QUIET_NS).  LOCKS: sp->mu held. */
+static int spare_fed(const struct keg_ssd_spare *sp)
+{
+    return sp->last_retire && spare_now() - sp->last_retire < SPARE_FILL_QUIET_NS;
+}
+
+/* The filler: while the pool holds fewer than SPARE_FILL_HIGH files (and
+ * room) and no deletion fed it lately, makes a new empty one and pools it,
+ * then sleeps until a claim finds fewer than SPARE_FILL_LOW.  A file it
+ * cannot make ends its round (the disk may be full: the writers' own creates
+ * report that).  An empty file, never cut, is as good a spare as a file cut
+ * to one byte: ext4 flushes at close only a file that was truncated to zero. */
+static void *spare_fill_main(void *arg)
+{
+    struct keg_ssd_spare *sp = arg;
+    char name[24];
+
+    keg_thread_name("keg-spare-fill");
+    pthread_mutex_lock(&sp->mu);
+    while (sp->fill_state == SPARE_FILL_RUNNING) {
+        unsigned want = KEG_MIN(SPARE_FILL_HIGH, sp->max);
+        if (sp->n + sp->busy >= want || spare_fed(sp)) {
+            pthread_cond_wait(&sp->fill_cv, &sp->mu);
+            continue;
+        }
+        uint64_t id = sp->next++;
+        sp->busy++;
+        pthread_mutex_unlock(&sp->mu);
+        snprintf(name, sizeof(name), "%llu", (unsigned long long)id);
+        int fd = openat(sp->dirfd, name, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW,
+                        0600);
+        if (fd >= 0)
+            close(fd);
+        pthread_mutex_lock(&sp->mu);
+        sp->busy--;
+        if (fd < 0) {
+            /* until the next claim that finds the pool low */
+            if (sp->fill_state == SPARE_FILL_RUNNING)
+                pthread_cond_wait(&sp->fill_cv, &sp->mu);
+            continue;
+        }
+        sp->files[sp->n++] = (struct spare_file){id};
+    }
+    pthread_mutex_unlock(&sp->mu);
+    return NULL;
+}
+
+/* A claim found the pool low: wake the filler, or start it once
+ * SPARE_FILL_MISSES claims found the pool empty (a process that keeps making
+ * new files; a tool's few writes never start it).  LOCKS: caller holds sp->mu. */
+static void spare_fill_wake(struct keg_ssd_spare *sp)
+{
+    if (spare_fed(sp))
+        return;
+    if (sp->fill_state == SPARE_FILL_RUNNING) {
+        pthread_cond_signal(&sp->fill_cv);
+        return;
+    }
+    if (!sp->fill_ok || sp->fill_state != SPARE_FILL_OFF || sp->n > 0 ||
+        ++sp->misses < SPARE_FILL_MISSES)
+        return;
+    sp->fill_state = SPARE_FILL_RUNNING;
+    if (pthread_create(&sp->filler, NULL, spare_fill_main, sp) != 0)
+        sp->fill_state = SPARE_FILL_FAILED;     /* spares come from retirements only */
+}
+
 int keg_ssd_spare_open(const char *parent, unsigned max, uint64_t max_file,
                        struct keg_ssd_spare **out)
 {
@@ -492,6 +585,7 @@ int keg_ssd_spare_open(const char *parent, unsigned max, uint64_t max_file,
     sp->max = max;
     sp->max_file = max_file;
     pthread_mutex_init(&sp->mu, NULL);
+    pthread_cond_init(&sp->fill_cv, NULL);
     close(pfd);
     *out = sp;
     return 0;
@@ -508,8 +602,19 @@ fail:
 
 void keg_ssd_spare_close(struct keg_ssd_spare *sp)
 {
+    int joined;
+
     if (!sp)
         return;
+    pthread_mutex_lock(&sp->mu);
+    joined = sp->fill_state == SPARE_FILL_RUNNING;
+    if (joined)
+        sp->fill_state = SPARE_FILL_STOP;
+    pthread_cond_signal(&sp->fill_cv);
+    pthread_mutex_unlock(&sp->mu);
+    if (joined)
+        pthread_join(sp->filler, NULL);
+    pthread_cond_destroy(&sp->fill_cv);
     spare_empty_dir(sp->dirfd);
     rmdir(sp->dir);
     close(sp->dirfd);
@@ -556,8 +661,10 @@ int keg_ssd_spare_retire(struct keg_ssd_spare *sp, int dirfd, const char *path, 
         }
         pthread_mutex_lock(&sp->mu);
         sp->busy--;
-        if (pooled)
+        if (pooled) {
             sp->files[sp->n++] = (struct spare_file){id};
+            sp->last_retire = spare_now();
+        }
         pthread_mutex_unlock(&sp->mu);
         if (pooled || size == UINT64_MAX)
             return 0;
@@ -573,6 +680,8 @@ int keg_ssd_spare_claim(struct keg_ssd_spare *sp, uint64_t *id)
     if (!sp)
         return -ENOENT;
     pthread_mutex_lock(&sp->mu);
+    if (sp->n < SPARE_FILL_LOW)
+        spare_fill_wake(sp);
     if (sp->n == 0) {
         pthread_mutex_unlock(&sp->mu);
         return -ENOENT;
@@ -643,6 +752,15 @@ int keg_ssd_spare_put(struct keg_ssd_spare *sp, int dirfd, const char *dst, int 
     if (rc == -ENOENT)                          /* the claim stood: give it up */
         keg_ssd_spare_drop(sp, id);
     return rc;
+}
+
+void keg_ssd_spare_autofill(struct keg_ssd_spare *sp)
+{
+    if (!sp)
+        return;
+    pthread_mutex_lock(&sp->mu);
+    sp->fill_ok = 1;
+    pthread_mutex_unlock(&sp->mu);
 }
 
 unsigned keg_ssd_spare_count(struct keg_ssd_spare *sp)

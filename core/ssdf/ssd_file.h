@@ -89,7 +89,20 @@ ssize_t keg_ssd_copy_range(const uint8_t *obj, uint64_t olen, uint64_t off, void
  * (ssd_file.c: why not zero), named by a
  * counter, flock()ed while its process uses it; a pool whose lock is free
  * belongs to a dead process and is removed by the next keg_ssd_spare_open()
- * on the same parent.  LOCKS: each pool has its own mutex; file operations
+ * on the same parent.
+ *
+ * A process that writes new files faster than it retires old ones (creating
+ * files, copying a tree in) finds the pool empty, and each of its writes
+ * allocates an inode in the writer's thread: on ext4 that is most of the
+ * cost of a small file's put.  In a pool that allows it
+ * (keg_ssd_spare_autofill), once 64 claims have found the pool empty, a
+ * thread of the pool (keg-spare-fill) keeps it stocked: whenever a claim
+ * leaves fewer than 64 files it makes new empty ones until there are 256
+ * (or the pool's bound), so the inodes are allocated beside the writers
+ * instead of in their way.  It makes none while deletions feed the pool
+ * (a file retired in the last 3 s): under churn the deleter's rounds bring
+ * the spares, and new files would only push retired ones out of a full pool.  A tool's few writes never start it; the thread
+ * ends with the pool.  LOCKS: each pool has its own mutex; file operations
  * run outside it. */
 struct keg_ssd_spare;
 
@@ -151,5 +164,8 @@ int  keg_ssd_spare_put(struct keg_ssd_spare *sp, int dirfd, const char *dst, int
 int  keg_ssd_file_fit(int fd, uint64_t len);
 /* Files in the pool now (for tests and stats). */
 unsigned keg_ssd_spare_count(struct keg_ssd_spare *sp);
+/* Lets the pool start its filler (see above) once claims keep finding it
+ * empty.  NULL is a no-op. */
+void keg_ssd_spare_autofill(struct keg_ssd_spare *sp);
 
 #endif

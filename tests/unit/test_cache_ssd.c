@@ -1150,6 +1150,35 @@ static void test_spare_burst(void **state)
     keg_obj_close(o);
 }
 
+/* With spare_fill (a mount's stack), a stream of new cache files that finds
+ * the pool empty starts its filler, which stocks it with 256 empty files that
+ * the next stores take; every block reads back right; closing removes them. */
+static void test_spare_fill(void **state)
+{
+    struct fx *fx = *state;
+    struct keg_obj_conf oc = {.bucket = fx->store};
+    struct keg_cache_ssd_conf cc = {.dir = fx->cache, .budget = 1ULL << 30, .spare_fill = 1};
+    struct keg_obj *o = NULL;
+    struct keg_ssd_spare *sp;
+    unsigned n = 0;
+
+    assert_int_equal(keg_obj_open("mem", &oc, NULL, &o), 0);
+    assert_int_equal(keg_cache_ssd_create(&cc, o, &o), 0);
+    sp = keg_cache_ssd_spare(o);
+    assert_non_null(sp);
+    for (uint64_t id = 1; id <= 100; id++)
+        put_block(o, id, 100);
+    for (int t = 0; t < 500 && (n = keg_ssd_spare_count(sp)) < 256; t++)
+        usleep(10000);
+    assert_int_equal(n, 256);
+    for (uint64_t id = 101; id <= 150; id++)
+        put_block(o, id, 100);
+    assert_int_equal(keg_ssd_spare_count(sp), 206);     /* 50 taken, none unlinked */
+    for (uint64_t id = 1; id <= 150; id++)
+        check_block(o, id, 100);
+    keg_obj_close(o);
+}
+
 /* The pool alone: bounded, larger files unlinked, claim fails on an empty pool,
  * a claimed file is opened for writing where it lies and fits the new length,
  * place renames it over its name (or links it, failing on an existing name),
@@ -1280,6 +1309,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_spare_files, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_spare_pool_bounds, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_spare_burst, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_spare_fill, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_single_flight, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_passthrough_and_del, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_open_cleans_up, fx_setup, fx_teardown),

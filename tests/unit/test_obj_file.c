@@ -18,6 +18,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "keg/keg.h"
 #include "keg/log.h"
 #include "keg/obj.h"
 #include "ssdf/ssd_file.h"
@@ -521,6 +522,88 @@ static void test_spare_enospc(void **state)
     free(big);
 }
 
+/* With spare_fill the pool opens at the first put and, once puts keep finding
+ * it empty (a stream of new objects, nothing deleted), its filler keeps it
+ * stocked with empty files that the next puts take: their objects are exact,
+ * and closing the store stops the filler and removes every spare.  Without
+ * spare_fill (the other tests) the same puts leave no spare at all. */
+static void test_spare_fill(void **state)
+{
+    struct ffx *fx = *state;
+    struct keg_obj_conf conf = {0};
+    unsigned char obj[4096], got[4096];
+    struct keg_block_id bid;
+    char key[128];
+    size_t len;
+    long spares = 0;
+    int i;
+
+    keg_obj_close(fx->o);
+    conf.bucket = fx->dir;
+    conf.spare_fill = 1;
+    assert_int_equal(keg_obj_open("file", &conf, NULL, &fx->o), 0);
+
+    /* the first puts find the pool empty and make their own files */
+    for (i = 0; i < 100; i++) {
+        len = make_block(30000 + (uint64_t)i, 'f', &bid, key, sizeof(key), obj, sizeof(obj));
+        assert_int_equal(keg_obj_put(fx->o, key, obj, len), 0);
+    }
+    /* the filler stocks the pool (up to 256 files) within a few seconds */
+    for (int t = 0; t < 500 && (spares = count_spares(fx->dir, NULL)) < 256; t++)
+        usleep(10000);
+    assert_int_equal(spares, 256);
+
+    /* the next puts take those files: exactly their bytes under their keys */
+    for (; i < 150; i++) {
+        len = make_block(30000 + (uint64_t)i, 'g', &bid, key, sizeof(key), obj, sizeof(obj));
+        assert_int_equal(keg_obj_put(fx->o, key, obj, len), 0);
+        assert_int_equal(keg_obj_get(fx->o, key, 0, got, sizeof(got)), (ssize_t)len);
+        assert_memory_equal(got, obj, len);
+    }
+    spares = count_spares(fx->dir, NULL);
+    assert_true(spares >= 200 && spares <= 256);    /* 50 taken; the filler tops up below 64 */
+
+    /* a deletion feeds the pool: for 3 s the filler makes nothing, even when puts
+     * leave the pool low; then it stocks it again */
+    keg_block_key(key, sizeof(key), "vol", 30149, 0, 3000);
+    assert_int_equal(keg_obj_del(fx->o, key), 0);
+    int64_t t0 = keg_mono_ns();
+    for (i = 0; count_spares(fx->dir, NULL) > 10; i++) {
+        len = make_block(31000 + (uint64_t)i, 'd', &bid, key, sizeof(key), obj, sizeof(obj));
+        assert_int_equal(keg_obj_put(fx->o, key, obj, len), 0);
+    }
+    usleep(200000);
+    if (keg_mono_ns() - t0 < 2500000000LL)         /* (a slow machine may take longer) */
+        assert_true(count_spares(fx->dir, NULL) <= 10);
+    usleep(3000000);
+    len = make_block(31999, 'd', &bid, key, sizeof(key), obj, sizeof(obj));
+    assert_int_equal(keg_obj_put(fx->o, key, obj, len), 0);     /* a claim wakes it */
+    for (int t = 0; t < 500 && (spares = count_spares(fx->dir, NULL)) < 256; t++)
+        usleep(10000);
+    assert_int_equal(spares, 256);
+    for (int k = 0; k < 149; k++) {
+        uint64_t size = 0;
+        keg_block_key(key, sizeof(key), "vol", 30000 + (uint64_t)k, 0, 3000);
+        assert_int_equal(keg_obj_head(fx->o, key, &size), 0);
+        assert_true(size > 3000);
+    }
+
+    /* closing stops the filler and removes the pool */
+    keg_obj_close(fx->o);
+    fx->o = NULL;
+    assert_int_equal(count_spares(fx->dir, NULL), 0);
+
+    /* the default: the same puts on another store leave no spare */
+    conf.spare_fill = 0;
+    assert_int_equal(keg_obj_open("file", &conf, NULL, &fx->o), 0);
+    for (i = 0; i < 100; i++) {
+        len = make_block(40000 + (uint64_t)i, 'h', &bid, key, sizeof(key), obj, sizeof(obj));
+        assert_int_equal(keg_obj_put(fx->o, key, obj, len), 0);
+    }
+    usleep(100000);
+    assert_int_equal(count_spares(fx->dir, NULL), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -534,6 +617,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_spare_files, setup, teardown),
         cmocka_unit_test_setup_teardown(test_spare_burst, setup, teardown),
         cmocka_unit_test(test_spare_enospc),
+        cmocka_unit_test_setup_teardown(test_spare_fill, setup, teardown),
     };
     keg_log_set_level(LOG_CRIT);
     return cmocka_run_group_tests_name("obj_file", tests, NULL, NULL);

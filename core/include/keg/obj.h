@@ -45,6 +45,10 @@ struct keg_obj_conf {
     unsigned    retry_deadline_ms; /* s3, retry: total time one request may spend retrying
                                     * (default 60000) */
     int         fsync;           /* file: fsync each object before rename */
+    int         spare_fill;      /* file: open the pool of spare files at the first put and
+                                  * keep it stocked for a stream of new objects
+                                  * (core/ssdf/ssd_file.h); 0: the pool holds only the
+                                  * files of deleted objects */
     /* faulty: */
     uint64_t    seed;
     double      err_prob;        /* probability of a transient -EIO/-EAGAIN per op */
