@@ -372,10 +372,10 @@ static int file_store_put(struct keg_obj *o, const char *key, const void *buf, s
      * spare that fails falls back to a new file */
     {
         struct file_spare_put sp = {fs, path, buf, len};
-        rc = (fs->spare_fill ? file_spare(fs) : fs->spare)
-                 ? keg_ssd_spare_put(fs->spare, AT_FDCWD, path, excl, file_spare_fill,
-                                           file_spare_mkparent, &sp)
-                       : -ENOENT;
+        struct keg_ssd_spare *pool = fs->spare_fill ? file_spare(fs) : fs->spare;
+        rc = pool ? keg_ssd_spare_put(pool, AT_FDCWD, path, excl, file_spare_fill,
+                                      file_spare_mkparent, &sp)
+                  : -ENOENT;
     }
     if (rc == -EEXIST)
         goto out;
