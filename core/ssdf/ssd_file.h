@@ -101,9 +101,9 @@ ssize_t keg_ssd_copy_range(const uint8_t *obj, uint64_t olen, uint64_t off, void
  * (or the pool's bound), so the inodes are allocated beside the writers
  * instead of in their way.  It makes none while deletions feed the pool
  * (a file retired in the last 3 s): under churn the deleter's rounds bring
- * the spares, and new files would only push retired ones out of a full pool.  A tool's few writes never start it; the thread
- * ends with the pool.  LOCKS: each pool has its own mutex; file operations
- * run outside it. */
+ * the spares, and new files would only push retired ones out of a full
+ * pool.  A tool's few writes never start it; the thread ends with the pool.
+ * LOCKS: each pool has its own mutex; file operations run outside it. */
 struct keg_ssd_spare;
 
 /* The size of the pools the file object store and the cache directory open
