@@ -392,7 +392,7 @@ struct keg_ssd_spare {
     /* the filler; all protected by mu */
     int               fill_ok;      /* keg_ssd_spare_autofill() was called */
     unsigned          misses;       /* claims that found the pool empty, until it starts */
-    int64_t           last_retire;  /* spare_now() of the last file retired into the pool */
+    int64_t           last_retire;  /* keg_mono_ns() of the last file retired into the pool */
     int               fill_state;   /* SPARE_FILL_OFF, _RUNNING, _STOP, _FAILED */
     pthread_t         filler;
     pthread_cond_t    fill_cv;      /* wakes the filler: the pool is low, or stop */
@@ -463,17 +463,10 @@ static void spare_sweep(int pfd)
     closedir(d);
 }
 
-static int64_t spare_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* 1 while deletions feed the pool (see SPARE_FILL_QUIET_NS).  LOCKS: sp->mu held. */
 static int spare_fed(const struct keg_ssd_spare *sp)
 {
-    return sp->last_retire && spare_now() - sp->last_retire < SPARE_FILL_QUIET_NS;
+    return sp->last_retire && keg_mono_ns() - sp->last_retire < SPARE_FILL_QUIET_NS;
 }
 
 /* The filler: while the pool holds fewer than SPARE_FILL_HIGH files (and
@@ -663,7 +656,7 @@ int keg_ssd_spare_retire(struct keg_ssd_spare *sp, int dirfd, const char *path, 
         sp->busy--;
         if (pooled) {
             sp->files[sp->n++] = (struct spare_file){id};
-            sp->last_retire = spare_now();
+            sp->last_retire = keg_mono_ns();
         }
         pthread_mutex_unlock(&sp->mu);
         if (pooled || size == UINT64_MAX)
