@@ -115,20 +115,26 @@ else
 fi
 
 scrape() { curl -sf "http://127.0.0.1:$PORT/metrics" > "$1"; }
-# cpu_snap OUT PID...: one line per thread of the PIDs: "tid comm ns", ns = the CPU time
-# the thread has run (the first field of its schedstat)
+# cpu_snap OUT PID...: one line per thread of the PIDs, "T pid tid comm ns" (ns: the CPU
+# time the thread has run, the first field of its schedstat), and one per PID, "P pid - -
+# ns" (ns: the process's user + system time, in clock ticks in /proc/PID/stat, which
+# also counts its threads that have exited: a thread started and ended between two
+# snapshots, such as a helper of one fsync batch, shows only there)
+TCK=$(getconf CLK_TCK)
 cpu_snap() {
-  local out=$1 p t; shift
+  local out=$1 p t f; shift
   : > "$out"
   for p in "$@"; do
     for t in /proc/"$p"/task/*; do
       read -r ns _ < "$t/schedstat" 2>/dev/null || continue
-      echo "${t##*/} $(tr ' ' _ < "$t/comm" 2>/dev/null) $ns" >> "$out"
+      echo "T $p ${t##*/} $(tr ' ' _ < "$t/comm" 2>/dev/null) $ns" >> "$out"
     done
+    read -ra f <<< "$(cut -d')' -f2- "/proc/$p/stat" 2>/dev/null)"
+    [ ${#f[@]} -gt 13 ] && echo "P $p - - $(( (f[12] + f[13]) * (1000000000 / TCK) ))" >> "$out"
   done
 }
-# srv_snap OUT: one line per server process started here (Redis, the Ceph daemons):
-# "pid comm ns", ns = the CPU time of all its threads
+# srv_snap OUT: one line per server process started here (Redis, the Ceph daemons), as
+# cpu_snap writes a thread's: "T pid pid comm ns", ns = the CPU time of all its threads
 srv_snap() {
   local out=$1 f p t ns sum
   : > "$out"
@@ -138,7 +144,7 @@ srv_snap() {
     for t in /proc/"$p"/task/*; do
       read -r ns _ < "$t/schedstat" 2>/dev/null && sum=$((sum + ns))
     done
-    echo "$p $(tr ' ' _ < "/proc/$p/comm") $sum" >> "$out"
+    echo "T $p $p $(tr ' ' _ < "/proc/$p/comm") $sum" >> "$out"
   done
 }
 # the mounter's processes (the supervisor and its worker): comm kegfs, our mountpoint
@@ -242,15 +248,28 @@ def app_cpu(f):
     return u / n * 1e6, s / n * 1e6
 
 def daemon_cpu(f0, f1):
+    # by thread name; the CPU of threads that ended between the snapshots (the
+    # process's total less what its threads account for) as "exited threads"
     def rd(f):
+        thr, proc = {}, {}
         try:
-            return {t: (c, int(ns)) for t, c, ns in (l.split() for l in open(f) if l.strip())}
+            for kind, pid, tid, comm, ns in (l.split() for l in open(f) if l.strip()):
+                if kind == "T":
+                    thr[tid] = (pid, comm, int(ns))
+                else:
+                    proc[pid] = int(ns)
         except (OSError, ValueError):
-            return {}
-    a, b = rd(f0), rd(f1)
-    by = {}
-    for t, (c, ns) in b.items():
-        by[c] = by.get(c, 0) + ns - a.get(t, (c, 0))[1]
+            return {}, {}
+        return thr, proc
+    (ta, pa), (tb, pb) = rd(f0), rd(f1)
+    by, per_pid = {}, {}
+    for tid, (pid, c, ns) in tb.items():
+        d = ns - ta.get(tid, (pid, c, 0))[2]
+        by[c] = by.get(c, 0) + d
+        per_pid[pid] = per_pid.get(pid, 0) + d
+    gone = sum(max(pb[p] - pa[p] - per_pid.get(p, 0), 0) for p in pb if p in pa)
+    if gone / n / 1e3 >= 5:     # the totals count in clock ticks: smaller is their rounding
+        by["exited threads"] = gone
     return {c: v / n / 1e3 for c, v in by.items() if v > 0}
 
 def cpu_line(who, app, dmn):

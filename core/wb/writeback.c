@@ -1259,14 +1259,20 @@ struct wb_fsync_part {
     int        rc;
 };
 
-static void *wb_fsync_run(void *arg)
+static void wb_fsync_part_run(struct wb_fsync_part *p)
 {
-    struct wb_fsync_part *p = arg;
-    keg_thread_name("keg-wb-fsync");
     for (size_t k = 0; k < p->n; k++) {
         if (p->fds[k] >= 0 && fsync(p->fds[k]) < 0 && p->rc == 0)
             p->rc = -errno;
     }
+}
+
+/* A helper thread of wb_fsync_fds (only those are named: the caller's part
+ * runs under the caller's own name, the compactor's or a FUSE handler's). */
+static void *wb_fsync_thread(void *arg)
+{
+    keg_thread_name("keg-wb-fsync");
+    wb_fsync_part_run(arg);
     return NULL;
 }
 
@@ -1289,13 +1295,13 @@ static int wb_fsync_fds(const int *fds, size_t n)
         part[t] = (struct wb_fsync_part){fds + lo, KEG_MIN(per, n - lo), 0};
     }
     for (size_t t = 1; t < nparts; t++)
-        started[t] = pthread_create(&thr[t], NULL, wb_fsync_run, &part[t]) == 0;
-    wb_fsync_run(&part[0]);
+        started[t] = pthread_create(&thr[t], NULL, wb_fsync_thread, &part[t]) == 0;
+    wb_fsync_part_run(&part[0]);
     for (size_t t = 1; t < nparts; t++) {
         if (started[t])
             pthread_join(thr[t], NULL);
         else
-            wb_fsync_run(&part[t]);     /* no thread: here */
+            wb_fsync_part_run(&part[t]);    /* no thread: here */
     }
     for (size_t t = 0; t < nparts && rc == 0; t++)
         rc = part[t].rc;

@@ -717,6 +717,27 @@ static void test_sync_bookkeeping(void **state)
     keg_obj_close(o);
 }
 
+/* A sync of 8 or more staged files fsyncs them on helper threads; the caller
+ * (the compactor, a FUSE handler) keeps its own thread name. */
+static void test_sync_keeps_caller_name(void **state)
+{
+    struct fx *fx = *state;
+    struct keg_obj *o = open_wb(fx, "mem", (struct keg_wb_conf){.workers = 1});
+    char name[16];
+
+    atomic_store(&cnt_put_delay_ms, 400);
+    for (uint64_t id = 1; id <= 12; id++)
+        put_block(o, id, 100);
+    assert_int_equal(wbst(o).unsynced_objects, 12);
+    assert_int_equal(pthread_setname_np(pthread_self(), "tst-caller"), 0);
+    assert_int_equal(keg_obj_sync(o), 0);
+    assert_int_equal(wbst(o).unsynced_objects, 0);
+    assert_int_equal(pthread_getname_np(pthread_self(), name, sizeof(name)), 0);
+    assert_string_equal(name, "tst-caller");
+    atomic_store(&cnt_put_delay_ms, 0);
+    keg_obj_close(o);
+}
+
 /* A corrupt staged file found at open is quarantined, never uploaded. */
 static void test_corrupt_staged_quarantined(void **state)
 {
@@ -1448,6 +1469,7 @@ int main(void)
         T(test_del_staged),
         T(test_del_keys_batch),
         T(test_sync_bookkeeping),
+        T(test_sync_keeps_caller_name),
         T(test_corrupt_staged_quarantined),
         T(test_get_staged_verified),
         T(test_stack_order),
