@@ -303,7 +303,7 @@ static int compact_one(struct keg_fs *fs, uint64_t ino, uint32_t indx, int force
             fs_inode_put(fs, ip);
         }
     }
-    fs_kick_deleter(fs);                    /* the deleter: old slices are queued */
+    fs_kick_deleter(fs, FS_DEL_HOLD_CMP_NS); /* the deleter: old slices are queued */
 out:
     keg_free(sl);
     keg_free(segs);

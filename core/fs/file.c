@@ -1089,7 +1089,7 @@ int keg_fs_release(struct keg_fs *fs, struct keg_fh *fh)
         if (prc < 0 && prc != -ENOENT)
             KEG_WARN("purge of unlinked inode %llu: %s", (unsigned long long)ip->ino,
                      strerror(-prc));
-        fs_kick_deleter(fs);                   /* let the deleter drain the queue */
+        fs_kick_deleter(fs, FS_DEL_HOLD_NS);   /* let the deleter drain the queue */
     }
     fs_inode_put(fs, ip);
     pthread_mutex_destroy(&fh->ra_mu);

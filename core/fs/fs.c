@@ -27,6 +27,10 @@
  *              first: an `rm -rf` of many files then costs a peek and an ack
  *              per FS_DELQ_BATCH slices instead of per file, and the deleter
  *              does not compete with the unlinks for the engine's write lock.
+ *              The compactor's kicks hold it FS_DEL_HOLD_CMP_NS at most: a
+ *              rewrite loop gets the files of the slices it replaced back as
+ *              spares within a fifth of a second, instead of making new files
+ *              for a second (fs_i.h).
  *              Purges of inodes closed after their unlink go at once.
  *   pools      FS_UPLOAD_THREADS upload workers (file.c) and FS_FETCH_THREADS
  *              block fetchers for read-ahead and parallel reads (read.c)
@@ -58,7 +62,6 @@
 #define FS_SLICE_BATCH 1000
 #define FS_DELQ_BATCH  256
 #define FS_DEL_SETTLE_NS (100LL * 1000000)     /* kicks pause this long: drain */
-#define FS_DEL_HOLD_NS   (1000LL * 1000000)    /* longest wait after the first kick */
 #define FS_STALE_MIN_SEC    2u   /* shortest stale-session scan period */
 #define FS_UPLOAD_THREADS 8
 #define FS_UPLOAD_QUEUE   16     /* blocks waiting for an upload thread */
@@ -277,7 +280,7 @@ void fs_handle_gone(struct keg_fs *fs, const struct keg_unlinked *gone)
         /* purged inside the op (it was not open here): only the deletion
          * queue may have work, and only when this op queued something */
         if (gone->queued > 0 && fs->has_session)
-            fs_kick_deleter(fs);
+            fs_kick_deleter(fs, FS_DEL_HOLD_NS);
         return;
     }
     if (!open_marks_unlinked(fs, gone->ino) && fs->has_session)
@@ -377,17 +380,20 @@ static void *hb_main(void *arg)
     return NULL;
 }
 
-/* Only the first kick of a burst wakes the deleter: a later one moves the due
- * time (del_due) later, never earlier, and the deleter recomputes it when its
- * wait ends.  Waking it (and the other bg_cv sleepers) on every unlink of an
- * `rm -rf` cost a futex wake and two context switches per file. */
-void fs_kick_deleter(struct keg_fs *fs)
+/* Only the first kick of a burst wakes the deleter, and one that shortens the
+ * burst's hold: a later one moves the due time (del_due) later, never earlier,
+ * and the deleter recomputes it when its wait ends.  Waking it (and the other
+ * bg_cv sleepers) on every unlink of an `rm -rf` cost a futex wake and two
+ * context switches per file. */
+void fs_kick_deleter(struct keg_fs *fs, int64_t hold_ns)
 {
     int64_t now = keg_mono_ns();
     pthread_mutex_lock(&fs->bg_mu);
     fs->del_last_kick = now;
-    if (!fs->del_first_kick) {
-        fs->del_first_kick = now;
+    if (!fs->del_first_kick || hold_ns < fs->del_hold) {
+        if (!fs->del_first_kick)
+            fs->del_first_kick = now;
+        fs->del_hold = hold_ns;
         pthread_cond_broadcast(&fs->bg_cv);
     }
     pthread_mutex_unlock(&fs->bg_mu);
@@ -399,7 +405,7 @@ static int64_t del_due(const struct keg_fs *fs)
 {
     if (!fs->del_first_kick)
         return 0;
-    return KEG_MIN(fs->del_last_kick + FS_DEL_SETTLE_NS, fs->del_first_kick + FS_DEL_HOLD_NS);
+    return KEG_MIN(fs->del_last_kick + FS_DEL_SETTLE_NS, fs->del_first_kick + fs->del_hold);
 }
 
 static void *del_main(void *arg)

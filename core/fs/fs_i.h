@@ -395,6 +395,7 @@ struct keg_fs {
     int64_t           del_first_kick, del_last_kick;   /* keg_mono_ns() of the first and
                                      * the last fs_kick_deleter since the deleter's last
                                      * round; 0: none */
+    int64_t           del_hold;     /* the shortest hold those kicks asked for (ns) */
     pthread_mutex_t   del_mu;       /* one drainer of purges and deletions at a time */
 
     /* upload pipeline (file.c) */
@@ -444,8 +445,15 @@ int  fs_alloc_ino(struct keg_fs *fs, uint64_t *ino);
 int  fs_alloc_slice(struct keg_fs *fs, uint64_t *id);
 /* Queue an unlinked inode for purging (or purge now without a session). */
 void fs_queue_purge(struct keg_fs *fs, uint64_t ino);
-/* Tell the deleter that the engine's deletion queue has new entries. */
-void fs_kick_deleter(struct keg_fs *fs);
+/* Tell the deleter that the engine's deletion queue has new entries; it serves
+ * them once kicks pause, and at the latest hold_ns after the first kick of the
+ * burst: FS_DEL_HOLD_NS for removals (an `rm -rf` is served in batches),
+ * FS_DEL_HOLD_CMP_NS for compaction (the writes that caused it need the files
+ * of the slices it replaced again, from the spare pools; with writeback, a
+ * block deleted before its upload delay ends is never uploaded). */
+#define FS_DEL_HOLD_NS     (1000LL * 1000000)
+#define FS_DEL_HOLD_CMP_NS (200LL * 1000000)
+void fs_kick_deleter(struct keg_fs *fs, int64_t hold_ns);
 /* Handle an unlink/rename result: mark the inode or queue it for purging. */
 void fs_handle_gone(struct keg_fs *fs, const struct keg_unlinked *gone);
 /* Delete every block object of a slice.  Returns 0 or the first error. */
