@@ -196,8 +196,8 @@
 "  redis.call('DEL', P .. 'd' .. n, P .. 'D' .. n)\n" \
 "  redis.call('HINCRBY', CNT, 'usedInodes', -1)\n" \
 "end\n", \
-"local function purge_inode(ino)\n" \
-"  local a = getattr(ino)\n" \
+"local function purge_inode(ino, a)\n" \
+"  a = a or getattr(ino)\n" \
 "  if not a or a.nlink > 0 then return end\n" \
 "  if band(a.mode, IFMT) == IFREG then\n" \
 "    index_legacy(a)\n" \
@@ -209,13 +209,13 @@
 "  redis.call('HINCRBY', CNT, 'usedInodes', -1)\n" \
 "end\n", \
 "local function lost_last_link(a)\n" \
-"  putattr(a)\n" \
 "  local open = OPEN == nil or OPEN == '-' or string.find(OPEN, ',' .. N(a.ino) .. ',', 1, true)\n" \
 "  if SID ~= '0' and band(a.mode, IFMT) == IFREG and open then\n" \
+"    putattr(a)\n" \
 "    redis.call('SADD', P .. 'P' .. SID, N(a.ino))\n" \
 "    return 0\n" \
 "  end\n" \
-"  purge_inode(a.ino)\n" \
+"  purge_inode(a.ino, a)\n" \
 "  return 1\n" \
 "end\n", \
 "local HMAX = 'ffffffffffffffff'\n", \
