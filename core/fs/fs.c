@@ -380,20 +380,18 @@ static void *hb_main(void *arg)
     return NULL;
 }
 
-/* Only the first kick of a burst wakes the deleter, and one that shortens the
- * burst's hold: a later one moves the due time (del_due) later, never earlier,
- * and the deleter recomputes it when its wait ends.  Waking it (and the other
- * bg_cv sleepers) on every unlink of an `rm -rf` cost a futex wake and two
- * context switches per file. */
+/* Only a kick that makes the deadline earlier (the first of a burst, or a
+ * compaction's during a removal) wakes the deleter: a later one moves the due
+ * time (del_due) later, never earlier, and the deleter recomputes it when its
+ * wait ends.  Waking it (and the other bg_cv sleepers) on every unlink of an
+ * `rm -rf` cost a futex wake and two context switches per file. */
 void fs_kick_deleter(struct keg_fs *fs, int64_t hold_ns)
 {
     int64_t now = keg_mono_ns();
     pthread_mutex_lock(&fs->bg_mu);
     fs->del_last_kick = now;
-    if (!fs->del_first_kick || hold_ns < fs->del_hold) {
-        if (!fs->del_first_kick)
-            fs->del_first_kick = now;
-        fs->del_hold = hold_ns;
+    if (!fs->del_by || now + hold_ns < fs->del_by) {
+        fs->del_by = now + hold_ns;
         pthread_cond_broadcast(&fs->bg_cv);
     }
     pthread_mutex_unlock(&fs->bg_mu);
@@ -403,9 +401,9 @@ void fs_kick_deleter(struct keg_fs *fs, int64_t hold_ns)
  * pending.  LOCKS: caller holds fs->bg_mu. */
 static int64_t del_due(const struct keg_fs *fs)
 {
-    if (!fs->del_first_kick)
+    if (!fs->del_by)
         return 0;
-    return KEG_MIN(fs->del_last_kick + FS_DEL_SETTLE_NS, fs->del_first_kick + fs->del_hold);
+    return KEG_MIN(fs->del_last_kick + FS_DEL_SETTLE_NS, fs->del_by);
 }
 
 static void *del_main(void *arg)
@@ -425,7 +423,7 @@ static void *del_main(void *arg)
             pthread_cond_timedwait(&fs->bg_cv, &fs->bg_mu, &ts);
             continue;
         }
-        fs->del_first_kick = fs->del_last_kick = 0;
+        fs->del_by = fs->del_last_kick = 0;
         pthread_mutex_unlock(&fs->bg_mu);
         pthread_mutex_lock(&fs->del_mu);
         fs_drain_purge(fs);

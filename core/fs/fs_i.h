@@ -392,10 +392,9 @@ struct keg_fs {
     int64_t           hb_last_ns;   /* keg_mono_ns() of the last successful heartbeat or of
                                      * session_begin (atomic) */
     uint64_t          del_slices;   /* slices deleted by fs_drain_delq (atomic) */
-    int64_t           del_first_kick, del_last_kick;   /* keg_mono_ns() of the first and
-                                     * the last fs_kick_deleter since the deleter's last
-                                     * round; 0: none */
-    int64_t           del_hold;     /* the shortest hold those kicks asked for (ns) */
+    int64_t           del_last_kick; /* keg_mono_ns() of the last fs_kick_deleter since
+                                     * the deleter's last round; 0: none */
+    int64_t           del_by;       /* the earliest kick + hold of those kicks; 0: none */
     pthread_mutex_t   del_mu;       /* one drainer of purges and deletions at a time */
 
     /* upload pipeline (file.c) */
@@ -446,9 +445,9 @@ int  fs_alloc_slice(struct keg_fs *fs, uint64_t *id);
 /* Queue an unlinked inode for purging (or purge now without a session). */
 void fs_queue_purge(struct keg_fs *fs, uint64_t ino);
 /* Tell the deleter that the engine's deletion queue has new entries; it serves
- * them once kicks pause, and at the latest hold_ns after the first kick of the
- * burst: FS_DEL_HOLD_NS for removals (an `rm -rf` is served in batches),
- * FS_DEL_HOLD_CMP_NS for compaction (the writes that caused it need the files
+ * a burst of kicks once they pause, and at the latest by the earliest kick
+ * time + hold_ns among them: FS_DEL_HOLD_NS for removals (an `rm -rf` is
+ * served in batches), FS_DEL_HOLD_CMP_NS for compaction (the writes that caused it need the files
  * of the slices it replaced again, from the spare pools; with writeback, a
  * block deleted before its upload delay ends is never uploaded). */
 #define FS_DEL_HOLD_NS     (1000LL * 1000000)
