@@ -1,7 +1,8 @@
 /* test_obj_s3_fake.c -- the S3 store against a scripted in-process HTTP server on
  * 127.0.0.1 (no external server): what goes on the wire (path encoding, signed
  * payload hash, no Expect), retries on 503/SlowDown and dropped connections, no
- * retry on 403, a server ignoring Range or sending more than asked, 416. */
+ * retry on 403, a server ignoring Range or sending more than asked, 416, PUT
+ * bodies of every size arriving whole and as signed. */
 #define _GNU_SOURCE   /* memmem, strcasestr */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -54,6 +55,7 @@ static struct {
     char            body_hash[S3_SHA256_HEX];
     char            trail[8192];           /* "METHOD PATH\n" of each request since script() */
     char            body[1 << 17];         /* the last request's body (NUL-terminated, cut) */
+    size_t          body_len;              /* its Content-Length */
     int             stop;
 } srv = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
@@ -126,6 +128,7 @@ static void serve_conn(int fd)
         size_t bcopy = KEG_MIN(clen, sizeof(srv.body) - 1);
         memcpy(srv.body, body, bcopy);
         srv.body[bcopy] = '\0';
+        srv.body_len = clen;
         enum reply rp = srv.script[n < srv.nscript ? n : srv.nscript - 1];
         pthread_mutex_unlock(&srv.lock);
 
@@ -311,6 +314,41 @@ static void test_put_wire_format(void **state)
     assert_non_null(strstr(srv.hdrs, "/us-east-1/s3/aws4_request, SignedHeaders="
                                       "host;x-amz-content-sha256;x-amz-date, Signature="));
     assert_null(strcasestr(srv.hdrs, "Expect:"));
+    keg_obj_close(o);
+}
+
+/* Bodies from none to past curl's 64 KiB upload buffer arrive whole and as signed, also
+ * when the PUT is retried. */
+static void test_put_body_sizes(void **state)
+{
+    (void)state;
+    struct keg_obj *o = open_fake(2000);
+    static char body[100000];
+    const size_t sizes[] = { 0, 1, 65535, 65536, 65537, 100000 };
+    char want[S3_SHA256_HEX], hdr[128];
+
+    for (size_t i = 0; i < sizeof(body); i++)
+        body[i] = (char)(i * 13 + 7);
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        script(1, R_OK_EMPTY);
+        assert_int_equal(keg_obj_put(o, "k", body, sizes[i]), 0);
+        assert_int_equal(nreq(), 1);
+        assert_string_equal(srv.method, "PUT");
+        assert_int_equal(srv.body_len, sizes[i]);
+        s3_sha256_hex(body, sizes[i], want);
+        assert_string_equal(srv.body_hash, want);
+        snprintf(hdr, sizeof(hdr), "x-amz-content-sha256: %s", want);
+        assert_non_null(strstr(srv.hdrs, hdr));
+        assert_null(strcasestr(srv.hdrs, "Expect:"));
+        assert_null(strcasestr(srv.hdrs, "Content-Type:"));
+    }
+    /* a retried small PUT sends its body again */
+    script(2, R_500, R_OK_EMPTY);
+    assert_int_equal(keg_obj_put(o, "k", body, 5000), 0);
+    assert_int_equal(nreq(), 2);
+    assert_int_equal(srv.body_len, 5000);
+    s3_sha256_hex(body, 5000, want);
+    assert_string_equal(srv.body_hash, want);
     keg_obj_close(o);
 }
 
@@ -655,6 +693,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_put_wire_format),
+        cmocka_unit_test(test_put_body_sizes),
         cmocka_unit_test(test_retry_then_ok),
         cmocka_unit_test(test_no_retry_on_403),
         cmocka_unit_test(test_retries_run_out),
