@@ -294,22 +294,29 @@ static struct keg_obj *open_fake(unsigned deadline_ms)
     return o;
 }
 
+/* The last request was a PUT of body[0..len): whole, and signed with its hash. */
+static void assert_put_received(const char *body, size_t len)
+{
+    char want[S3_SHA256_HEX], hdr[128];
+
+    s3_sha256_hex(body, len, want);
+    assert_string_equal(srv.method, "PUT");
+    assert_int_equal(srv.body_len, len);
+    assert_string_equal(srv.body_hash, want);
+    snprintf(hdr, sizeof(hdr), "x-amz-content-sha256: %s", want);
+    assert_non_null(strstr(srv.hdrs, hdr));
+}
+
 static void test_put_wire_format(void **state)
 {
     (void)state;
     struct keg_obj *o = open_fake(2000);
     const char *body = "hello, wire";
-    char want[S3_SHA256_HEX];
-    s3_sha256_hex(body, strlen(body), want);
     script(1, R_OK_EMPTY);
     assert_int_equal(keg_obj_put(o, "dir/a b+c~", body, strlen(body)), 0);
     assert_int_equal(nreq(), 1);
-    assert_string_equal(srv.method, "PUT");
+    assert_put_received(body, strlen(body));
     assert_string_equal(srv.path, "/bkt/pre/dir/a%20b%2Bc~");
-    assert_string_equal(srv.body_hash, want);
-    char hdr[128];
-    snprintf(hdr, sizeof(hdr), "x-amz-content-sha256: %s", want);
-    assert_non_null(strstr(srv.hdrs, hdr));
     assert_non_null(strstr(srv.hdrs, "Authorization: AWS4-HMAC-SHA256 Credential=AK/"));
     assert_non_null(strstr(srv.hdrs, "/us-east-1/s3/aws4_request, SignedHeaders="
                                       "host;x-amz-content-sha256;x-amz-date, Signature="));
@@ -325,7 +332,6 @@ static void test_put_body_sizes(void **state)
     struct keg_obj *o = open_fake(2000);
     static char body[100000];
     const size_t sizes[] = { 0, 1, 65535, 65536, 65537, 100000 };
-    char want[S3_SHA256_HEX], hdr[128];
 
     for (size_t i = 0; i < sizeof(body); i++)
         body[i] = (char)(i * 13 + 7);
@@ -333,12 +339,7 @@ static void test_put_body_sizes(void **state)
         script(1, R_OK_EMPTY);
         assert_int_equal(keg_obj_put(o, "k", body, sizes[i]), 0);
         assert_int_equal(nreq(), 1);
-        assert_string_equal(srv.method, "PUT");
-        assert_int_equal(srv.body_len, sizes[i]);
-        s3_sha256_hex(body, sizes[i], want);
-        assert_string_equal(srv.body_hash, want);
-        snprintf(hdr, sizeof(hdr), "x-amz-content-sha256: %s", want);
-        assert_non_null(strstr(srv.hdrs, hdr));
+        assert_put_received(body, sizes[i]);
         assert_null(strcasestr(srv.hdrs, "Expect:"));
         assert_null(strcasestr(srv.hdrs, "Content-Type:"));
     }
@@ -346,9 +347,7 @@ static void test_put_body_sizes(void **state)
     script(2, R_500, R_OK_EMPTY);
     assert_int_equal(keg_obj_put(o, "k", body, 5000), 0);
     assert_int_equal(nreq(), 2);
-    assert_int_equal(srv.body_len, 5000);
-    s3_sha256_hex(body, 5000, want);
-    assert_string_equal(srv.body_hash, want);
+    assert_put_received(body, 5000);
     keg_obj_close(o);
 }
 
