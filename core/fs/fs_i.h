@@ -447,9 +447,10 @@ void fs_queue_purge(struct keg_fs *fs, uint64_t ino);
 /* Tell the deleter that the engine's deletion queue has new entries; it serves
  * a burst of kicks once they pause, and at the latest by the earliest kick
  * time + hold_ns among them: FS_DEL_HOLD_NS for removals (an `rm -rf` is
- * served in batches), FS_DEL_HOLD_CMP_NS for compaction (the writes that caused it need the files
- * of the slices it replaced again, from the spare pools; with writeback, a
- * block deleted before its upload delay ends is never uploaded). */
+ * served in batches), FS_DEL_HOLD_CMP_NS for compaction (the writes that
+ * caused it need the files of the slices it replaced again, from the spare
+ * pools; with writeback, a block deleted before its upload delay ends is
+ * never uploaded). */
 #define FS_DEL_HOLD_NS     (1000LL * 1000000)
 #define FS_DEL_HOLD_CMP_NS (200LL * 1000000)
 void fs_kick_deleter(struct keg_fs *fs, int64_t hold_ns);
