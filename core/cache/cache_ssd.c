@@ -468,7 +468,7 @@ static ssize_t cs_read_hit(struct cache_ssd *cs, const char *key, const char *na
         return -ENOMEM;
     if (off == 0 && len >= olen) {
         uint64_t got;
-        rc = keg_ssd_file_read_obj(AT_FDCWD, path, KEGC_KIND_CACHE, key, buf, len, &got);
+        rc = keg_ssd_file_read_obj(AT_FDCWD, path, KEGC_KIND_CACHED_ANY, key, buf, len, &got);
         if (rc == 0) {
             rc = (ssize_t)got;
             goto out;
@@ -479,7 +479,7 @@ static ssize_t cs_read_hit(struct cache_ssd *cs, const char *key, const char *na
     /* a file larger than any cache file can be is -EIO: corrupt, deleted by the caller */
     rc = keg_ssd_file_read(AT_FDCWD, path, CS_FILE_MAX, &f, &flen);
     if (rc == 0) {
-        rc = kegc_check(f, flen, KEGC_KIND_CACHE, key, &obj, &olen);
+        rc = kegc_check(f, flen, KEGC_KIND_CACHED_ANY, key, &obj, &olen);
         if (rc == 0)
             rc = keg_ssd_copy_range(obj, olen, off, buf, len);
     }
@@ -654,67 +654,37 @@ serve:
  * put, del, head
  *-------------------------------------------------------------------------*/
 
-/* Takes over the caller's SSD file of key (any kind) as the cache file: take()
- * moves it to a temp name in the cache directory, the header is rewritten as
- * kind "cached", then it is renamed into place and indexed.  Returns 1 if the
- * file was taken (even if adopting it then failed: the temp file is removed
- * and the object left uncached), 0 if take() failed (the file is still the
- * caller's).  BORROWS: everything.  LOCKS: takes cs->mu. */
+/* Takes over the caller's SSD file of key (an uploaded staging file) as the
+ * cache file: take() renames it into place as it is (its header keeps kind 2,
+ * which the cache's readers accept: SSD-FORMAT.md §1), then it is indexed.
+ * One rename and no copy, no header rewrite: every object a writeback mount
+ * uploads passes here.  Returns 1 if the file was taken, 0 if take() failed
+ * (the file is still the caller's).  BORROWS: everything.  LOCKS: takes cs->mu. */
 static int cs_adopt(struct cache_ssd *cs, const char *key, const char *name, uint64_t olen,
                     keg_obj_take_fn *take, void *arg)
 {
-    static _Atomic unsigned long seq;
     size_t klen = strlen(key);
     uint64_t fsize = KEGC_HDR + klen + olen;
-    char sfx[32];
-    char *path = NULL, *tmp = NULL;
+    char *path = NULL;
     struct cs_ent *e = NULL, *victims = NULL;
-    uint8_t hdr[KEGC_HDR];
-    uint32_t hcrc;
-    int fd = -1, rc, taken = 0;
+    int rc;
 
     /* The file is on this disk already (a staging file): adopting it costs no
      * space, but a limit below it means the disk is short: leave it alone. */
     if (fsize > cs_limit_now(cs))
         return 0;
-    snprintf(sfx, sizeof(sfx), ".a%lu", (unsigned long)++seq);
     path = cs_path(cs, key, "", name);
-    tmp = cs_path2(cs, key, KEGC_TMP_PREFIX, name, sfx);
     e = cs_ent_new(key, fsize, olen);
-    if (!path || !tmp || !e) {
+    if (!path || !e) {
         rc = -ENOMEM;
         goto out;
     }
-    rc = take(arg, tmp);
+    rc = take(arg, path);
     if (rc == -ENOENT) {
-        rc = cs_mkparent(tmp);
+        rc = cs_mkparent(path);
         if (rc == 0)
-            rc = take(arg, tmp);
+            rc = take(arg, path);
     }
-    if (rc < 0)
-        goto out;
-    taken = 1;
-    /* Same image but the kind byte, which the header CRC covers. */
-    fd = open(tmp, O_RDWR | O_CLOEXEC);
-    if (fd < 0) {
-        rc = -errno;
-        goto out;
-    }
-    if (pread(fd, hdr, sizeof(hdr), 0) != (ssize_t)sizeof(hdr) ||
-        kegc_get32(hdr) != KEGC_MAGIC || hdr[4] != KEGC_VERSION ||
-        ((size_t)hdr[6] | (size_t)hdr[7] << 8) != klen) {
-        rc = -EIO;
-        goto out;
-    }
-    hdr[5] = KEGC_KIND_CACHE;
-    hcrc = keg_crc32c(0, hdr, 20);
-    kegc_put32(hdr + 20, keg_crc32c(hcrc, key, klen));
-    if (pwrite(fd, hdr, sizeof(hdr), 0) != (ssize_t)sizeof(hdr)) {
-        rc = errno ? -errno : -EIO;
-        goto out;
-    }
-    rc = keg_ssd_file_publish(AT_FDCWD, fd, tmp, path, 0);
-    fd = -1;
     if (rc < 0)
         goto out;
     pthread_mutex_lock(&cs->mu);
@@ -724,16 +694,9 @@ static int cs_adopt(struct cache_ssd *cs, const char *key, const char *name, uin
     pthread_mutex_unlock(&cs->mu);
     cs_drop_victims(cs, victims);
 out:
-    if (fd >= 0) {
-        close(fd);
-        unlink(tmp);
-    }
-    if (rc < 0 && taken)
-        KEG_WARN("cannot adopt the local copy of %s into %s: %s", key, cs->dir, strerror(-rc));
     keg_free(e);
-    keg_free(tmp);
     keg_free(path);
-    return taken;
+    return rc == 0;
 }
 
 /* put(), and put_file() whose caller holds the object in an SSD file: the

@@ -63,14 +63,15 @@ int keg_ssd_file_publish(int dirfd, int fd, const char *tmp, const char *name, i
 int keg_ssd_file_read(int dirfd, const char *path, uint64_t max, uint8_t **out, size_t *len);
 
 /* Reads the object of the file path (relative to dirfd, which may be AT_FDCWD)
- * straight into buf (capacity cap): the header and key are read and verified
- * first (as kegc_check: magic, version, kind, key, header CRC, length against
- * the file size), then the object bytes in pieces, each added to the object
+ * straight into buf (capacity cap): the header, the key and the object's first
+ * piece in one read, the header verified (as kegc_check: magic, version, kind
+ * -- KEGC_KIND_CACHED_ANY takes 1 or 2 --, key, header CRC, length against the
+ * file size), then the rest of the object in pieces, each added to the object
  * CRC32C while still in the CPU cache.  No copy of the file is allocated.
  * *olen is the object length on success, else 0.
- * Returns 0; -EMSGSIZE: the header is sound but the object is longer than cap
- * (buf untouched); -EIO: corrupt, truncated, another key or kind (buf may hold
- * any bytes: the caller must not serve them); -ENOENT: no file; or -errno. */
+ * Returns 0; -EMSGSIZE: the header is sound but the object is longer than cap;
+ * -EIO: corrupt, truncated, another key or kind; -ENOENT: no file; or -errno.
+ * On any error buf may hold any bytes: the caller must not serve them. */
 int keg_ssd_file_read_obj(int dirfd, const char *path, int kind, const char *key, void *buf,
                           size_t cap, uint64_t *olen);
 

@@ -8,7 +8,8 @@
  *
  *     0      4  magic "KEGC" (u32 0x4347454b, little-endian)
  *     4      1  version (1)
- *     5      1  kind (1 = cached object, 2 = staged object)
+ *     5      1  kind (1 = cached object, 2 = staged object; an uploaded staged
+ *                file adopted by the cache keeps kind 2)
  *     6      2  key length K (u16, 1..1024)
  *     8      8  object length N (u64)
  *    16      4  CRC32C of the N object bytes
@@ -36,6 +37,9 @@
 #define KEGC_VERSION   1
 #define KEGC_KIND_CACHE  1
 #define KEGC_KIND_STAGED 2
+/* What a reader of the cache directory asks for (never written): kind 1, or
+ * kind 2, a staged file the cache adopted as it was after its upload. */
+#define KEGC_KIND_CACHED_ANY 0
 #define KEGC_HDR       24
 #define KEGC_KEY_MAX   1024
 #define KEGC_NAME_MAX  255          /* longest escaped file name */
@@ -53,6 +57,14 @@ static inline void kegc_put32(uint8_t *p, uint32_t v)
 static inline uint32_t kegc_get32(const uint8_t *p)
 {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* Whether a file of kind got is what a reader asking for kind want accepts. */
+static inline int kegc_kind_ok(int want, int got)
+{
+    if (want == KEGC_KIND_CACHED_ANY)
+        return got == KEGC_KIND_CACHE || got == KEGC_KIND_STAGED;
+    return got == want;
 }
 
 /* Fills the 24-byte header for key and the object obj[0..len). */
@@ -86,7 +98,8 @@ static inline int kegc_check(const uint8_t *f, size_t flen, int kind, const char
 
     *obj = NULL;
     *olen = 0;
-    if (flen < KEGC_HDR || kegc_get32(f) != KEGC_MAGIC || f[4] != KEGC_VERSION || f[5] != kind)
+    if (flen < KEGC_HDR || kegc_get32(f) != KEGC_MAGIC || f[4] != KEGC_VERSION ||
+        !kegc_kind_ok(kind, f[5]))
         return -EIO;
     if ((size_t)(f[6] | f[7] << 8) != klen || memcmp(f + KEGC_HDR, key, klen) != 0)
         return -EIO;

@@ -437,12 +437,22 @@ static void test_file_read_obj(void **state)
                                            sizeof(got), &olen), 0);
     assert_int_equal(olen, sizeof(obj));
     assert_memory_equal(got, obj, sizeof(obj));
-    /* too small a buffer: -EMSGSIZE, buffer untouched */
-    memset(got, 0xEE, sizeof(got));
+    /* a buffer of exactly the object (the first read fills it: the size comes
+     * from fstat), then one byte too small: -EMSGSIZE */
+    memset(got, 0, sizeof(got));
+    assert_int_equal(keg_ssd_file_read_obj(AT_FDCWD, path, KEGC_KIND_STAGED, "a/key", got,
+                                           sizeof(obj), &olen), 0);
+    assert_int_equal(olen, sizeof(obj));
+    assert_memory_equal(got, obj, sizeof(obj));
     assert_int_equal(keg_ssd_file_read_obj(AT_FDCWD, path, KEGC_KIND_STAGED, "a/key", got,
                                            sizeof(got) - 1, &olen), -EMSGSIZE);
     assert_int_equal(olen, 0);
-    assert_int_equal(got[0], 0xEE);
+    assert_int_equal(keg_ssd_file_read_obj(AT_FDCWD, path, KEGC_KIND_STAGED, "a/key", got,
+                                           0, &olen), -EMSGSIZE);
+    /* a cache reader takes kind 1 or 2, a staging reader only 2 */
+    assert_int_equal(keg_ssd_file_read_obj(AT_FDCWD, path, KEGC_KIND_CACHED_ANY, "a/key", got,
+                                           sizeof(got), &olen), 0);
+    assert_int_equal(olen, sizeof(obj));
     /* another kind, another key (same length), no file */
     assert_int_equal(keg_ssd_file_read_obj(AT_FDCWD, path, KEGC_KIND_CACHE, "a/key", got,
                                            sizeof(got), &olen), -EIO);
@@ -458,6 +468,86 @@ static void test_file_read_obj(void **state)
     assert_int_equal(truncate(path, KEGC_HDR + 3), 0);
     assert_int_equal(keg_ssd_file_read_obj(AT_FDCWD, path, KEGC_KIND_STAGED, "a/key", got,
                                            sizeof(got), &olen), -EIO);
+}
+
+/* Writes path as a file of kind holding key and obj[0..len), plus extra bytes of 0x5A. */
+static void write_kegc(const char *path, int kind, const char *key, const uint8_t *obj,
+                       size_t len, size_t extra)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    uint8_t z[8];
+
+    assert_true(fd >= 0 && extra <= sizeof(z));
+    assert_int_equal(keg_ssd_file_write(fd, kind, key, obj, len), 0);
+    memset(z, 0x5A, sizeof(z));
+    if (extra)
+        assert_int_equal(pwrite(fd, z, extra, (off_t)(KEGC_HDR + strlen(key) + len)),
+                         (ssize_t)extra);
+    close(fd);
+}
+
+/* The file's size decides however the reads end: a file one byte longer or
+ * shorter than its header says is corrupt, with the object inside the first
+ * read or past it; an object of several read pieces (256 KiB each) arrives whole
+ * and a bad byte in a later piece is caught; a cache reader takes kind 1 and 2
+ * only. */
+static void test_file_read_obj_sizes(void **state)
+{
+    struct fx *fx = *state;
+    static const size_t lens[] = {0, 1, 4096, (256u << 10) - 1, 256u << 10, (256u << 10) + 1,
+                                  (600u << 10) + 7};
+    size_t big = (600u << 10) + 8;
+    uint8_t *obj = malloc(big), *got = malloc(big + 16);
+    char path[160];
+    uint64_t olen;
+
+    assert_non_null(obj);
+    assert_non_null(got);
+    for (size_t i = 0; i < big; i++)
+        obj[i] = (uint8_t)(i * 13 + 7);
+    mkdir(fx->cache, 0700);
+    snprintf(path, sizeof(path), "%s/f", fx->cache);
+    for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+        size_t len = lens[i];
+        size_t caps[] = {len, len + 1, big + 16};
+        for (size_t c = 0; c < 3; c++) {
+            write_kegc(path, KEGC_KIND_STAGED, "k/1", obj, len, 0);
+            memset(got, 0, big + 16);
+            olen = 99;
+            assert_int_equal(keg_ssd_file_read_obj(AT_FDCWD, path, KEGC_KIND_STAGED, "k/1", got,
+                                                   caps[c], &olen), 0);
+            assert_int_equal(olen, len);
+            assert_memory_equal(got, obj, len);
+            /* one byte more than the header says, then one byte less */
+            write_kegc(path, KEGC_KIND_STAGED, "k/1", obj, len, 1);
+            assert_int_equal(keg_ssd_file_read_obj(AT_FDCWD, path, KEGC_KIND_STAGED, "k/1",
+                                                   got, caps[c], &olen), -EIO);
+            assert_int_equal(olen, 0);
+            if (len > 0) {
+                write_kegc(path, KEGC_KIND_STAGED, "k/1", obj, len, 0);
+                assert_int_equal(truncate(path, (off_t)(KEGC_HDR + 3 + len - 1)), 0);
+                assert_int_equal(keg_ssd_file_read_obj(AT_FDCWD, path, KEGC_KIND_STAGED, "k/1",
+                                                       got, caps[c], &olen), -EIO);
+                /* a bad last byte */
+                write_kegc(path, KEGC_KIND_STAGED, "k/1", obj, len, 0);
+                flip_byte(path, (off_t)(KEGC_HDR + 3 + len - 1));
+                assert_int_equal(keg_ssd_file_read_obj(AT_FDCWD, path, KEGC_KIND_STAGED, "k/1",
+                                                       got, caps[c], &olen), -EIO);
+            }
+        }
+    }
+    /* kinds: 1 and 2 for a cache reader, never 3; each exact kind only itself */
+    for (int kind = 1; kind <= 3; kind++) {
+        write_kegc(path, kind, "k/1", obj, 4096, 0);
+        assert_int_equal(keg_ssd_file_read_obj(AT_FDCWD, path, KEGC_KIND_CACHED_ANY, "k/1", got,
+                                               big, &olen), kind <= 2 ? 0 : -EIO);
+        assert_int_equal(keg_ssd_file_read_obj(AT_FDCWD, path, KEGC_KIND_CACHE, "k/1", got,
+                                               big, &olen), kind == 1 ? 0 : -EIO);
+        assert_int_equal(keg_ssd_file_read_obj(AT_FDCWD, path, KEGC_KIND_STAGED, "k/1", got,
+                                               big, &olen), kind == 2 ? 0 : -EIO);
+    }
+    free(obj);
+    free(got);
 }
 
 /* Reads back the staged file at path: exactly len bytes of obj under key, file size exact. */
@@ -1300,6 +1390,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_whole_get_corrupt, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_whole_get_larger_than_index, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_file_read_obj, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_file_read_obj_sizes, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_direct_write, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_store_corruption_not_cached, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_foreign_block_not_cached, fx_setup, fx_teardown),

@@ -1203,13 +1203,31 @@ static void test_cache_adopts_unsynced(void **state)
     assert_non_null(f);
     flen = fread(file, 1, KEGC_HDR + 200 + la, f);
     fclose(f);
-    assert_int_equal(kegc_check(file, flen, KEGC_KIND_CACHE, ka, &obj, &olen), 0);
+    /* as it was staged: kind 2, which the cache's readers take */
+    assert_true(flen > KEGC_HDR);
+    assert_int_equal(file[5], KEGC_KIND_STAGED);
+    assert_int_equal(kegc_check(file, flen, KEGC_KIND_CACHED_ANY, ka, &obj, &olen), 0);
     assert_int_equal(olen, la);
     assert_memory_equal(obj, a, la);
     free(file);
     assert_int_equal(keg_obj_get(o, ka, 0, got, sizeof(got)), (ssize_t)la);
     assert_memory_equal(got, a, la);
     assert_int_equal(atomic_load(&cnt_of(o)->gets), 0);
+    keg_obj_close(o);
+
+    /* a new cache over the same directory indexes it and serves it, whole and
+     * in part, without asking the store */
+    o = NULL;
+    assert_int_equal(keg_obj_open("file", &oc, NULL, &o), 0);
+    assert_int_equal(keg_obj_open("counting", NULL, o, &o), 0);
+    assert_int_equal(keg_cache_ssd_create(&cc, o, &o), 0);
+    memset(got, 0, sizeof(got));
+    assert_int_equal(keg_obj_get(o, ka, 0, got, sizeof(got)), (ssize_t)la);
+    assert_memory_equal(got, a, la);
+    assert_int_equal(keg_obj_get(o, ka, 100, got, 50), 50);
+    assert_memory_equal(got, a + 100, 50);
+    assert_int_equal(atomic_load(&cnt_of(o)->gets), 0);
+    assert_int_equal(file_ino(cpath), staged);
     keg_obj_close(o);
 }
 
