@@ -309,6 +309,20 @@ static void cs_drop_victims(struct cache_ssd *cs, struct cs_ent *v)
     }
 }
 
+/* Indexes e (unless NULL) and evicts down to the limit; the victims' files go
+ * after the lock is dropped.  OWNERSHIP: takes e.  LOCKS: takes cs->mu. */
+static void cs_insert_evict(struct cache_ssd *cs, struct cs_ent *e)
+{
+    struct cs_ent *victims;
+
+    pthread_mutex_lock(&cs->mu);
+    if (e)
+        cs_insert(cs, e);
+    victims = cs_evict_locked(cs);
+    pthread_mutex_unlock(&cs->mu);
+    cs_drop_victims(cs, victims);
+}
+
 /* Makes the directory path is in (a new <hh> directory); path is cut at its
  * last '/' meanwhile and restored.  Returns 0 or -errno. */
 static int cs_mkparent(char *path)
@@ -354,10 +368,7 @@ static void cs_store(struct cache_ssd *cs, struct cs_fill *f, const char *key, c
     int fd = -1, rc = 0;
 
     if (fsize > cs_limit_now(cs)) {
-        pthread_mutex_lock(&cs->mu);    /* no room: the cache yields what it must */
-        victims = cs_evict_locked(cs);
-        pthread_mutex_unlock(&cs->mu);
-        cs_drop_victims(cs, victims);
+        cs_insert_evict(cs, NULL);      /* no room: the cache yields what it must */
         return;
     }
     path = cs_path(cs, key, "", name);
@@ -666,7 +677,7 @@ static int cs_adopt(struct cache_ssd *cs, const char *key, const char *name, uin
     size_t klen = strlen(key);
     uint64_t fsize = KEGC_HDR + klen + olen;
     char *path = NULL;
-    struct cs_ent *e = NULL, *victims = NULL;
+    struct cs_ent *e = NULL;
     int rc;
 
     /* The file is on this disk already (a staging file): adopting it costs no
@@ -687,12 +698,8 @@ static int cs_adopt(struct cache_ssd *cs, const char *key, const char *name, uin
     }
     if (rc < 0)
         goto out;
-    pthread_mutex_lock(&cs->mu);
-    cs_insert(cs, e);
+    cs_insert_evict(cs, e);
     e = NULL;
-    victims = cs_evict_locked(cs);
-    pthread_mutex_unlock(&cs->mu);
-    cs_drop_victims(cs, victims);
 out:
     keg_free(e);
     keg_free(path);
@@ -842,7 +849,7 @@ static int cs_scan_dir(struct cache_ssd *cs, const char *hh, struct cs_ent ***en
 
 static int cs_rebuild(struct cache_ssd *cs)
 {
-    struct cs_ent **ents = NULL, *victims;
+    struct cs_ent **ents = NULL;
     size_t n = 0, cap = 0;
     unsigned removed = 0;
     int rc = 0;
@@ -863,10 +870,7 @@ static int cs_rebuild(struct cache_ssd *cs)
     }
     pthread_mutex_unlock(&cs->mu);
     cs_limit_now(cs);
-    pthread_mutex_lock(&cs->mu);
-    victims = cs_evict_locked(cs);
-    pthread_mutex_unlock(&cs->mu);
-    cs_drop_victims(cs, victims);
+    cs_insert_evict(cs, NULL);
     keg_free(ents);
     if (rc == 0)
         KEG_INFO("cache %s: %zu objects, %llu bytes (budget %llu, %llu with the disk's free "
