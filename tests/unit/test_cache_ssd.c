@@ -390,6 +390,22 @@ static void test_whole_get_corrupt(void **state)
     free(got);
 }
 
+/* Writes path as a file of kind holding key and obj[0..len), plus extra bytes of 0x5A. */
+static void write_kegc(const char *path, int kind, const char *key, const uint8_t *obj,
+                       size_t len, size_t extra)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    uint8_t z[8];
+
+    assert_true(fd >= 0 && extra <= sizeof(z));
+    assert_int_equal(keg_ssd_file_write(fd, kind, key, obj, len), 0);
+    memset(z, 0x5A, sizeof(z));
+    if (extra)
+        assert_int_equal(pwrite(fd, z, extra, (off_t)(KEGC_HDR + strlen(key) + len)),
+                         (ssize_t)extra);
+    close(fd);
+}
+
 /* A cache file holding a longer (valid) object than the index says: the
  * whole-object read finds it does not fit the buffer and the range path
  * serves the buffer's worth from it. */
@@ -400,16 +416,12 @@ static void test_whole_get_larger_than_index(void **state)
     uint8_t enc[KEG_BLOCK_HDR + 1000], big[KEG_BLOCK_HDR + 1200], got[KEG_BLOCK_HDR + 1200];
     char key[128], path[512];
     size_t olen = make_block(13, 1000, enc, sizeof(enc), key, sizeof(key));
-    int fd;
 
     put_block(o, 13, 1000);
     cache_path(fx, key, path, sizeof(path));
     for (size_t i = 0; i < sizeof(big); i++)
         big[i] = (uint8_t)(i * 13);
-    fd = open(path, O_WRONLY | O_TRUNC);
-    assert_true(fd >= 0);
-    assert_int_equal(keg_ssd_file_write(fd, KEGC_KIND_CACHE, key, big, sizeof(big)), 0);
-    close(fd);
+    write_kegc(path, KEGC_KIND_CACHE, key, big, sizeof(big), 0);
     assert_int_equal(keg_obj_get(o, key, 0, got, olen + 50), (ssize_t)olen + 50);
     assert_memory_equal(got, big, olen + 50);
     assert_int_equal(atomic_load(&cnt_of(o)->gets), 0);
@@ -423,16 +435,12 @@ static void test_file_read_obj(void **state)
     char path[160];
     uint8_t obj[3000], got[3000];
     uint64_t olen = 1;
-    int fd;
 
     for (size_t i = 0; i < sizeof(obj); i++)
         obj[i] = (uint8_t)(i * 7 + 1);
     mkdir(fx->cache, 0700);
     snprintf(path, sizeof(path), "%s/f", fx->cache);
-    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    assert_true(fd >= 0);
-    assert_int_equal(keg_ssd_file_write(fd, KEGC_KIND_STAGED, "a/key", obj, sizeof(obj)), 0);
-    close(fd);
+    write_kegc(path, KEGC_KIND_STAGED, "a/key", obj, sizeof(obj), 0);
     assert_int_equal(keg_ssd_file_read_obj(AT_FDCWD, path, KEGC_KIND_STAGED, "a/key", got,
                                            sizeof(got), &olen), 0);
     assert_int_equal(olen, sizeof(obj));
@@ -468,22 +476,6 @@ static void test_file_read_obj(void **state)
     assert_int_equal(truncate(path, KEGC_HDR + 3), 0);
     assert_int_equal(keg_ssd_file_read_obj(AT_FDCWD, path, KEGC_KIND_STAGED, "a/key", got,
                                            sizeof(got), &olen), -EIO);
-}
-
-/* Writes path as a file of kind holding key and obj[0..len), plus extra bytes of 0x5A. */
-static void write_kegc(const char *path, int kind, const char *key, const uint8_t *obj,
-                       size_t len, size_t extra)
-{
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    uint8_t z[8];
-
-    assert_true(fd >= 0 && extra <= sizeof(z));
-    assert_int_equal(keg_ssd_file_write(fd, kind, key, obj, len), 0);
-    memset(z, 0x5A, sizeof(z));
-    if (extra)
-        assert_int_equal(pwrite(fd, z, extra, (off_t)(KEGC_HDR + strlen(key) + len)),
-                         (ssize_t)extra);
-    close(fd);
 }
 
 /* The file's size decides however the reads end: a file one byte longer or
