@@ -361,9 +361,14 @@ prefix_of() { echo "${2#"$D/$1-mnt/"}"; }   # prefix_of TARGET PATH: the key pre
 
 #--- durability ------------------------------------------------------------------------
 buffers() { case "$1" in s3wb|rclone|s3fs) return 0 ;; *) return 1 ;; esac; }
+# staged_files: the files staged by the s3wb target, not yet uploaded (-1: it has no
+# staging area).  Only the staging slots are read, not the cache beside them: that holds
+# up to tens of thousands of files (a walk of 21,500 costs about 70 ms of CPU), which every
+# 0.2 s would take CPU from the uploads being waited for.
 staged_files() {
-  find "$D/cache-s3wb" -path '*/staging/*' -type f ! -name '.lock' ! -name '.bad.*' \
-    ! -name '.tmp*' 2>/dev/null | wc -l
+  local dirs=("$D/cache-s3wb"/*/staging)
+  [ -d "${dirs[0]}" ] || { echo -1; return; }
+  find "${dirs[@]}" -type f ! -name '.lock' ! -name '.bad.*' ! -name '.tmp*' 2>/dev/null | wc -l
 }
 # listed PREFIX: "COUNT BYTES" of the objects under PREFIX/ in the bucket
 listed() {
@@ -397,7 +402,9 @@ poll_until() {
 all_stored() {
   local c b
   case "$1" in
-    s3wb) [ "$(staged_files)" = 0 ] ;;
+    s3wb) c=$(staged_files)
+          [ "$c" = -1 ] && return 2
+          [ "$c" = 0 ] ;;
     *) read -r c b <<< "$(listed "$(prefix_of "$1" "$2")")"
        [ "$c" = -1 ] && return 2
        [ "$c" -ge "$3" ] && [ "$b" -ge "$4" ] ;;
